@@ -1,0 +1,16 @@
+#include "core/sha256.h"
+
+#include <openssl/evp.h>
+
+#include "absl/strings/escaping.h"
+
+namespace iris::core {
+
+std::string Sha256Hex(const void* data, size_t size) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data, size, digest, &len, EVP_sha256(), nullptr);
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), len));
+}
+
+}  // namespace iris::core

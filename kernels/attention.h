@@ -1,0 +1,34 @@
+// Variable-length multi-head attention over packed sequences (cu_seqlens), flash-style: keys are
+// visited in blocks with an online softmax, so memory is linear in sequence length.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace iris::kernels {
+
+// Head h of token r is at data[r * row_stride + h * head_stride .. + head_dim).
+struct AttentionInput {
+  const float* data;
+  int64_t row_stride;
+  int64_t head_stride;
+};
+
+struct AttentionArgs {
+  AttentionInput q, k, v;
+  // out[r * out_row_stride + h * head_dim + d]
+  float* out = nullptr;
+  int64_t out_row_stride = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;  // grouped-query attention: q head h reads kv head h / (num_heads / num_kv_heads)
+  int head_dim = 0;
+  float scale = 0.f;     // usually 1/sqrt(head_dim)
+  // Sequence s spans tokens [cu_seqlens[s], cu_seqlens[s+1]); tokens never attend across sequences.
+  std::span<const int32_t> cu_seqlens;
+  int max_seqlen = 0;
+  bool causal = false;
+};
+
+void VarlenAttention(const AttentionArgs& args);
+
+}  // namespace iris::kernels

@@ -1,0 +1,46 @@
+// Linear layer y = x·Wᵀ + b on the CPU through oneDNN. Weights arrive as HF stores them
+// ([out, in], F32/BF16/F16), are converted and reordered once at creation, and the matmul
+// primitive for each row count M is created once and cached.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace iris::kernels {
+
+// f32: weights upcast to float32, f32 math (for checking against the reference).
+// bf16: bf16 weights and activations, f32 accumulation and f32 output (AVX512-BF16/AMX).
+enum class ComputeType { kF32, kBF16 };
+
+// What happens to the matmul result before it is stored in y.
+enum class Epilogue {
+  kNone,        // y = x·Wᵀ + b
+  kGeluErf,     // y = gelu_erf(x·Wᵀ + b)
+  kAccumulate,  // y += x·Wᵀ + b   (residual add fused into the matmul)
+};
+
+class Linear {
+ public:
+  // weight: [out, in]; bias: [out] or nullptr. Fails on rank/shape/dtype mismatch.
+  static absl::StatusOr<std::unique_ptr<Linear>> Create(const core::Tensor& weight,
+                                                        const core::Tensor* bias,
+                                                        ComputeType compute);
+  virtual ~Linear() = default;
+
+  virtual int64_t in_features() const = 0;
+  virtual int64_t out_features() const = 0;
+  virtual ComputeType compute() const = 0;
+
+  // x: [m, in_features] row-major float32; y: [m, out_features] row-major float32.
+  // Safe to call from one thread at a time.
+  virtual void Forward(const float* x, int64_t m, float* y, Epilogue epilogue = Epilogue::kNone) const = 0;
+};
+
+// Measures this machine's dense matmul rate (FLOP/s) with a large oneDNN matmul of the given
+// compute type (M=N=K=`size`), best of `repeats` after a warm-up. Used by benchmarks as the peak.
+double MeasureMatmulPeakFlops(ComputeType compute, int64_t size = 2048, int repeats = 5);
+
+}  // namespace iris::kernels

@@ -1,0 +1,26 @@
+// Rotary position embedding (rotate-half convention, as HF's apply_rotary_pos_emb):
+//   x' = x*cos + rotate_half(x)*sin,  rotate_half(x) = cat(-x[d/2:], x[:d/2])
+// cos/sin tables hold head_dim/2 values per row (HF's table is cat(freqs, freqs), i.e. the same
+// half twice), row r for token r.
+#pragma once
+
+#include <cstdint>
+
+namespace iris::kernels {
+
+// A strided set of heads: head h of token r starts at data[r * row_stride + h * head_dim].
+struct HeadsView {
+  float* data;
+  int64_t row_stride;
+  int num_heads;
+};
+
+// The fused kernel: rotates q and k together, in place, in one pass over the rows (straight in
+// the qkv projection's output when q and k point into it).
+void RotaryQK(HeadsView q, HeadsView k, int64_t rows, int head_dim, const float* cos,
+              const float* sin);
+
+// One tensor at a time (the unfused path the technique switch falls back to).
+void Rotary(HeadsView x, int64_t rows, int head_dim, const float* cos, const float* sin);
+
+}  // namespace iris::kernels
