@@ -1,0 +1,222 @@
+// Vision-encoder benchmark: decode/preprocess ms, encoder ms, achieved TFLOP/s and the ratio to
+// the matmul peak measured by this binary in the same run, for several shapes; then the same with
+// each encoder technique switched off.
+//   encoder_bench --model DIR [--images DIR] [--dtype bf16|f32] [--min-seconds S]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "core/model_config.h"
+#include "core/safetensors.h"
+#include "kernels/linear.h"
+#include "kernels/qkv_pad.h"
+#include "vision/image_decode.h"
+#include "vision/preprocess.h"
+#include "vision/resize_bicubic.h"
+#include "vision/vision_encoder.h"
+
+ABSL_FLAG(std::string, model, "build/models/vision-3b", "model folder (the 3b preset's vision tower)");
+ABSL_FLAG(std::string, images, "tests/data/images", "folder with the test images");
+ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 or f32");
+ABSL_FLAG(double, min_seconds, 2.0, "time each measurement at least this long (after one warm-up)");
+ABSL_FLAG(bool, switches, true, "also measure with each technique switched off");
+
+namespace {
+
+using namespace iris;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+// Median seconds of fn() over at least min_seconds (and at least 1 run) after one warm-up.
+template <typename Fn>
+double TimeIt(Fn&& fn, double min_seconds, int max_runs = 50) {
+  fn();
+  std::vector<double> runs;
+  const auto start = Clock::now();
+  while (runs.empty() || (Seconds(start) < min_seconds && static_cast<int>(runs.size()) < max_runs)) {
+    const auto t = Clock::now();
+    fn();
+    runs.push_back(Seconds(t));
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[runs.size() / 2];
+}
+
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown CPU";
+}
+
+struct Source {
+  std::string label;
+  std::string file;  // decoded from this file, or:
+  int width = 0, height = 0;  // resized from the 2048x1536 photo to this size
+};
+
+struct Shape {
+  std::string label;
+  std::vector<Source> images;
+};
+
+struct Prepared {
+  core::Tensor pixel_values;
+  std::vector<vision::GridThw> grids;
+  double decode_ms = 0, preprocess_ms = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string dir = absl::GetFlag(FLAGS_model);
+  const std::string img = absl::GetFlag(FLAGS_images) + "/";
+  const double min_s = absl::GetFlag(FLAGS_min_seconds);
+  const bool bf16 = absl::GetFlag(FLAGS_dtype) != "f32";
+  auto config = core::LoadModelConfig(dir);
+  auto pp = core::LoadPreprocessorConfig(dir);
+  auto ckpt = core::Checkpoint::Open(dir);
+  if (!config.ok() || !pp.ok() || !ckpt.ok()) {
+    std::fprintf(stderr, "encoder_bench: cannot load %s (%s). Make it with:\n"
+                 "  iris-make-model --preset 3b --vision-only --out %s\n", dir.c_str(),
+                 std::string((!config.ok() ? config.status() : !pp.ok() ? pp.status() : ckpt.status()).message()).c_str(),
+                 dir.c_str());
+    return 1;
+  }
+  vision::EncoderOptions options;
+  options.compute = bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
+  auto encoder = vision::VisionEncoder::Load(*ckpt, config->vision, options);
+  if (!encoder.ok()) {
+    std::fprintf(stderr, "encoder_bench: %s\n", std::string(encoder.status().message()).c_str());
+    return 1;
+  }
+
+  std::printf("machine: %s, %u hardware threads\n", CpuName().c_str(), std::thread::hardware_concurrency());
+  std::printf("model: %s (vision depth %d, hidden %d, heads %d x %d), compute %s\n", dir.c_str(),
+              config->vision.depth, config->vision.hidden_size, config->vision.num_heads,
+              config->vision.head_dim(), bf16 ? "bf16" : "f32");
+  const double peak = kernels::MeasureMatmulPeakFlops(options.compute, 4096, 5);
+  std::printf("matmul peak (oneDNN %s, 4096x4096x4096, same run): %.2f TFLOP/s\n\n", bf16 ? "bf16" : "f32",
+              peak / 1e12);
+
+  auto photo = vision::DecodeImageFile(img + "jpeg420_q90_2048x1536.jpg");
+  if (!photo.ok()) {
+    std::fprintf(stderr, "encoder_bench: %s\n", std::string(photo.status().message()).c_str());
+    return 1;
+  }
+  const std::vector<Shape> shapes = {
+      {"448x448", {{"448x448", img + "rgb_448x448.png"}}},
+      {"1000x667", {{"1000x667", img + "jpeg420_q90_1000x667.jpg"}}},
+      {"1344x1008", {{"1344x1008", "", 1344, 1008}}},
+      {"batch of 8 mixed",
+       {{"", img + "rgb_448x448.png"}, {"", img + "jpeg420_q90_1000x667.jpg"}, {"", img + "jpeg444_q90_640x480.jpg"},
+        {"", img + "rgb_300x200.png"}, {"", img + "rgba_640x480.png"}, {"", img + "gray_56x56.png"},
+        {"", img + "rgb_350x70.png"}, {"", "", 800, 600}}},
+  };
+
+  std::vector<Prepared> inputs;
+  for (const auto& shape : shapes) {
+    Prepared p;
+    std::vector<core::Tensor> parts;
+    for (const auto& src : shape.images) {
+      vision::RgbImage rgb;
+      if (!src.file.empty()) {
+        std::vector<uint8_t> bytes;
+        {
+          std::ifstream in(src.file, std::ios::binary);
+          bytes.assign(std::istreambuf_iterator<char>(in), {});
+        }
+        p.decode_ms += 1e3 * TimeIt([&] { rgb = *vision::DecodeImage(bytes); }, min_s / 4);
+      } else {
+        rgb = vision::ResizeBicubic(*photo, src.height, src.width);
+      }
+      vision::PreprocessedImage out;
+      p.preprocess_ms += 1e3 * TimeIt([&] { out = *vision::Preprocess(rgb, *pp); }, min_s / 4);
+      p.grids.push_back(out.grid_thw);
+      parts.push_back(out.pixel_values);
+    }
+    int64_t rows = 0;
+    for (const auto& t : parts) rows += t.dim(0);
+    p.pixel_values = core::Tensor::Empty(core::DType::kF32, {rows, parts[0].dim(1)});
+    int64_t at = 0;
+    for (const auto& t : parts) {
+      std::memcpy(p.pixel_values.data<float>() + at * t.dim(1), t.data<float>(), t.nbytes());
+      at += t.dim(0);
+    }
+    inputs.push_back(std::move(p));
+  }
+
+  auto encode_ms = [&](const Prepared& p) {
+    return 1e3 * TimeIt([&] { (void)*(*encoder)->Forward(p.pixel_values, p.grids); }, min_s, 20);
+  };
+
+  std::printf("| input | patches | decode ms | preprocess ms | encoder ms | TFLOP/s | of matmul peak |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::vector<double> base_ms;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Prepared& p = inputs[i];
+    const double ms = encode_ms(p);
+    base_ms.push_back(ms);
+    const double tflops = (*encoder)->CountFlops(p.grids) / (ms * 1e9);
+    std::printf("| %s | %lld | %.1f | %.1f | %.1f | %.2f | %.0f%% |\n", shapes[i].label.c_str(),
+                static_cast<long long>(p.pixel_values.dim(0)), p.decode_ms, p.preprocess_ms, ms, tflops,
+                100.0 * tflops * 1e12 / peak);
+    std::fflush(stdout);
+  }
+
+  if (absl::GetFlag(FLAGS_switches)) {
+    struct Config {
+      const char* name;
+      vision::EncoderTechniques t;
+    };
+    std::vector<Config> configs = {
+        {"fused rotary off", {false, true, true}},
+        {"qkv padding off", {true, false, true}},
+        {"cached cu_seqlens off", {true, true, false}},
+        {"all off", {false, false, false}},
+    };
+    std::printf("\nencoder ms with each technique switched off (change vs all on):\n");
+    std::printf("| input | all on |");
+    for (const auto& c : configs) std::printf(" %s |", c.name);
+    std::printf("\n| --- | ---: |");
+    for (size_t i = 0; i < configs.size(); ++i) std::printf(" ---: |");
+    std::printf("\n");
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      std::printf("| %s | %.1f |", shapes[i].label.c_str(), base_ms[i]);
+      for (const auto& c : configs) {
+        (*encoder)->set_techniques(c.t);
+        const double ms = encode_ms(inputs[i]);
+        std::printf(" %.1f (%+.1f%%) |", ms, 100.0 * (ms - base_ms[i]) / base_ms[i]);
+        std::fflush(stdout);
+      }
+      (*encoder)->set_techniques({});
+      std::printf("\n");
+    }
+  }
+
+  // Where a kernel does need padding (80 -> 96), one pass against three, on the 1000x667 shape.
+  const int heads = config->vision.num_heads, d = config->vision.head_dim(), dp = 96;
+  const int64_t n = inputs[1].pixel_values.dim(0);
+  std::vector<float> qkv(n * 3 * heads * d, 0.5f), q(heads * n * dp), k(heads * n * dp), v(heads * n * dp);
+  const double one = TimeIt([&] { kernels::PadQkv(qkv.data(), n, heads, d, dp, q.data(), k.data(), v.data()); }, min_s / 4);
+  const double three = TimeIt([&] {
+    kernels::PadOneOfQkv(qkv.data(), n, heads, d, dp, 0, q.data());
+    kernels::PadOneOfQkv(qkv.data(), n, heads, d, dp, 1, k.data());
+    kernels::PadOneOfQkv(qkv.data(), n, heads, d, dp, 2, v.data());
+  }, min_s / 4);
+  std::printf("\nq/k/v padding 80->96 for %lld patches: one pass %.3f ms, three passes %.3f ms (%.2fx)\n",
+              static_cast<long long>(n), one * 1e3, three * 1e3, three / one);
+  return 0;
+}

@@ -1,0 +1,254 @@
+// The ViT encoder against the reference's outputs (tiny and the 3B vision tower, f32 and bf16),
+// and its properties: batched = sequential, every technique switch gives the same result.
+#include "vision/vision_encoder.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "core/model_config.h"
+#include "core/safetensors.h"
+#include "core/sha256.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_util.h"
+#include "vision/image_decode.h"
+#include "vision/preprocess.h"
+
+namespace iris::vision {
+namespace {
+
+using core::Tensor;
+using kernels::ComputeType;
+
+struct Inputs {
+  Tensor pixel_values;
+  std::vector<GridThw> grids;
+};
+
+Inputs Prepare(const std::vector<std::string>& images, const core::PreprocessorConfig& pp) {
+  Inputs in;
+  std::vector<Tensor> parts;
+  int64_t rows = 0;
+  for (const auto& name : images) {
+    auto rgb = DecodeImageFile(testing::DataPath(name));
+    EXPECT_TRUE(rgb.ok()) << name << ": " << rgb.status();
+    auto p = Preprocess(*rgb, pp);
+    EXPECT_TRUE(p.ok()) << name << ": " << p.status();
+    rows += p->pixel_values.dim(0);
+    in.grids.push_back(p->grid_thw);
+    parts.push_back(p->pixel_values);
+  }
+  in.pixel_values = Tensor::Empty(core::DType::kF32, {rows, parts[0].dim(1)});
+  int64_t at = 0;
+  for (const auto& t : parts) {
+    std::memcpy(in.pixel_values.data<float>() + at * t.dim(1), t.data<float>(), t.nbytes());
+    at += t.dim(0);
+  }
+  return in;
+}
+
+nlohmann::json Manifest(const std::string& which) {
+  auto j = core::ReadJsonFile(testing::DataPath("vision/manifest_" + which + ".json"));
+  EXPECT_TRUE(j.ok());
+  return *j;
+}
+
+struct Model {
+  core::ModelConfig config;
+  core::PreprocessorConfig pp;
+  std::unique_ptr<VisionEncoder> encoder;
+};
+
+std::unique_ptr<Model> LoadModel(const std::string& dir, ComputeType compute, EncoderOptions options = {}) {
+  auto m = std::make_unique<Model>();
+  auto config = core::LoadModelConfig(dir);
+  EXPECT_TRUE(config.ok()) << config.status();
+  auto pp = core::LoadPreprocessorConfig(dir);
+  EXPECT_TRUE(pp.ok()) << pp.status();
+  auto ckpt = core::Checkpoint::Open(dir);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  if (!config.ok() || !pp.ok() || !ckpt.ok()) return nullptr;
+  m->config = *config;
+  m->pp = *pp;
+  options.compute = compute;
+  auto enc = VisionEncoder::Load(*ckpt, config->vision, options);
+  EXPECT_TRUE(enc.ok()) << enc.status();
+  if (!enc.ok()) return nullptr;
+  m->encoder = std::move(*enc);
+  return m;
+}
+
+std::vector<std::string> ImagesOf(const nlohmann::json& c) {
+  std::vector<std::string> images;
+  for (const auto& i : c["images"]) images.push_back(i.get<std::string>());
+  return images;
+}
+
+// Compares one golden case; returns the relative L2 error of the output.
+double CheckCase(Model& m, const nlohmann::json& c, bool f32) {
+  const std::string file = c["arrays"]["file"].get<std::string>();
+  Inputs in = Prepare(ImagesOf(c), m.pp);
+  EXPECT_EQ(core::Sha256Hex(in.pixel_values.raw(), in.pixel_values.nbytes()),
+            c["pixel_values"]["float32_sha256"].get<std::string>())
+      << "pixel_values differ from the reference's";
+  const Tensor grid = testing::LoadGolden(file, "image_grid_thw");
+  for (size_t i = 0; i < in.grids.size(); ++i) {
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(in.grids[i][j], grid.data<int64_t>()[i * 3 + j]);
+  }
+  // Block outputs the fixture holds (window order): full for tiny, sampled rows for 3b.
+  auto file_handle = core::SafetensorsFile::Open(testing::DataPath(file));
+  EXPECT_TRUE(file_handle.ok());
+  std::map<int, double> block_err;
+  m.encoder->set_block_observer([&](int block, const float* hidden, int64_t rows) {
+    const int64_t hv = m.config.vision.hidden_size;
+    const std::string full = "block" + std::to_string(block) + "_out";
+    if ((*file_handle)->Find(full) != nullptr) {
+      const Tensor g = testing::LoadGolden(file, full);
+      block_err[block] = testing::RelativeL2(hidden, g.data<float>(), rows * hv);
+    } else if ((*file_handle)->Find(full + "_row_sums") != nullptr) {
+      const Tensor sums = testing::LoadGolden(file, full + "_row_sums");
+      const Tensor sampled = testing::LoadGolden(file, full + "_rows");
+      double num = 0, den = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        double s = 0;
+        for (int64_t j = 0; j < hv; ++j) s += hidden[r * hv + j];
+        num += (s - sums.data<double>()[r]) * (s - sums.data<double>()[r]);
+        den += sums.data<double>()[r] * sums.data<double>()[r];
+      }
+      block_err[block] = std::sqrt(num / den);
+      (void)sampled;
+    }
+  });
+  auto out = m.encoder->Forward(in.pixel_values, in.grids);
+  m.encoder->set_block_observer(nullptr);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return 1.0;
+  const double block_tol = f32 ? 1e-4 : 3e-2;
+  for (auto [b, e] : block_err) EXPECT_LT(e, block_tol) << "block " << b << " output";
+  const int64_t dim = out->dim(1);
+  EXPECT_EQ(out->dim(0), c["output_shape"][0].get<int64_t>());
+  EXPECT_EQ(dim, c["output_shape"][1].get<int64_t>());
+  if ((*file_handle)->Find("output") != nullptr) {
+    const Tensor g = testing::LoadGolden(file, "output");
+    std::printf("  %s: max abs diff %.3g\n", c["case"].get<std::string>().c_str(),
+                testing::MaxAbsDiff(out->data<float>(), g.data<float>(), g.numel()));
+    return testing::RelativeL2(out->data<float>(), g.data<float>(), g.numel());
+  }
+  // Reduced fixture: sampled rows, plus row sums / L2 norms / column sums of all rows.
+  const Tensor rows = testing::LoadGolden(file, "output_rows");
+  const Tensor index = testing::LoadGolden(file, "output_row_index");
+  const Tensor row_l2 = testing::LoadGolden(file, "output_row_l2");
+  const Tensor col_sums = testing::LoadGolden(file, "output_col_sums");
+  std::vector<float> picked(rows.numel());
+  for (int64_t i = 0; i < index.numel(); ++i) {
+    std::memcpy(picked.data() + i * dim, out->data<float>() + index.data<int64_t>()[i] * dim, dim * sizeof(float));
+  }
+  for (int64_t r = 0; r < out->dim(0); ++r) {
+    double l2 = 0;
+    for (int64_t j = 0; j < dim; ++j) l2 += double{out->data<float>()[r * dim + j]} * out->data<float>()[r * dim + j];
+    EXPECT_NEAR(std::sqrt(l2), row_l2.data<double>()[r], (f32 ? 1e-4 : 2e-2) * row_l2.data<double>()[r]) << "row " << r;
+  }
+  std::vector<float> ours_cols(dim, 0.f), ref_cols(dim);
+  for (int64_t j = 0; j < dim; ++j) {
+    double s = 0;
+    for (int64_t r = 0; r < out->dim(0); ++r) s += out->data<float>()[r * dim + j];
+    ours_cols[j] = static_cast<float>(s);
+    ref_cols[j] = static_cast<float>(col_sums.data<double>()[j]);
+  }
+  EXPECT_LT(testing::RelativeL2(ours_cols.data(), ref_cols.data(), dim), f32 ? 1e-4 : 2e-2) << "column sums";
+  return testing::RelativeL2(picked.data(), rows.data<float>(), rows.numel());
+}
+
+class TinyEncoder : public ::testing::TestWithParam<ComputeType> {};
+
+TEST_P(TinyEncoder, MatchesEveryGoldenCase) {
+  const bool f32 = GetParam() == ComputeType::kF32;
+  auto m = LoadModel(testing::ModelPath("tiny"), GetParam());
+  ASSERT_NE(m, nullptr);
+  for (const auto& c : Manifest("tiny")["cases"]) {
+    const double err = CheckCase(*m, c, f32);
+    std::printf("  %s %s: relative L2 %.3g\n", c["case"].get<std::string>().c_str(), f32 ? "f32" : "bf16", err);
+    EXPECT_LE(err, f32 ? 1e-4 : 2e-2) << c["case"];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compute, TinyEncoder, ::testing::Values(ComputeType::kF32, ComputeType::kBF16),
+                         [](const auto& info) { return info.param == ComputeType::kF32 ? "f32" : "bf16"; });
+
+class Vision3bEncoder : public ::testing::TestWithParam<ComputeType> {};
+
+TEST_P(Vision3bEncoder, MatchesEveryGoldenCase) {
+  const bool f32 = GetParam() == ComputeType::kF32;
+  auto m = LoadModel(testing::ModelPath("vision-3b"), GetParam());
+  ASSERT_NE(m, nullptr);
+  for (const auto& c : Manifest("vision3b")["cases"]) {
+    const double err = CheckCase(*m, c, f32);
+    std::printf("  %s %s: relative L2 %.3g\n", c["case"].get<std::string>().c_str(), f32 ? "f32" : "bf16", err);
+    EXPECT_LE(err, f32 ? 1e-4 : 2e-2) << c["case"];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compute, Vision3bEncoder, ::testing::Values(ComputeType::kF32, ComputeType::kBF16),
+                         [](const auto& info) { return info.param == ComputeType::kF32 ? "f32" : "bf16"; });
+
+// Several images in one varlen forward give each image's rows exactly as encoding it alone
+// (images never attend to each other), and every technique switch leaves the output unchanged.
+TEST(VisionEncoderProperties, BatchedEqualsSequentialAndSwitchesAgree) {
+  auto m = LoadModel(testing::ModelPath("tiny"), ComputeType::kF32);
+  ASSERT_NE(m, nullptr);
+  const std::vector<std::string> images = {"images/rgb_300x200.png", "images/gray_56x56.png",
+                                           "images/jpeg444_q90_640x480.jpg"};
+  Inputs all = Prepare(images, m->pp);
+  auto batched = m->encoder->Forward(all.pixel_values, all.grids);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  int64_t row = 0;
+  for (const auto& image : images) {
+    Inputs one = Prepare({image}, m->pp);
+    auto alone = m->encoder->Forward(one.pixel_values, one.grids);
+    ASSERT_TRUE(alone.ok());
+    const int64_t n = alone->numel();
+    EXPECT_LT(testing::MaxAbsDiff(batched->data<float>() + row * alone->dim(1), alone->data<float>(), n), 1e-5)
+        << image;
+    row += alone->dim(0);
+  }
+  EXPECT_EQ(row, batched->dim(0));
+
+  for (int off = 0; off < 4; ++off) {
+    EncoderTechniques t;
+    t.fused_rotary = off != 0 && off != 3;
+    t.parallel_qkv_padding = off != 1 && off != 3;
+    t.cached_cu_seqlens = off != 2 && off != 3;
+    m->encoder->set_techniques(t);
+    auto out = m->encoder->Forward(all.pixel_values, all.grids);
+    ASSERT_TRUE(out.ok());
+    EXPECT_LT(testing::MaxAbsDiff(out->data<float>(), batched->data<float>(), out->numel()), 1e-5)
+        << "technique configuration " << off;
+  }
+}
+
+TEST(VisionEncoderProperties, PlanIsCachedWhileGridsRepeat) {
+  auto m = LoadModel(testing::ModelPath("tiny"), ComputeType::kBF16);
+  ASSERT_NE(m, nullptr);
+  Inputs in = Prepare({"images/rgb_448x448.png"}, m->pp);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m->encoder->Forward(in.pixel_values, in.grids).ok());
+  EXPECT_EQ(m->encoder->stats().forwards, 3);
+  EXPECT_EQ(m->encoder->stats().plan_cache_misses, 1);
+  EXPECT_EQ(m->encoder->stats().plan_cache_hits, 2);
+}
+
+TEST(VisionEncoderProperties, RejectsMismatchedInputs) {
+  auto m = LoadModel(testing::ModelPath("tiny"), ComputeType::kF32);
+  ASSERT_NE(m, nullptr);
+  Tensor px = Tensor::Zeros(core::DType::kF32, {16, 1176});
+  std::vector<GridThw> grids = {{1, 4, 8}};  // 32 patches, not 16
+  auto r = m->encoder->Forward(px, grids);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("32 patches"), std::string::npos) << r.status();
+  Tensor wrong = Tensor::Zeros(core::DType::kF32, {32, 1000});
+  EXPECT_FALSE(m->encoder->Forward(wrong, grids).ok());
+}
+
+}  // namespace
+}  // namespace iris::vision
