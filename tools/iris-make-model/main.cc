@@ -1,0 +1,101 @@
+// iris-make-model: writes a synthetic Qwen2.5-VL checkpoint (Hugging Face layout, bf16) whose
+// weights follow tests/data/WEIGHTS.md, so that tests and benchmarks need no downloads.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "tools/iris-make-model/checkpoint_writer.h"
+#include "tools/iris-make-model/presets.h"
+
+ABSL_FLAG(std::string, preset, "", "model preset: tiny, small or 3b (required)");
+ABSL_FLAG(std::string, out, "", "output directory, created if missing (required)");
+ABSL_FLAG(bool, vision_only, false, "write only the visual.* tensors (config files stay complete)");
+ABSL_FLAG(std::string, dtype, "bf16", "weight dtype; only bf16 is supported");
+ABSL_FLAG(std::string, tokenizer_from, "",
+          "copy tokenizer.json, tokenizer_config.json and chat_template.json from this directory");
+ABSL_FLAG(uint64_t, max_shard_bytes, iris::tools::kDefaultMaxShardBytes,
+          "(for tests) largest safetensors file before the weights are sharded");
+
+namespace {
+
+std::string Usage() {
+  return absl::StrCat(
+      "writes a synthetic Qwen2.5-VL checkpoint in the Hugging Face layout.\n\n"
+      "usage: iris-make-model --preset NAME --out DIR [--vision-only] [--dtype bf16]\n"
+      "                       [--tokenizer-from DIR]\n\n"
+      "Writes config.json, preprocessor_config.json, generation_config.json and bf16 weights with\n"
+      "the public tensor names: model.safetensors, or model-0000K-of-0000N.safetensors shards and\n"
+      "model.safetensors.index.json when they exceed 4 GB. Every weight is a pure function of\n"
+      "(seed, tensor name, index) as tests/data/WEIGHTS.md specifies. Tokenizers cannot be\n"
+      "synthesised: --tokenizer-from copies them from a real checkpoint (or tests/data/tiny-qwen2.5-vl).\n\n"
+      "presets:\n",
+      iris::tools::PresetsHelp());
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "iris-make-model: %s\n", message.c_str());
+  return 1;
+}
+
+// Abseil spells flags with underscores; accept the documented dashes too (--vision-only).
+std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& a = args[i];
+    if (a == "--") break;
+    if (a.size() < 3 || a[0] != '-') continue;
+    const size_t start = a[1] == '-' ? 2 : 1;
+    const size_t end = std::min(a.find('='), a.size());
+    for (size_t k = start; k < end; ++k) {
+      if (a[k] == '-') a[k] = '_';
+    }
+  }
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(Usage());
+  std::vector<std::string> args = NormalizeFlagNames(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
+  const std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  if (rest.size() > 1) {
+    return Fail(absl::StrCat("unexpected argument \"", rest[1], "\" (see --help)"));
+  }
+  const std::string preset_name = absl::GetFlag(FLAGS_preset);
+  if (preset_name.empty()) {
+    return Fail(absl::StrCat("--preset is required (one of ", iris::tools::PresetNames(), "; see --help)"));
+  }
+  const iris::tools::Preset* preset = iris::tools::FindPreset(preset_name);
+  if (preset == nullptr) {
+    return Fail(absl::StrCat("unknown preset \"", preset_name, "\"; known presets: ",
+                             iris::tools::PresetNames()));
+  }
+  if (absl::GetFlag(FLAGS_dtype) != "bf16") {
+    return Fail(absl::StrCat("unsupported --dtype \"", absl::GetFlag(FLAGS_dtype), "\"; only bf16 is supported"));
+  }
+  iris::tools::WriteOptions options;
+  options.out_dir = absl::GetFlag(FLAGS_out);
+  if (options.out_dir.empty()) return Fail("--out DIR is required");
+  options.vision_only = absl::GetFlag(FLAGS_vision_only);
+  options.max_shard_bytes = absl::GetFlag(FLAGS_max_shard_bytes);
+  options.tokenizer_from = absl::GetFlag(FLAGS_tokenizer_from);
+
+  const auto summary = iris::tools::WriteSyntheticModel(*preset, options);
+  if (!summary.ok()) return Fail(std::string(summary.status().message()));
+  std::printf("iris-make-model: preset %s%s -> %s: %lld tensors, %lld parameters, %llu bytes in %d file%s%s, %.2f s\n",
+              preset->name.c_str(), options.vision_only ? " (vision only)" : "", options.out_dir.c_str(),
+              static_cast<long long>(summary->tensors), static_cast<long long>(summary->parameters),
+              static_cast<unsigned long long>(summary->bytes), summary->files, summary->files == 1 ? "" : "s",
+              summary->tokenizer_files > 0 ? absl::StrCat(", ", summary->tokenizer_files, " tokenizer files copied").c_str() : "",
+              summary->seconds);
+  return 0;
+}
