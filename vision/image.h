@@ -1,6 +1,7 @@
 // A decoded image: 8-bit RGB, interleaved, row-major (height x width x 3).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

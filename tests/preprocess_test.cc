@@ -1,0 +1,301 @@
+// Preprocess against the reference's goldens (tests/data/preprocess): grids, resized images,
+// pixel_values rows, the SHA-256 of the full float32 buffer and its sums.
+#include "vision/preprocess.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/model_config.h"
+#include "core/sha256.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_util.h"
+#include "vision/patchify.h"
+
+namespace iris::vision {
+namespace {
+
+using ::testing::HasSubstr;
+
+const nlohmann::json& Manifest() {
+  static const nlohmann::json* m = [] {
+    auto j = core::ReadJsonFile(testing::DataPath("preprocess/manifest.json"));
+    if (!j.ok()) {
+      ADD_FAILURE() << j.status();
+      return new nlohmann::json(nlohmann::json::object({{"cases", nlohmann::json::array()}}));
+    }
+    return new nlohmann::json(*std::move(j));
+  }();
+  return *m;
+}
+
+bool Has(const nlohmann::json& c, const char* tensor) {
+  return c.contains("arrays") && c["arrays"]["tensors"].contains(tensor);
+}
+
+// Names of the cases that are expected to succeed (or fail), optionally only those storing
+// `tensor` in full.
+std::vector<std::string> CaseNames(bool ok, const char* tensor = nullptr) {
+  std::vector<std::string> names;
+  for (const auto& c : Manifest()["cases"]) {
+    if (c["expected"]["ok"].get<bool>() != ok) continue;
+    if (tensor != nullptr && !Has(c, tensor)) continue;
+    names.push_back(c["case"].get<std::string>());
+  }
+  return names;
+}
+
+std::string TestName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  for (char& ch : s) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return s;
+}
+
+const nlohmann::json& Case(const std::string& name) {
+  for (const auto& c : Manifest()["cases"]) {
+    if (c["case"] == name) return c;
+  }
+  static const nlohmann::json none;
+  ADD_FAILURE() << "no case " << name;
+  return none;
+}
+
+core::PreprocessorConfig CheckpointConfig() {
+  auto p = core::LoadPreprocessorConfig(testing::DataPath("tiny-qwen2.5-vl"));
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *p : core::PreprocessorConfig{};
+}
+
+PixelBounds BoundsOf(const nlohmann::json& c) {
+  PixelBounds b;
+  b.min_pixels = c["settings"]["min_pixels"].get<int64_t>();
+  b.max_pixels = c["settings"]["max_pixels"].get<int64_t>();
+  return b;
+}
+
+RgbImage ImageFromTensor(const core::Tensor& t) {
+  RgbImage img;
+  if (t.rank() != 3 || t.dim(2) != 3 || t.dtype() != core::DType::kU8) {
+    ADD_FAILURE() << "not a uint8 HxWx3 array: " << t.ShapeString();
+    return img;
+  }
+  img.height = static_cast<int>(t.dim(0));
+  img.width = static_cast<int>(t.dim(1));
+  img.pixels.assign(t.data<uint8_t>(), t.data<uint8_t>() + t.nbytes());
+  return img;
+}
+
+std::string FileOf(const nlohmann::json& c) { return c["arrays"]["file"].get<std::string>(); }
+
+// Everything the golden records about pixel_values and the grid.
+void ExpectMatchesGolden(const nlohmann::json& c, const PreprocessedImage& got) {
+  const auto& e = c["expected"];
+  const std::string file = FileOf(c);
+  EXPECT_EQ(got.grid_thw[0], e["image_grid_thw"][0].get<int64_t>());
+  EXPECT_EQ(got.grid_thw[1], e["image_grid_thw"][1].get<int64_t>());
+  EXPECT_EQ(got.grid_thw[2], e["image_grid_thw"][2].get<int64_t>());
+  const core::Tensor grid = testing::LoadGolden(file, "image_grid_thw");
+  ASSERT_EQ(grid.numel(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(got.grid_thw[i], grid.data<int64_t>()[i]);
+  EXPECT_EQ(got.resized_height, e["resized_hw"][0].get<int>());
+  EXPECT_EQ(got.resized_width, e["resized_hw"][1].get<int>());
+
+  const core::Tensor& pv = got.pixel_values;
+  ASSERT_EQ(pv.dtype(), core::DType::kF32);
+  ASSERT_EQ(pv.rank(), 2);
+  EXPECT_EQ(pv.dim(0), e["pixel_values_shape"][0].get<int64_t>());
+  ASSERT_EQ(pv.dim(1), e["pixel_values_shape"][1].get<int64_t>());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pv.raw()) % 64, 0u);
+  const int64_t row_len = pv.dim(1);
+
+  double max_diff = 0;
+  int64_t rows_checked = 0;
+  if (Has(c, "pixel_values")) {
+    const core::Tensor want = testing::LoadGolden(file, "pixel_values");
+    ASSERT_EQ(want.numel(), pv.numel());
+    max_diff = testing::MaxAbsDiff(pv.data<float>(), want.data<float>(), pv.numel());
+    EXPECT_EQ(std::memcmp(pv.raw(), want.raw(), pv.nbytes()), 0);
+    rows_checked = pv.dim(0);
+  } else {
+    const core::Tensor rows = testing::LoadGolden(file, "pixel_values_rows");
+    const core::Tensor index = testing::LoadGolden(file, "pixel_values_row_index");
+    ASSERT_EQ(rows.dim(0), index.numel());
+    for (int64_t i = 0; i < index.numel(); ++i) {
+      const int64_t r = index.data<int64_t>()[i];
+      ASSERT_LT(r, pv.dim(0));
+      const float* a = pv.data<float>() + r * row_len;
+      const float* b = rows.data<float>() + i * row_len;
+      max_diff = std::max(max_diff, testing::MaxAbsDiff(a, b, row_len));
+      EXPECT_EQ(std::memcmp(a, b, row_len * sizeof(float)), 0) << "row " << r;
+    }
+    rows_checked = index.numel();
+  }
+  EXPECT_EQ(core::Sha256Hex(pv.raw(), pv.nbytes()), e["pixel_values_float32_sha256"].get<std::string>());
+  double sum = 0, abs_sum = 0;
+  for (int64_t i = 0; i < pv.numel(); ++i) {
+    sum += pv.data<float>()[i];
+    abs_sum += std::fabs(pv.data<float>()[i]);
+  }
+  const double want_sum = e["pixel_values_sum_f64"].get<double>();
+  const double want_abs = e["pixel_values_abs_sum_f64"].get<double>();
+  // Summation order differs from numpy's pairwise sum: equal up to double rounding.
+  EXPECT_NEAR(sum, want_sum, 1e-9 * want_abs);
+  EXPECT_NEAR(abs_sum, want_abs, 1e-9 * want_abs);
+  std::printf("[ %-40s ] %lld rows checked, max abs diff %g\n", c["case"].get<std::string>().c_str(),
+              static_cast<long long>(rows_checked), max_diff);
+}
+
+// Expected errors: the reference rejects images under 28 px (the 1x1 one with its
+// channels-first quirk, which changes only the message).
+class PreprocessErrorCase : public ::testing::TestWithParam<std::string> {};
+TEST_P(PreprocessErrorCase, IsRejected) {
+  const auto& c = Case(GetParam());
+  const int h = c["load_image"]["rgb_shape_hwc"][0].get<int>();
+  const int w = c["load_image"]["rgb_shape_hwc"][1].get<int>();
+  const RgbImage img{w, h, std::vector<uint8_t>(static_cast<size_t>(w) * h * 3, 128)};
+  auto r = Preprocess(img, CheckpointConfig(), BoundsOf(c));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("is below the minimum 28 (patch 14 x merge 2)"));
+}
+INSTANTIATE_TEST_SUITE_P(Golden, PreprocessErrorCase, ::testing::ValuesIn(CaseNames(false)), TestName);
+
+// The full pipeline from the stored decoded image, where it is stored in full.
+class PreprocessFromDecoded : public ::testing::TestWithParam<std::string> {};
+TEST_P(PreprocessFromDecoded, MatchesGolden) {
+  const auto& c = Case(GetParam());
+  const RgbImage img = ImageFromTensor(testing::LoadGolden(FileOf(c), "decoded_rgb"));
+  auto r = Preprocess(img, CheckpointConfig(), BoundsOf(c));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectMatchesGolden(c, *r);
+}
+INSTANTIATE_TEST_SUITE_P(Golden, PreprocessFromDecoded,
+                         ::testing::ValuesIn(CaseNames(true, "decoded_rgb")), TestName);
+
+// Rescale/normalize/patchify alone, from the stored resized image (smart_resize of a size that
+// is already a multiple of 28 within the bounds is the identity, so nothing is resized).
+class PreprocessFromResized : public ::testing::TestWithParam<std::string> {};
+TEST_P(PreprocessFromResized, MatchesGolden) {
+  const auto& c = Case(GetParam());
+  const RgbImage img = ImageFromTensor(testing::LoadGolden(FileOf(c), "resized_rgb"));
+  EXPECT_EQ(core::Sha256Hex(img.pixels.data(), img.pixels.size()),
+            c["expected"]["resized_rgb_uint8_sha256"].get<std::string>());
+  auto r = Preprocess(img, CheckpointConfig(), BoundsOf(c));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectMatchesGolden(c, *r);
+}
+INSTANTIATE_TEST_SUITE_P(Golden, PreprocessFromResized,
+                         ::testing::ValuesIn(CaseNames(true, "resized_rgb")), TestName);
+
+TEST(Preprocess, ValuesFollowTheReferenceFormula) {
+  const core::PreprocessorConfig cfg;
+  const internal::Patchifier p(14, 2, 2, cfg.image_mean, cfg.image_std);
+  for (int c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) {
+      const float x = static_cast<float>(static_cast<double>(v) * (1.0 / 255.0));
+      const float want = (x - cfg.image_mean[c]) / cfg.image_std[c];
+      EXPECT_EQ(p.Value(c, static_cast<uint8_t>(v)), want);
+    }
+  }
+}
+
+// Layout: rows in raster order of 2x2 merge groups, each group's patches (0,0),(0,1),(1,0),(1,1);
+// inside a row (channel, t, y, x); the two temporal copies identical.
+TEST(Preprocess, RowLayout) {
+  const int H = 56, W = 84;
+  RgbImage img{W, H, std::vector<uint8_t>(W * H * 3)};
+  for (int y = 0; y < H; ++y) {
+    for (int x = 0; x < W; ++x) {
+      for (int c = 0; c < 3; ++c) img.row(y)[x * 3 + c] = static_cast<uint8_t>((x + 3 * y + 101 * c) % 256);
+    }
+  }
+  const core::PreprocessorConfig cfg;
+  auto r = Preprocess(img, cfg);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->resized_height, H);
+  ASSERT_EQ(r->resized_width, W);
+  EXPECT_EQ(r->grid_thw, (std::array<int64_t, 3>{1, 4, 6}));
+  const internal::Patchifier p(14, 2, 2, cfg.image_mean, cfg.image_std);
+  const float* pv = r->pixel_values.data<float>();
+  int64_t row = 0;
+  for (int gy = 0; gy < 2; ++gy) {
+    for (int gx = 0; gx < 3; ++gx) {
+      for (int dy = 0; dy < 2; ++dy) {
+        for (int dx = 0; dx < 2; ++dx, ++row) {
+          for (int c = 0; c < 3; ++c) {
+            for (int t = 0; t < 2; ++t) {
+              for (int y = 0; y < 14; ++y) {
+                for (int x = 0; x < 14; ++x) {
+                  const int iy = (gy * 2 + dy) * 14 + y, ix = (gx * 2 + dx) * 14 + x;
+                  const float want = p.Value(c, img.row(iy)[ix * 3 + c]);
+                  ASSERT_EQ(pv[row * 1176 + ((c * 2 + t) * 14 + y) * 14 + x], want)
+                      << row << " " << c << " " << t << " " << y << " " << x;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(row, r->pixel_values.dim(0));
+}
+
+TEST(Preprocess, PixelBoundsOverrideTheConfig) {
+  RgbImage img{2048, 1536, std::vector<uint8_t>(2048 * 1536 * 3, 7)};
+  const core::PreprocessorConfig cfg;
+  PixelBounds b;
+  b.max_pixels = 1003520;
+  auto r = Preprocess(img, cfg, b);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->resized_height, 840);
+  EXPECT_EQ(r->resized_width, 1148);
+  EXPECT_EQ(r->grid_thw, (std::array<int64_t, 3>{1, 60, 82}));
+  EXPECT_EQ(r->pixel_values.dim(0), 60 * 82);
+  // The same through the config.
+  core::PreprocessorConfig small = cfg;
+  small.max_pixels = 1003520;
+  auto r2 = Preprocess(img, small);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_EQ(r2->resized_width, 1148);
+  // A min_pixels override upscales.
+  RgbImage tiny{56, 56, std::vector<uint8_t>(56 * 56 * 3, 200)};
+  PixelBounds up;
+  up.min_pixels = 20000;
+  auto r3 = Preprocess(tiny, cfg, up);
+  ASSERT_TRUE(r3.ok()) << r3.status();
+  EXPECT_EQ(r3->resized_height, 168);
+}
+
+TEST(Preprocess, RejectsBadInput) {
+  const core::PreprocessorConfig cfg;
+  RgbImage wide{8400, 28, std::vector<uint8_t>(8400 * 28 * 3)};
+  auto r = Preprocess(wide, cfg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("aspect ratio 300.0 exceeds the limit 200"));
+
+  RgbImage small{300, 20, std::vector<uint8_t>(300 * 20 * 3)};
+  r = Preprocess(small, cfg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("image height 20 is below the minimum 28 (patch 14 x merge 2)"));
+
+  RgbImage truncated{100, 100, std::vector<uint8_t>(10)};
+  EXPECT_FALSE(Preprocess(truncated, cfg).ok());
+
+  RgbImage ok{100, 100, std::vector<uint8_t>(100 * 100 * 3)};
+  PixelBounds bad;
+  bad.min_pixels = 5000;
+  bad.max_pixels = 4000;
+  r = Preprocess(ok, cfg, bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("min_pixels 5000 exceeds max_pixels 4000"));
+}
+
+}  // namespace
+}  // namespace iris::vision

@@ -1,0 +1,163 @@
+// ResizeBicubic against Pillow 9.4 (the golden resized images) and against a scalar
+// transcription of Pillow's resampler over many scales and sizes.
+#include "vision/resize_bicubic.h"
+
+#include <cstring>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "core/model_config.h"
+#include "core/sha256.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_util.h"
+#include "vision/resize_bicubic_internal.h"
+
+namespace iris::vision {
+namespace {
+
+RgbImage ImageFromTensor(const core::Tensor& t) {
+  RgbImage img;
+  if (t.rank() != 3 || t.dim(2) != 3 || t.dtype() != core::DType::kU8) {
+    ADD_FAILURE() << "not a uint8 HxWx3 array: " << t.ShapeString();
+    return img;
+  }
+  img.height = static_cast<int>(t.dim(0));
+  img.width = static_cast<int>(t.dim(1));
+  img.pixels.assign(t.data<uint8_t>(), t.data<uint8_t>() + t.nbytes());
+  return img;
+}
+
+RgbImage RandomImage(int width, int height, uint32_t seed) {
+  std::mt19937 rng(seed);
+  RgbImage img{width, height, std::vector<uint8_t>(static_cast<size_t>(width) * height * 3)};
+  // Mix smooth gradients with noise and saturated pixels so that clamping is exercised.
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        const uint32_t r = rng();
+        uint8_t v;
+        switch (r % 4) {
+          case 0: v = static_cast<uint8_t>(r >> 8); break;
+          case 1: v = (r >> 8) & 1 ? 255 : 0; break;
+          default: v = static_cast<uint8_t>((x * 7 + y * 3 + c * 50) & 255); break;
+        }
+        img.row(y)[x * 3 + c] = v;
+      }
+    }
+  }
+  return img;
+}
+
+int CountDiff(const RgbImage& a, const RgbImage& b) {
+  if (a.width != b.width || a.height != b.height || a.pixels.size() != b.pixels.size()) return -1;
+  int n = 0;
+  for (size_t i = 0; i < a.pixels.size(); ++i) n += a.pixels[i] != b.pixels[i];
+  return n;
+}
+
+TEST(ResizeBicubic, CoefficientsFollowPillow) {
+  // Upscale 300 -> 308: support 2, 5 taps stored, weights sum to 2^22 (+- rounding).
+  const auto c = internal::ComputeAxisCoeffs(300, 308);
+  EXPECT_EQ(c.ksize, 5);
+  for (int i = 0; i < c.out_size; ++i) {
+    int64_t sum = 0;
+    for (int k = 0; k < c.count[i]; ++k) sum += c.w(i)[k];
+    EXPECT_NEAR(sum, 1 << 22, 4) << i;
+    EXPECT_GE(c.start[i], 0);
+    EXPECT_LE(c.start[i] + c.count[i], 300);
+  }
+  // Downscale by 2: support 4, 9 taps stored.
+  EXPECT_EQ(internal::ComputeAxisCoeffs(200, 100).ksize, 9);
+}
+
+TEST(ResizeBicubic, UnchangedSizeIsACopy) {
+  const RgbImage img = RandomImage(37, 29, 1);
+  const RgbImage out = ResizeBicubic(img, 29, 37);
+  EXPECT_EQ(CountDiff(out, img), 0);
+}
+
+TEST(ResizeBicubic, MatchesScalarPillowTranscription) {
+  struct Size { int w, h, ow, oh; };
+  std::vector<Size> sizes = {
+      {300, 200, 308, 196}, {640, 480, 644, 476}, {1000, 667, 1008, 672}, {350, 70, 336, 56},
+      {64, 64, 56, 56},     {3000, 100, 2996, 112}, {2048, 1536, 1148, 840}, {28, 28, 56, 56},
+      {1, 1, 5, 7},         {5, 3, 1, 1},          {100, 100, 100, 37},     {100, 100, 37, 100},
+      {97, 41, 16, 15},     {777, 13, 61, 200},    {450, 30, 30, 450},      {45, 45, 44, 46},
+      {130, 20, 13, 2},     {500, 9, 12, 9},       {17, 600, 17, 29},       {16, 16, 49, 17},
+  };
+  std::mt19937 rng(123);
+  for (int i = 0; i < 40; ++i) {
+    std::uniform_int_distribution<int> d(1, 400);
+    sizes.push_back({d(rng), d(rng), d(rng), d(rng)});
+  }
+  for (const auto& s : sizes) {
+    SCOPED_TRACE(::testing::Message() << s.w << "x" << s.h << " -> " << s.ow << "x" << s.oh);
+    const RgbImage img = RandomImage(s.w, s.h, s.w * 1000 + s.h);
+    const RgbImage got = ResizeBicubic(img, s.oh, s.ow);
+    const RgbImage want = internal::ResizeBicubicReference(img, s.oh, s.ow);
+    ASSERT_EQ(got.width, s.ow);
+    ASSERT_EQ(got.height, s.oh);
+    EXPECT_EQ(CountDiff(got, want), 0);
+  }
+}
+
+TEST(ResizeBicubic, HorizontalPlanRowRangesAndScalarFallback) {
+  // A 40x downscale has more taps per output than the vector window holds: scalar path.
+  for (const auto& [in_w, out_w] : std::vector<std::pair<int, int>>{{4000, 100}, {1000, 61}, {64, 64 * 3}}) {
+    const RgbImage img = RandomImage(in_w, 9, in_w);
+    const internal::HorizontalPlan plan(internal::ComputeAxisCoeffs(in_w, out_w));
+    RgbImage out{out_w, 5, std::vector<uint8_t>(static_cast<size_t>(out_w) * 5 * 3)};
+    plan.Run(img, 2, 7, &out, 0);
+    const RgbImage want = internal::ResizeBicubicReference(img, 9, out_w);
+    for (int y = 0; y < 5; ++y) {
+      EXPECT_EQ(std::memcmp(out.row(y), want.row(y + 2), out_w * 3), 0) << in_w << " row " << y;
+    }
+  }
+}
+
+// The golden cases whose decoded image is stored in full: resize it and compare with the stored
+// resized image (full or crops) and its SHA-256.
+TEST(ResizeBicubic, MatchesPillowGoldens) {
+  auto manifest = core::ReadJsonFile(testing::DataPath("preprocess/manifest.json"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  int checked = 0;
+  const std::regex crop_at(R"(\(y,x\)=\[(\d+), (\d+)\])");
+  for (const auto& c : (*manifest)["cases"]) {
+    if (!c["expected"]["ok"].get<bool>()) continue;
+    const auto& tensors = c["arrays"]["tensors"];
+    const std::string file = c["arrays"]["file"].get<std::string>();
+    SCOPED_TRACE(c["case"].get<std::string>());
+    // Images stored in full: the decoded one (when it is) and the resized one (when it is).
+    RgbImage resized_full;
+    if (tensors.contains("resized_rgb")) resized_full = ImageFromTensor(testing::LoadGolden(file, "resized_rgb"));
+    if (!tensors.contains("decoded_rgb")) continue;
+    const RgbImage decoded = ImageFromTensor(testing::LoadGolden(file, "decoded_rgb"));
+    const int oh = c["expected"]["resized_hw"][0].get<int>();
+    const int ow = c["expected"]["resized_hw"][1].get<int>();
+    const RgbImage got = ResizeBicubic(decoded, oh, ow);
+    ASSERT_EQ(got.height, oh);
+    ASSERT_EQ(got.width, ow);
+    EXPECT_EQ(core::Sha256Hex(got.pixels.data(), got.pixels.size()),
+              c["expected"]["resized_rgb_uint8_sha256"].get<std::string>());
+    if (!resized_full.pixels.empty()) EXPECT_EQ(CountDiff(got, resized_full), 0);
+    for (const auto& [name, info] : tensors.items()) {
+      if (name.rfind("resized_rgb_crop_", 0) != 0) continue;
+      std::smatch m;
+      const std::string desc = info["desc"].get<std::string>();
+      ASSERT_TRUE(std::regex_search(desc, m, crop_at)) << desc;
+      const int y0 = std::stoi(m[1]), x0 = std::stoi(m[2]);
+      const RgbImage crop = ImageFromTensor(testing::LoadGolden(file, name));
+      for (int y = 0; y < crop.height; ++y) {
+        EXPECT_EQ(std::memcmp(crop.row(y), got.row(y0 + y) + x0 * 3, crop.width * 3), 0) << name << " row " << y;
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 6);
+}
+
+}  // namespace
+}  // namespace iris::vision

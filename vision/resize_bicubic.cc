@@ -1,0 +1,357 @@
+#include "vision/resize_bicubic.h"
+
+// GCC 12 warns about the _mm512_undefined_* idiom inside its own AVX-512 headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "vision/resize_bicubic_internal.h"
+
+namespace iris::vision {
+namespace internal {
+namespace {
+
+// Keeps the compiler from fusing a multiply into a following add (GCC's default
+// -ffp-contract=fast would otherwise emit FMAs, and the weights must round as Pillow's do).
+inline double NoFma(double v) {
+  asm("" : "+x"(v));
+  return v;
+}
+
+// Pillow's bicubic_filter (Keys, a = -0.5), same operation order.
+double BicubicFilter(double x) {
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return NoFma(NoFma(NoFma((a + 2.0) * x) - (a + 3.0)) * x * x) + 1;
+  if (x < 2.0) return NoFma(NoFma(NoFma(NoFma((x - 5) * x) + 8) * x) - 4) * a;
+  return 0.0;
+}
+
+inline uint8_t Clip8(int32_t v) {
+  if (v >= (1 << kPrecisionBits << 8)) return 255;
+  if (v <= 0) return 0;
+  return static_cast<uint8_t>(v >> kPrecisionBits);
+}
+
+// 16 int32 lanes -> 16 bytes: >> 22, clamped to [0, 255].
+inline __m128i PackClip(__m512i acc) {
+  const __m512i v = _mm512_max_epi32(_mm512_srai_epi32(acc, kPrecisionBits), _mm512_setzero_si512());
+  return _mm512_cvtusepi32_epi8(v);
+}
+
+constexpr int kWindowBytes = 128;  // two zmm registers, addressed by vpermi2b
+constexpr int kBlockPixels = 16;   // 48 output bytes = three zmm of int32 accumulators
+
+}  // namespace
+
+AxisCoeffs ComputeAxisCoeffs(int in_size, int out_size) {
+  AxisCoeffs c;
+  c.in_size = in_size;
+  c.out_size = out_size;
+  // Pillow: filterscale = scale = (double)(in1 - in0) / outSize, with in0/in1 floats.
+  const double scale = static_cast<double>(static_cast<float>(in_size) - 0.0f) / out_size;
+  const double filterscale = scale < 1.0 ? 1.0 : scale;
+  const double support = 2.0 * filterscale;
+  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  c.start.resize(out_size);
+  c.count.resize(out_size);
+  c.weights.assign(static_cast<size_t>(out_size) * c.ksize, 0);
+  std::vector<double> k(c.ksize);
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = 0.0 + (xx + 0.5) * scale;
+    const double ss = 1.0 / filterscale;
+    int xmin = static_cast<int>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      const double w = BicubicFilter((x + xmin - center + 0.5) * ss);
+      k[x] = w;
+      ww += w;
+    }
+    for (int x = 0; x < xmax; ++x) {
+      if (ww != 0.0) k[x] /= ww;
+    }
+    int32_t* out = c.weights.data() + static_cast<size_t>(xx) * c.ksize;
+    for (int x = 0; x < xmax; ++x) {
+      out[x] = k[x] < 0 ? static_cast<int32_t>(-0.5 + k[x] * (1 << kPrecisionBits))
+                        : static_cast<int32_t>(0.5 + k[x] * (1 << kPrecisionBits));
+    }
+    c.start[xx] = xmin;
+    c.count[xx] = xmax;
+  }
+  return c;
+}
+
+HorizontalPlan::HorizontalPlan(AxisCoeffs coeffs) : c_(std::move(coeffs)) {
+  vectorized_ = true;
+  for (int i = 0; i < c_.out_size;) {
+    const int s0 = c_.start[i];
+    int n = 0;
+    int taps = 0;
+    while (n < kBlockPixels && i + n < c_.out_size) {
+      const int p = i + n;
+      if ((c_.start[p] + c_.count[p] - s0) * 3 > kWindowBytes || c_.start[p] < s0) break;
+      taps = std::max(taps, c_.count[p]);
+      ++n;
+    }
+    if (n == 0) {  // one output's taps span more than the window: scalar path
+      vectorized_ = false;
+      blocks_.clear();
+      index_.clear();
+      weights_.clear();
+      return;
+    }
+    blocks_.push_back({i, n, s0 * 3, taps, weights_.size()});
+    for (int j = 0; j < 64; ++j) {
+      const int p = i + j / 3;
+      index_.push_back(j < 48 && j / 3 < n ? static_cast<uint8_t>((c_.start[p] - s0) * 3 + j % 3)
+                                           : 0);
+    }
+    for (int k = 0; k < taps; ++k) {
+      for (int j = 0; j < 48; ++j) {
+        const int p = i + j / 3;
+        weights_.push_back(j / 3 < n && k < c_.count[p] ? c_.w(p)[k] : 0);
+      }
+    }
+    i += n;
+  }
+}
+
+namespace {
+
+// R input rows through one horizontal plan block.
+template <int R>
+inline void HorizontalBlock(const uint8_t* const* in_rows, uint8_t* const* out_rows, int64_t row_bytes,
+                            int in_byte0, int out_byte0, int npix, int taps, const uint8_t* index,
+                            const int32_t* weights) {
+  const int64_t avail = row_bytes - in_byte0;
+  const __mmask64 lo_mask = avail >= 64 ? ~__mmask64{0} : (__mmask64{1} << avail) - 1;
+  const __mmask64 hi_mask =
+      avail >= 128 ? ~__mmask64{0} : (avail <= 64 ? 0 : (__mmask64{1} << (avail - 64)) - 1);
+  __m512i lo[R], hi[R], acc[R][3];
+  const __m512i bias = _mm512_set1_epi32(1 << (kPrecisionBits - 1));
+  for (int r = 0; r < R; ++r) {
+    lo[r] = _mm512_maskz_loadu_epi8(lo_mask, in_rows[r] + in_byte0);
+    hi[r] = _mm512_maskz_loadu_epi8(hi_mask, in_rows[r] + in_byte0 + 64);
+    acc[r][0] = acc[r][1] = acc[r][2] = bias;
+  }
+  __m512i idx = _mm512_loadu_si512(index);
+  const __m512i three = _mm512_set1_epi8(3);
+  for (int k = 0; k < taps; ++k) {
+    const __m512i w0 = _mm512_loadu_si512(weights + 48 * k);
+    const __m512i w1 = _mm512_loadu_si512(weights + 48 * k + 16);
+    const __m512i w2 = _mm512_loadu_si512(weights + 48 * k + 32);
+    for (int r = 0; r < R; ++r) {
+      const __m512i v = _mm512_permutex2var_epi8(lo[r], idx, hi[r]);
+      const __m512i p0 = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(v));
+      const __m512i p1 = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(v, 1));
+      const __m512i p2 = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(v, 2));
+      acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_mullo_epi32(p0, w0));
+      acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_mullo_epi32(p1, w1));
+      acc[r][2] = _mm512_add_epi32(acc[r][2], _mm512_mullo_epi32(p2, w2));
+    }
+    idx = _mm512_add_epi8(idx, three);
+  }
+  const int nbytes = npix * 3;
+  for (int r = 0; r < R; ++r) {
+    uint8_t* dst = out_rows[r] + out_byte0;
+    const __m128i b0 = PackClip(acc[r][0]);
+    const __m128i b1 = PackClip(acc[r][1]);
+    const __m128i b2 = PackClip(acc[r][2]);
+    if (nbytes == 48) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), b0);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), b1);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32), b2);
+    } else {
+      auto mask = [&](int part) -> __mmask16 {
+        const int n = std::clamp(nbytes - 16 * part, 0, 16);
+        return static_cast<__mmask16>((1u << n) - 1);
+      };
+      _mm_mask_storeu_epi8(dst, mask(0), b0);
+      _mm_mask_storeu_epi8(dst + 16, mask(1), b1);
+      _mm_mask_storeu_epi8(dst + 32, mask(2), b2);
+    }
+  }
+}
+
+void HorizontalRowScalar(const AxisCoeffs& c, const uint8_t* in, uint8_t* out) {
+  for (int xx = 0; xx < c.out_size; ++xx) {
+    const int xmin = c.start[xx];
+    const int n = c.count[xx];
+    const int32_t* k = c.w(xx);
+    int32_t ss0 = 1 << (kPrecisionBits - 1), ss1 = ss0, ss2 = ss0;
+    for (int x = 0; x < n; ++x) {
+      const uint8_t* px = in + (x + xmin) * 3;
+      ss0 += px[0] * k[x];
+      ss1 += px[1] * k[x];
+      ss2 += px[2] * k[x];
+    }
+    out[xx * 3 + 0] = Clip8(ss0);
+    out[xx * 3 + 1] = Clip8(ss1);
+    out[xx * 3 + 2] = Clip8(ss2);
+  }
+}
+
+}  // namespace
+
+void HorizontalPlan::Run(const RgbImage& in, int y_begin, int y_end, RgbImage* out,
+                         int out_row0) const {
+  if (!vectorized_) {
+    for (int y = y_begin; y < y_end; ++y) HorizontalRowScalar(c_, in.row(y), out->row(y - y_begin + out_row0));
+    return;
+  }
+  const int64_t row_bytes = static_cast<int64_t>(in.width) * 3;
+  constexpr int kRows = 4;
+  int y = y_begin;
+  for (; y + kRows <= y_end; y += kRows) {
+    const uint8_t* in_rows[kRows];
+    uint8_t* out_rows[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      in_rows[r] = in.row(y + r);
+      out_rows[r] = out->row(y + r - y_begin + out_row0);
+    }
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      const Block& blk = blocks_[b];
+      HorizontalBlock<kRows>(in_rows, out_rows, row_bytes, blk.in_byte0, blk.out0 * 3, blk.npix,
+                             blk.taps, index_.data() + 64 * b, weights_.data() + blk.wofs);
+    }
+  }
+  for (; y < y_end; ++y) {
+    const uint8_t* in_rows[1] = {in.row(y)};
+    uint8_t* out_rows[1] = {out->row(y - y_begin + out_row0)};
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      const Block& blk = blocks_[b];
+      HorizontalBlock<1>(in_rows, out_rows, row_bytes, blk.in_byte0, blk.out0 * 3, blk.npix,
+                         blk.taps, index_.data() + 64 * b, weights_.data() + blk.wofs);
+    }
+  }
+}
+
+void VerticalRow(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_t bytes,
+                 uint8_t* out) {
+  const int s = c.start[yy];
+  const int n = c.count[yy];
+  const int32_t* w = c.w(yy);
+  const __m512i bias = _mm512_set1_epi32(1 << (kPrecisionBits - 1));
+  int64_t x = 0;
+  for (; x + 64 <= bytes; x += 64) {
+    __m512i a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+    for (int k = 0; k < n; ++k) {
+      const __m512i wk = _mm512_set1_epi32(w[k]);
+      const uint8_t* r = rows[s + k] + x;
+      a0 = _mm512_add_epi32(a0, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r))), wk));
+      a1 = _mm512_add_epi32(a1, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 16))), wk));
+      a2 = _mm512_add_epi32(a2, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 32))), wk));
+      a3 = _mm512_add_epi32(a3, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 48))), wk));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + x), PackClip(a0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + x + 16), PackClip(a1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + x + 32), PackClip(a2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + x + 48), PackClip(a3));
+  }
+  for (; x < bytes; x += 16) {
+    const int64_t left = bytes - x;
+    const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+    __m512i a = bias;
+    for (int k = 0; k < n; ++k) {
+      const __m512i wk = _mm512_set1_epi32(w[k]);
+      a = _mm512_add_epi32(a, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, rows[s + k] + x)), wk));
+    }
+    _mm_mask_storeu_epi8(out + x, m, PackClip(a));
+  }
+}
+
+RgbImage ResizeBicubicReference(const RgbImage& in, int out_height, int out_width) {
+  if (out_height == in.height && out_width == in.width) return in;
+  RgbImage cur = in;
+  if (out_width != in.width) {
+    const AxisCoeffs c = ComputeAxisCoeffs(in.width, out_width);
+    RgbImage tmp;
+    tmp.width = out_width;
+    tmp.height = in.height;
+    tmp.pixels.resize(static_cast<size_t>(tmp.width) * tmp.height * 3);
+    for (int y = 0; y < in.height; ++y) HorizontalRowScalar(c, in.row(y), tmp.row(y));
+    cur = std::move(tmp);
+  }
+  if (out_height != in.height) {
+    const AxisCoeffs c = ComputeAxisCoeffs(in.height, out_height);
+    RgbImage out;
+    out.width = cur.width;
+    out.height = out_height;
+    out.pixels.resize(static_cast<size_t>(out.width) * out.height * 3);
+    const int bytes = cur.width * 3;
+    for (int yy = 0; yy < out_height; ++yy) {
+      const int32_t* k = c.w(yy);
+      for (int b = 0; b < bytes; ++b) {
+        int32_t ss = 1 << (kPrecisionBits - 1);
+        for (int y = 0; y < c.count[yy]; ++y) ss += cur.row(c.start[yy] + y)[b] * k[y];
+        out.row(yy)[b] = Clip8(ss);
+      }
+    }
+    cur = std::move(out);
+  }
+  return cur;
+}
+
+}  // namespace internal
+
+RgbImage ResizeBicubic(const RgbImage& in, int out_height, int out_width) {
+  using namespace internal;
+  if (out_height <= 0 || out_width <= 0 || in.width <= 0 || in.height <= 0) {
+    return RgbImage{std::max(out_width, 0), std::max(out_height, 0), {}};
+  }
+  if (out_height == in.height && out_width == in.width) return in;
+  const bool need_h = out_width != in.width;
+  const bool need_v = out_height != in.height;
+
+  AxisCoeffs vert;
+  int ybox_first = 0, ybox_last = in.height;
+  if (need_v) {
+    vert = ComputeAxisCoeffs(in.height, out_height);
+    ybox_first = vert.start[0];
+    ybox_last = vert.start[out_height - 1] + vert.count[out_height - 1];
+  }
+
+  RgbImage tmp;
+  const RgbImage* src = &in;  // rows indexed by input row
+  int src_row0 = 0;           // input row of src's row 0
+  if (need_h) {
+    const HorizontalPlan plan(ComputeAxisCoeffs(in.width, out_width));
+    tmp.width = out_width;
+    tmp.height = ybox_last - ybox_first;
+    tmp.pixels.resize(static_cast<size_t>(tmp.width) * tmp.height * 3);
+    const int rows = tmp.height;
+    constexpr int kChunk = 16;
+    const int chunks = (rows + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < chunks; ++ch) {
+      const int y0 = ybox_first + ch * kChunk;
+      const int y1 = std::min(y0 + kChunk, ybox_last);
+      plan.Run(in, y0, y1, &tmp, y0 - ybox_first);
+    }
+    if (!need_v) return tmp;
+    src = &tmp;
+    src_row0 = ybox_first;
+  }
+
+  RgbImage out;
+  out.width = out_width;
+  out.height = out_height;
+  out.pixels.resize(static_cast<size_t>(out.width) * out.height * 3);
+  std::vector<const uint8_t*> rows(in.height, nullptr);
+  for (int y = ybox_first; y < ybox_last; ++y) rows[y] = src->row(y - src_row0);
+  const int64_t bytes = static_cast<int64_t>(out_width) * 3;
+#pragma omp parallel for schedule(static)
+  for (int yy = 0; yy < out_height; ++yy) VerticalRow(vert, yy, rows.data(), bytes, out.row(yy));
+  return out;
+}
+
+}  // namespace iris::vision

@@ -1,0 +1,61 @@
+// The pieces of the Pillow BICUBIC resize, exposed so that preprocessing can fuse the vertical
+// pass with patch flattening, and so that tests can check the vectorised passes against a plain
+// scalar transcription of Pillow. Not a public interface.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "vision/image.h"
+
+namespace iris::vision::internal {
+
+// Fixed-point precision of Pillow's 8-bit resampling (32 - 8 - 2).
+inline constexpr int kPrecisionBits = 22;
+
+// One axis' filter taps, computed exactly as Pillow's precompute_coeffs + normalize_coeffs_8bpc.
+struct AxisCoeffs {
+  int in_size = 0;
+  int out_size = 0;
+  int ksize = 0;                 // taps stored per output index (zero padded)
+  std::vector<int> start;        // first input index of output i
+  std::vector<int> count;        // number of taps of output i
+  std::vector<int32_t> weights;  // out_size * ksize, 22-bit fixed point
+  const int32_t* w(int i) const { return weights.data() + static_cast<size_t>(i) * ksize; }
+};
+
+AxisCoeffs ComputeAxisCoeffs(int in_size, int out_size);
+
+// A horizontal pass prepared for the vectorised kernel (built once per resize).
+class HorizontalPlan {
+ public:
+  explicit HorizontalPlan(AxisCoeffs coeffs);
+  const AxisCoeffs& coeffs() const { return c_; }
+  // Resamples input rows [y_begin, y_end) of `in` (in_size wide) into `out`, rows written from
+  // `out_row0` on (out row = in row - y_begin + out_row0). `out` is coeffs.out_size wide.
+  void Run(const RgbImage& in, int y_begin, int y_end, RgbImage* out, int out_row0) const;
+
+ private:
+  struct Block {
+    int out0;      // first output pixel
+    int npix;      // output pixels in the block (<= 16)
+    int in_byte0;  // window start (bytes) in the input row
+    int taps;      // taps used by the block
+    size_t wofs;   // offset into weights_ (int32), 48 per tap
+  };
+  AxisCoeffs c_;
+  bool vectorized_ = false;
+  std::vector<Block> blocks_;
+  std::vector<uint8_t> index_;     // 64 bytes per block: byte index of tap 0 within the window
+  std::vector<int32_t> weights_;   // per block, per tap: 48 weights (pixel-major, RGB repeated)
+};
+
+// Output row `yy` of the vertical pass over `bytes` bytes: Σ_k w[yy][k] * rows[start[yy] + k],
+// where rows[y] points at intermediate (horizontally resampled) row y.
+void VerticalRow(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_t bytes,
+                 uint8_t* out);
+
+// A direct transcription of Pillow's ImagingResample (BICUBIC, 8 bpc, 3 channels) for tests.
+RgbImage ResizeBicubicReference(const RgbImage& in, int out_height, int out_width);
+
+}  // namespace iris::vision::internal
