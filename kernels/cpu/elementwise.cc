@@ -1,0 +1,104 @@
+// Row-wise and element-wise kernels: AVX-512 inside a row or chunk, OpenMP across them.
+#include "kernels/elementwise.h"
+
+#include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
+
+
+#include <algorithm>
+#include <cmath>
+
+namespace iris::kernels {
+namespace {
+
+using cpu::TailMask;
+
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelThreshold = 1 << 15;
+// Flat element-wise work is split into chunks of this many floats (multiple of 16).
+constexpr int64_t kChunk = 4096;
+
+template <typename F>
+void ForChunks(int64_t n, F&& body) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk;
+    body(begin, std::min(n, begin + kChunk));
+  }
+}
+
+}  // namespace
+
+void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) {
+#pragma omp parallel for schedule(static) if (rows * dim > kParallelThreshold)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= dim; i += 32) {
+      const __m512 a = _mm512_loadu_ps(xr + i), b = _mm512_loadu_ps(xr + i + 16);
+      acc0 = _mm512_fmadd_ps(a, a, acc0);
+      acc1 = _mm512_fmadd_ps(b, b, acc1);
+    }
+    for (; i < dim; i += 16) {
+      const __m512 a = _mm512_maskz_loadu_ps(TailMask(dim - i), xr + i);
+      acc0 = _mm512_fmadd_ps(a, a, acc0);
+    }
+    const float variance = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) / static_cast<float>(dim);
+    const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(variance + eps));
+    // HF order: (x * rsqrt(var + eps)) * weight, each product rounded.
+    for (i = 0; i < dim; i += 16) {
+      const __mmask16 m = TailMask(dim - i);
+      const __m512 a = _mm512_maskz_loadu_ps(m, xr + i);
+      const __m512 w = _mm512_maskz_loadu_ps(m, weight + i);
+      _mm512_mask_storeu_ps(yr + i, m, _mm512_mul_ps(w, _mm512_mul_ps(a, inv)));
+    }
+  }
+}
+
+void SiluMulRows(const float* gu, int64_t rows, int64_t inter, float* out) {
+#pragma omp parallel for schedule(static) if (rows * inter > kParallelThreshold)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gu + r * 2 * inter;
+    const float* u = g + inter;
+    float* o = out + r * inter;
+    for (int64_t i = 0; i < inter; i += 16) {
+      const __mmask16 m = TailMask(inter - i);
+      const __m512 a = _mm512_maskz_loadu_ps(m, g + i);
+      const __m512 b = _mm512_maskz_loadu_ps(m, u + i);
+      _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(cpu::Silu(a), b));
+    }
+  }
+}
+
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  ForChunks(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i += 16) {
+      const __mmask16 m = TailMask(end - i);
+      const __m512 a = _mm512_maskz_loadu_ps(m, gate + i);
+      const __m512 b = _mm512_maskz_loadu_ps(m, up + i);
+      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(cpu::Silu(a), b));
+    }
+  });
+}
+
+void GeluErf(const float* x, int64_t n, float* y) {
+  ForChunks(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i += 16) {
+      const __mmask16 m = TailMask(end - i);
+      _mm512_mask_storeu_ps(y + i, m, cpu::GeluErf(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+  });
+}
+
+void Add(const float* a, const float* b, int64_t n, float* y) {
+  ForChunks(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i += 16) {
+      const __mmask16 m = TailMask(end - i);
+      _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+    }
+  });
+}
+
+}  // namespace iris::kernels
