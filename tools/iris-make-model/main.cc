@@ -34,6 +34,12 @@ std::string Usage() {
       "model.safetensors.index.json when they exceed 4 GB. Every weight is a pure function of\n"
       "(seed, tensor name, index) as tests/data/WEIGHTS.md specifies. Tokenizers cannot be\n"
       "synthesised: --tokenizer-from copies them from a real checkpoint (or tests/data/tiny-qwen2.5-vl).\n\n"
+      "flags:\n"
+      "  --preset NAME          tiny, small or 3b (below); required\n"
+      "  --out DIR              output directory, created if missing; required\n"
+      "  --vision-only          write only the visual.* tensors (the JSON files stay complete)\n"
+      "  --dtype bf16           weight dtype; bf16 is the only one\n"
+      "  --tokenizer-from DIR   copy tokenizer.json, tokenizer_config.json, chat_template.json\n\n"
       "presets:\n",
       iris::tools::PresetsHelp());
 }
@@ -64,6 +70,12 @@ std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(Usage());
   std::vector<std::string> args = NormalizeFlagNames(argc, argv);
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    if (args[i] == "--help" || args[i] == "-help" || args[i] == "-h") {
+      std::printf("iris-make-model: %s", Usage().c_str());
+      return 0;
+    }
+  }
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
   const std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());

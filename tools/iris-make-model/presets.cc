@@ -63,12 +63,13 @@ std::vector<Preset> MakePresets() {
 
 std::string Dump(const ojson& j) { return j.dump(2) + "\n"; }
 
-std::string FormatCount(int64_t n) {
+// "10.1 M" / "3.75 B" for parameters, "20.2 MB" / "7.51 GB" for bytes.
+std::string FormatCount(int64_t n, bool bytes = false) {
   char buf[32];
   if (n >= 1000000000) {
-    std::snprintf(buf, sizeof buf, "%.2f B", n / 1e9);
+    std::snprintf(buf, sizeof buf, "%.2f %s", n / 1e9, bytes ? "GB" : "B");
   } else {
-    std::snprintf(buf, sizeof buf, "%.1f M", n / 1e6);
+    std::snprintf(buf, sizeof buf, "%.1f M%s", n / 1e6, bytes ? "B" : "");
   }
   return buf;
 }
@@ -104,7 +105,7 @@ std::string PresetsHelp() {
     const int64_t vis = ParameterCount(PresetTensors(p, true));
     absl::StrAppend(&out, "  ", p.name, ": ", p.description, "\n",
                     "      seed ", seed, "; ", FormatCount(all), " parameters (vision ",
-                    FormatCount(vis), "), ", FormatCount(all * 2), "B in bf16\n",
+                    FormatCount(vis), "), ", FormatCount(all * 2, true), " in bf16\n",
                     "      vision: depth ", v.depth, ", hidden ", v.hidden_size, ", ", v.num_heads,
                     " heads (head_dim ", v.hidden_size / v.num_heads, "), intermediate ",
                     v.intermediate_size, ", full-attention blocks [",

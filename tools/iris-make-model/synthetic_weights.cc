@@ -2,6 +2,8 @@
 // fused into FMAs, or a few values would round differently from the reference generator.
 #include "tools/iris-make-model/synthetic_weights.h"
 
+#include <omp.h>
+
 #include <bit>
 #include <cmath>
 #include <utility>
@@ -31,8 +33,8 @@ inline uint16_t Value(uint64_t base, int64_t i, double scale) {
 }
 
 template <WeightKind kKind>
-void FillKind(uint64_t base, double scale, int64_t begin, int64_t count, uint16_t* out) {
-#pragma omp parallel for simd schedule(static) if (count >= kParallelThreshold)
+void FillKind(uint64_t base, double scale, int64_t begin, int64_t count, uint16_t* out, int threads) {
+#pragma omp parallel for simd schedule(static) if (count >= kParallelThreshold) num_threads(threads)
   for (int64_t j = 0; j < count; ++j) out[j] = Value<kKind>(base, begin + j, scale);
 }
 
@@ -86,11 +88,12 @@ uint16_t TensorGenerator::At(int64_t i) const {
   return Value<WeightKind::kMatrix>(base_, i, scale_);
 }
 
-void TensorGenerator::Fill(int64_t begin, int64_t count, uint16_t* out) const {
+void TensorGenerator::Fill(int64_t begin, int64_t count, uint16_t* out, int threads) const {
+  if (threads <= 0) threads = omp_get_max_threads();
   switch (kind_) {
-    case WeightKind::kBias: return FillKind<WeightKind::kBias>(base_, scale_, begin, count, out);
-    case WeightKind::kNorm: return FillKind<WeightKind::kNorm>(base_, scale_, begin, count, out);
-    case WeightKind::kMatrix: return FillKind<WeightKind::kMatrix>(base_, scale_, begin, count, out);
+    case WeightKind::kBias: return FillKind<WeightKind::kBias>(base_, scale_, begin, count, out, threads);
+    case WeightKind::kNorm: return FillKind<WeightKind::kNorm>(base_, scale_, begin, count, out, threads);
+    case WeightKind::kMatrix: return FillKind<WeightKind::kMatrix>(base_, scale_, begin, count, out, threads);
   }
 }
 

@@ -47,8 +47,9 @@ class TensorGenerator {
 
   // bf16 bit pattern of element i.
   uint16_t At(int64_t i) const;
-  // Elements [begin, begin + count) into out (OpenMP across elements for large ranges).
-  void Fill(int64_t begin, int64_t count, uint16_t* out) const;
+  // Elements [begin, begin + count) into out, with OpenMP across elements for large ranges
+  // (`threads` OpenMP threads; 0 for the OpenMP default).
+  void Fill(int64_t begin, int64_t count, uint16_t* out, int threads = 0) const;
 
  private:
   std::string name_;
