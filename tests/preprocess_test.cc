@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
 #include "vision/patchify.h"
+#include "vision/resize_bicubic_internal.h"
+#include "vision/smart_resize.h"
 
 namespace iris::vision {
 namespace {
@@ -244,6 +247,68 @@ TEST(Preprocess, RowLayout) {
     }
   }
   EXPECT_EQ(row, r->pixel_values.dim(0));
+}
+
+// The fused resize+patchify path (ring of horizontal rows, strips, threads) against the plain
+// two-step path: the scalar Pillow transcription, then Preprocess of an image already at size.
+TEST(Preprocess, FusedResizeMatchesTwoStepReference) {
+  struct Case { int w, h; int64_t min_pixels, max_pixels; };
+  const std::vector<Case> cases = {
+      {300, 200, 3136, 12845056},   {1000, 667, 3136, 12845056}, {640, 480, 3136, 12845056},
+      {2048, 1536, 3136, 1003520},  {3000, 100, 3136, 12845056}, {336, 100, 3136, 12845056},
+      {100, 336, 3136, 12845056},   {56, 300, 3136, 12845056},   {28, 28, 3136, 12845056},
+      {29, 5000, 3136, 12845056},   {3000, 3000, 3136, 12544},   {1234, 987, 3136, 200704},
+      {4000, 60, 3136, 120000},      {61, 61, 20000, 12845056},
+  };
+  const core::PreprocessorConfig cfg;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.w << "x" << c.h << " max_pixels " << c.max_pixels);
+    std::mt19937 rng(c.w * 7 + c.h);
+    RgbImage img{c.w, c.h, std::vector<uint8_t>(static_cast<size_t>(c.w) * c.h * 3)};
+    for (size_t i = 0; i < img.pixels.size(); ++i) {
+      img.pixels[i] = (rng() % 3 == 0) ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>((i / 3 + i % 3 * 40) & 255);
+    }
+    PixelBounds b;
+    b.min_pixels = c.min_pixels;
+    b.max_pixels = c.max_pixels;
+    auto size = SmartResize(c.h, c.w, 28, c.min_pixels, c.max_pixels);
+    ASSERT_TRUE(size.ok()) << size.status();
+    auto fused = Preprocess(img, cfg, b);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    const RgbImage resized = internal::ResizeBicubicReference(img, size->height, size->width);
+    auto two_step = Preprocess(resized, cfg, b);
+    ASSERT_TRUE(two_step.ok()) << two_step.status();
+    ASSERT_EQ(fused->pixel_values.shape(), two_step->pixel_values.shape());
+    EXPECT_EQ(std::memcmp(fused->pixel_values.raw(), two_step->pixel_values.raw(), fused->pixel_values.nbytes()), 0);
+    EXPECT_EQ(fused->grid_thw, two_step->grid_thw);
+  }
+}
+
+// Every byte value through the vectorised normalization equals the reference formula.
+TEST(Preprocess, EveryByteValue) {
+  RgbImage img{28 * 16, 28, std::vector<uint8_t>(28 * 16 * 28 * 3)};
+  for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>(i * 7 / 3);
+  const core::PreprocessorConfig cfg;
+  auto r = Preprocess(img, cfg);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const internal::Patchifier p(14, 2, 2, cfg.image_mean, cfg.image_std);
+  std::vector<bool> seen(3 * 256);
+  const float* pv = r->pixel_values.data<float>();
+  for (int64_t row = 0; row < r->pixel_values.dim(0); ++row) {
+    const int gx = static_cast<int>(row / 4), q = static_cast<int>(row % 4);
+    for (int c = 0; c < 3; ++c) {
+      for (int y = 0; y < 14; ++y) {
+        for (int x = 0; x < 14; ++x) {
+          const int iy = (q / 2) * 14 + y, ix = (gx * 2 + q % 2) * 14 + x;
+          const uint8_t v = img.row(iy)[ix * 3 + c];
+          seen[c * 256 + v] = true;
+          ASSERT_EQ(pv[row * 1176 + (c * 2 * 14 + y) * 14 + x], p.Value(c, v));
+          ASSERT_EQ(pv[row * 1176 + ((c * 2 + 1) * 14 + y) * 14 + x], p.Value(c, v));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 3 * 256);
 }
 
 TEST(Preprocess, PixelBoundsOverrideTheConfig) {

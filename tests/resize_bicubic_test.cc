@@ -110,7 +110,13 @@ TEST(ResizeBicubic, HorizontalPlanRowRangesAndScalarFallback) {
     const RgbImage img = RandomImage(in_w, 9, in_w);
     const internal::HorizontalPlan plan(internal::ComputeAxisCoeffs(in_w, out_w));
     RgbImage out{out_w, 5, std::vector<uint8_t>(static_cast<size_t>(out_w) * 5 * 3)};
-    plan.Run(img, 2, 7, &out, 0);
+    std::vector<const uint8_t*> in_rows;
+    std::vector<uint8_t*> out_rows;
+    for (int y = 0; y < 5; ++y) {
+      in_rows.push_back(img.row(y + 2));
+      out_rows.push_back(out.row(y));
+    }
+    plan.Run(in_rows.data(), out_rows.data(), 5);
     const RgbImage want = internal::ResizeBicubicReference(img, 9, out_w);
     for (int y = 0; y < 5; ++y) {
       EXPECT_EQ(std::memcmp(out.row(y), want.row(y + 2), out_w * 3), 0) << in_w << " row " << y;

@@ -21,8 +21,10 @@ class Patchifier {
   }
 
   // rows[i] is resized image row (strip * strip_rows() + i), `width` pixels (a multiple of
-  // patch * merge). Writes rows_per_strip(width) rows of row_length() floats at `out`.
-  void Strip(const uint8_t* const* rows, int width, float* out) const;
+  // patch * merge); `readable` bytes may be read from each row pointer (>= width * 3; 64 more
+  // saves masked loads). Writes rows_per_strip(width) rows of row_length() floats at `out`
+  // (with non-temporal stores where `out` is 64-byte aligned).
+  void Strip(const uint8_t* const* rows, int width, int64_t readable, float* out) const;
 
   // The normalized value of byte `v` in channel `c`.
   float Value(int c, uint8_t v) const { return lut_[c][v]; }
@@ -31,6 +33,7 @@ class Patchifier {
   void StripScalar(const uint8_t* const* rows, int width, float* out) const;
 
   int patch_, temporal_, merge_;
+  std::array<float, 3> mean_, std_;
   alignas(64) float lut_[3][256];
 };
 

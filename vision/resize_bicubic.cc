@@ -132,17 +132,23 @@ template <int R>
 inline void HorizontalBlock(const uint8_t* const* in_rows, uint8_t* const* out_rows, int64_t row_bytes,
                             int in_byte0, int out_byte0, int npix, int taps, const uint8_t* index,
                             const int32_t* weights) {
-  const int64_t avail = row_bytes - in_byte0;
-  const __mmask64 lo_mask = avail >= 64 ? ~__mmask64{0} : (__mmask64{1} << avail) - 1;
-  const __mmask64 hi_mask =
-      avail >= 128 ? ~__mmask64{0} : (avail <= 64 ? 0 : (__mmask64{1} << (avail - 64)) - 1);
   __m512i lo[R], hi[R], acc[R][3];
   const __m512i bias = _mm512_set1_epi32(1 << (kPrecisionBits - 1));
-  for (int r = 0; r < R; ++r) {
-    lo[r] = _mm512_maskz_loadu_epi8(lo_mask, in_rows[r] + in_byte0);
-    hi[r] = _mm512_maskz_loadu_epi8(hi_mask, in_rows[r] + in_byte0 + 64);
-    acc[r][0] = acc[r][1] = acc[r][2] = bias;
+  const int64_t avail = row_bytes - in_byte0;
+  if (avail >= kWindowBytes) {
+    for (int r = 0; r < R; ++r) {
+      lo[r] = _mm512_loadu_si512(in_rows[r] + in_byte0);
+      hi[r] = _mm512_loadu_si512(in_rows[r] + in_byte0 + 64);
+    }
+  } else {  // the row's last blocks: read nothing past its end
+    const __mmask64 lo_mask = avail >= 64 ? ~__mmask64{0} : (__mmask64{1} << avail) - 1;
+    const __mmask64 hi_mask = avail <= 64 ? 0 : (__mmask64{1} << (avail - 64)) - 1;
+    for (int r = 0; r < R; ++r) {
+      lo[r] = _mm512_maskz_loadu_epi8(lo_mask, in_rows[r] + in_byte0);
+      hi[r] = _mm512_maskz_loadu_epi8(hi_mask, in_rows[r] + in_byte0 + 64);
+    }
   }
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = acc[r][2] = bias;
   __m512i idx = _mm512_loadu_si512(index);
   const __m512i three = _mm512_set1_epi8(3);
   for (int k = 0; k < taps; ++k) {
@@ -202,35 +208,26 @@ void HorizontalRowScalar(const AxisCoeffs& c, const uint8_t* in, uint8_t* out) {
 
 }  // namespace
 
-void HorizontalPlan::Run(const RgbImage& in, int y_begin, int y_end, RgbImage* out,
-                         int out_row0) const {
+void HorizontalPlan::Run(const uint8_t* const* in_rows, uint8_t* const* out_rows, int n) const {
   if (!vectorized_) {
-    for (int y = y_begin; y < y_end; ++y) HorizontalRowScalar(c_, in.row(y), out->row(y - y_begin + out_row0));
+    for (int i = 0; i < n; ++i) HorizontalRowScalar(c_, in_rows[i], out_rows[i]);
     return;
   }
-  const int64_t row_bytes = static_cast<int64_t>(in.width) * 3;
+  const int64_t row_bytes = static_cast<int64_t>(c_.in_size) * 3;
   constexpr int kRows = 4;
-  int y = y_begin;
-  for (; y + kRows <= y_end; y += kRows) {
-    const uint8_t* in_rows[kRows];
-    uint8_t* out_rows[kRows];
-    for (int r = 0; r < kRows; ++r) {
-      in_rows[r] = in.row(y + r);
-      out_rows[r] = out->row(y + r - y_begin + out_row0);
-    }
+  int i = 0;
+  for (; i + kRows <= n; i += kRows) {
     for (size_t b = 0; b < blocks_.size(); ++b) {
       const Block& blk = blocks_[b];
-      HorizontalBlock<kRows>(in_rows, out_rows, row_bytes, blk.in_byte0, blk.out0 * 3, blk.npix,
-                             blk.taps, index_.data() + 64 * b, weights_.data() + blk.wofs);
+      HorizontalBlock<kRows>(in_rows + i, out_rows + i, row_bytes, blk.in_byte0, blk.out0 * 3,
+                             blk.npix, blk.taps, index_.data() + 64 * b, weights_.data() + blk.wofs);
     }
   }
-  for (; y < y_end; ++y) {
-    const uint8_t* in_rows[1] = {in.row(y)};
-    uint8_t* out_rows[1] = {out->row(y - y_begin + out_row0)};
+  for (; i < n; ++i) {
     for (size_t b = 0; b < blocks_.size(); ++b) {
       const Block& blk = blocks_[b];
-      HorizontalBlock<1>(in_rows, out_rows, row_bytes, blk.in_byte0, blk.out0 * 3, blk.npix,
-                         blk.taps, index_.data() + 64 * b, weights_.data() + blk.wofs);
+      HorizontalBlock<1>(in_rows + i, out_rows + i, row_bytes, blk.in_byte0, blk.out0 * 3,
+                         blk.npix, blk.taps, index_.data() + 64 * b, weights_.data() + blk.wofs);
     }
   }
 }
@@ -328,14 +325,18 @@ RgbImage ResizeBicubic(const RgbImage& in, int out_height, int out_width) {
     tmp.width = out_width;
     tmp.height = ybox_last - ybox_first;
     tmp.pixels.resize(static_cast<size_t>(tmp.width) * tmp.height * 3);
-    const int rows = tmp.height;
+    std::vector<const uint8_t*> in_rows(tmp.height);
+    std::vector<uint8_t*> out_rows(tmp.height);
+    for (int y = 0; y < tmp.height; ++y) {
+      in_rows[y] = in.row(ybox_first + y);
+      out_rows[y] = tmp.row(y);
+    }
     constexpr int kChunk = 16;
-    const int chunks = (rows + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
+    const int chunks = (tmp.height + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(dynamic, 1)
     for (int ch = 0; ch < chunks; ++ch) {
-      const int y0 = ybox_first + ch * kChunk;
-      const int y1 = std::min(y0 + kChunk, ybox_last);
-      plan.Run(in, y0, y1, &tmp, y0 - ybox_first);
+      const int y0 = ch * kChunk;
+      plan.Run(in_rows.data() + y0, out_rows.data() + y0, std::min(kChunk, tmp.height - y0));
     }
     if (!need_v) return tmp;
     src = &tmp;
@@ -349,7 +350,7 @@ RgbImage ResizeBicubic(const RgbImage& in, int out_height, int out_width) {
   std::vector<const uint8_t*> rows(in.height, nullptr);
   for (int y = ybox_first; y < ybox_last; ++y) rows[y] = src->row(y - src_row0);
   const int64_t bytes = static_cast<int64_t>(out_width) * 3;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 16)
   for (int yy = 0; yy < out_height; ++yy) VerticalRow(vert, yy, rows.data(), bytes, out.row(yy));
   return out;
 }

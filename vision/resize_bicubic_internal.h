@@ -31,9 +31,9 @@ class HorizontalPlan {
  public:
   explicit HorizontalPlan(AxisCoeffs coeffs);
   const AxisCoeffs& coeffs() const { return c_; }
-  // Resamples input rows [y_begin, y_end) of `in` (in_size wide) into `out`, rows written from
-  // `out_row0` on (out row = in row - y_begin + out_row0). `out` is coeffs.out_size wide.
-  void Run(const RgbImage& in, int y_begin, int y_end, RgbImage* out, int out_row0) const;
+  // Resamples `n` rows: in_rows[i] (in_size pixels) -> out_rows[i] (out_size pixels). Reads
+  // nothing beyond in_size*3 bytes of an input row.
+  void Run(const uint8_t* const* in_rows, uint8_t* const* out_rows, int n) const;
 
  private:
   struct Block {
