@@ -1,0 +1,239 @@
+#include "vision/image_header.h"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace iris::vision::detail {
+namespace {
+
+bool StartsWith(std::span<const uint8_t> b, const char* magic, size_t n, size_t at = 0) {
+  return b.size() >= at + n && std::memcmp(b.data() + at, magic, n) == 0;
+}
+
+uint32_t Be16(const uint8_t* p) { return (uint32_t{p[0]} << 8) | p[1]; }
+uint32_t Be32(const uint8_t* p) { return (Be16(p) << 16) | Be16(p + 2); }
+uint32_t Le16(const uint8_t* p) { return uint32_t{p[0]} | (uint32_t{p[1]} << 8); }
+uint32_t Le24(const uint8_t* p) { return Le16(p) | (uint32_t{p[2]} << 16); }
+uint32_t Le32(const uint8_t* p) { return Le16(p) | (Le16(p + 2) << 16); }
+
+absl::Status Truncated(const char* format, size_t size) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(format, " header is truncated (the image is only ", size, " bytes)"));
+}
+
+// Formats we recognise only to name them in the error.
+const char* KnownUnsupported(std::span<const uint8_t> b) {
+  if (StartsWith(b, "GIF87a", 6) || StartsWith(b, "GIF89a", 6)) return "GIF";
+  if (StartsWith(b, "\x00\x00\x01\x00", 4)) return "ICO";
+  if (StartsWith(b, "8BPS", 4)) return "PSD";
+  if (StartsWith(b, "\x00\x00\x00\x0cjP  ", 8) || StartsWith(b, "\xff\x4f\xff\x51", 4)) return "JPEG 2000";
+  if (StartsWith(b, "ftyp", 4, 4)) {
+    if (StartsWith(b, "avif", 4, 8) || StartsWith(b, "avis", 4, 8)) return "AVIF";
+    if (StartsWith(b, "heic", 4, 8) || StartsWith(b, "heix", 4, 8) || StartsWith(b, "mif1", 4, 8) ||
+        StartsWith(b, "msf1", 4, 8)) {
+      return "HEIF";
+    }
+    return "ISO media (MP4/MOV/HEIF family)";
+  }
+  if (StartsWith(b, "RIFF", 4)) return "RIFF, not WebP";
+  if (StartsWith(b, "%PDF", 4)) return "PDF";
+  if (StartsWith(b, "<svg", 4) || StartsWith(b, "<?xml", 5)) return "SVG/XML";
+  if (StartsWith(b, "qoif", 4)) return "QOI";
+  if (StartsWith(b, "\x76\x2f\x31\x01", 4)) return "OpenEXR";
+  if (StartsWith(b, "\xff\x0a", 2) || StartsWith(b, "\x00\x00\x00\x0cJXL ", 8)) return "JPEG XL";
+  if (StartsWith(b, "\xff\xd8", 2)) return "JPEG without a marker after SOI";
+  return nullptr;
+}
+
+bool IsSof(int marker) {
+  // SOF0..SOF15 except DHT (C4), JPG (C8) and DAC (CC).
+  return marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+}
+
+}  // namespace
+
+ImageFormat SniffFormat(std::span<const uint8_t> b) {
+  if (StartsWith(b, "\xff\xd8\xff", 3)) return ImageFormat::kJpeg;
+  if (StartsWith(b, "\x89PNG\r\n\x1a\n", 8)) return ImageFormat::kPng;
+  if (StartsWith(b, "RIFF", 4) && StartsWith(b, "WEBP", 4, 8)) return ImageFormat::kWebp;
+  if (StartsWith(b, "BM", 2)) return ImageFormat::kBmp;
+  if (StartsWith(b, "II*\0", 4) || StartsWith(b, "MM\0*", 4) || StartsWith(b, "II+\0", 4) ||
+      StartsWith(b, "MM\0+", 4)) {
+    return ImageFormat::kTiff;
+  }
+  return ImageFormat::kUnknown;
+}
+
+absl::Status UnsupportedFormatError(std::span<const uint8_t> b) {
+  std::string hex;
+  for (size_t i = 0; i < b.size() && i < 4; ++i) {
+    char buf[4];
+    std::snprintf(buf, sizeof buf, "%02x", b[i]);
+    absl::StrAppend(&hex, i ? " " : "", buf);
+  }
+  const char* name = KnownUnsupported(b);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported image format (first bytes ", hex, name ? ": " : "", name ? name : "",
+      "); supported: JPEG, PNG, WebP, BMP, TIFF"));
+}
+
+absl::StatusOr<HeaderDims> ReadJpegDims(std::span<const uint8_t> b) {
+  // Walk the markers after SOI up to the first SOFn, as Pillow's JpegImagePlugin does (junk
+  // between markers is skipped).
+  size_t pos = 2;
+  const size_t n = b.size();
+  while (pos < n) {
+    if (b[pos] != 0xFF) {
+      ++pos;
+      continue;
+    }
+    while (pos < n && b[pos] == 0xFF) ++pos;  // fill bytes
+    if (pos >= n) break;
+    const int marker = b[pos++];
+    if (marker == 0x00 || marker == 0x01 || marker == 0xD8 || (marker >= 0xD0 && marker <= 0xD7)) {
+      continue;  // stuffed byte, TEM, SOI, RSTn: no length
+    }
+    if (marker == 0xD9 || marker == 0xDA) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "invalid JPEG data: ", marker == 0xD9 ? "EOI" : "start of scan", " before any frame header"));
+    }
+    if (pos + 2 > n) break;
+    const size_t length = Be16(&b[pos]);
+    if (length < 2) return absl::InvalidArgumentError("invalid JPEG data: marker segment length < 2");
+    if (IsSof(marker)) {
+      if (pos + 7 > n) break;
+      return HeaderDims{Be16(&b[pos + 5]), Be16(&b[pos + 3])};
+    }
+    pos += length;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("JPEG data is truncated: no frame header in ", n, " bytes"));
+}
+
+absl::StatusOr<PngIhdr> ReadPngIhdr(std::span<const uint8_t> b) {
+  if (b.size() < 33) return Truncated("PNG", b.size());
+  if (Be32(&b[8]) != 13 || std::memcmp(&b[12], "IHDR", 4) != 0) {
+    return absl::InvalidArgumentError("invalid PNG data: the first chunk is not a 13-byte IHDR");
+  }
+  PngIhdr h;
+  h.width = Be32(&b[16]);
+  h.height = Be32(&b[20]);
+  h.bit_depth = b[24];
+  h.color_type = b[25];
+  h.interlaced = b[28] != 0;
+  return h;
+}
+
+absl::StatusOr<HeaderDims> ReadWebpDims(std::span<const uint8_t> b) {
+  if (b.size() < 30) return Truncated("WebP", b.size());
+  const uint8_t* c = &b[12];
+  if (std::memcmp(c, "VP8X", 4) == 0) {
+    return HeaderDims{int64_t{Le24(&b[24])} + 1, int64_t{Le24(&b[27])} + 1};
+  }
+  if (std::memcmp(c, "VP8L", 4) == 0) {
+    if (b[20] != 0x2F) return absl::InvalidArgumentError("invalid WebP data: bad VP8L signature");
+    const uint32_t bits = Le32(&b[21]);
+    return HeaderDims{int64_t{bits & 0x3FFF} + 1, int64_t{(bits >> 14) & 0x3FFF} + 1};
+  }
+  if (std::memcmp(c, "VP8 ", 4) == 0) {
+    if (b[23] != 0x9D || b[24] != 0x01 || b[25] != 0x2A) {
+      return absl::InvalidArgumentError("invalid WebP data: bad VP8 key frame start code");
+    }
+    return HeaderDims{Le16(&b[26]) & 0x3FFF, Le16(&b[28]) & 0x3FFF};
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid WebP data: first chunk is '", std::string(reinterpret_cast<const char*>(c), 4),
+      "', expected VP8, VP8L or VP8X"));
+}
+
+absl::StatusOr<HeaderDims> ReadBmpDims(std::span<const uint8_t> b) {
+  if (b.size() < 18) return Truncated("BMP", b.size());
+  const uint32_t dib = Le32(&b[14]);
+  if (dib == 12) {  // BITMAPCOREHEADER: 16-bit sizes
+    if (b.size() < 26) return Truncated("BMP", b.size());
+    return HeaderDims{Le16(&b[18]), Le16(&b[20])};
+  }
+  if (dib < 16) return absl::InvalidArgumentError(absl::StrCat("invalid BMP data: DIB header size ", dib));
+  if (b.size() < 26) return Truncated("BMP", b.size());
+  const int64_t w = static_cast<int32_t>(Le32(&b[18]));
+  const int64_t h = static_cast<int32_t>(Le32(&b[22]));  // negative: top-down rows
+  if (w < 0) return absl::InvalidArgumentError(absl::StrCat("invalid BMP data: width ", w));
+  return HeaderDims{w, h < 0 ? -h : h};
+}
+
+absl::StatusOr<HeaderDims> ReadTiffDims(std::span<const uint8_t> b) {
+  if (b.size() < 8) return Truncated("TIFF", b.size());
+  const bool le = b[0] == 'I';
+  const bool big = b[2] == 0x2B || b[3] == 0x2B;
+  auto u16 = [&](size_t at) -> uint64_t { return le ? Le16(&b[at]) : Be16(&b[at]); };
+  auto u32 = [&](size_t at) -> uint64_t { return le ? Le32(&b[at]) : Be32(&b[at]); };
+  auto u64 = [&](size_t at) -> uint64_t {
+    return le ? (u32(at) | (u32(at + 4) << 32)) : ((u32(at) << 32) | u32(at + 4));
+  };
+  const size_t entry_size = big ? 20 : 12;
+  uint64_t ifd;
+  if (big) {
+    if (b.size() < 16) return Truncated("TIFF", b.size());
+    ifd = u64(8);
+  } else {
+    ifd = u32(4);
+  }
+  const size_t count_size = big ? 8 : 2;
+  if (ifd > b.size() || b.size() - ifd < count_size) {
+    return absl::InvalidArgumentError("invalid TIFF data: first IFD lies outside the file");
+  }
+  const uint64_t count = big ? u64(ifd) : u16(ifd);
+  int64_t width = -1, height = -1;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t at = ifd + count_size + i * entry_size;
+    if (at + entry_size > b.size()) break;
+    const uint64_t tag = u16(at), type = u16(at + 2);
+    if (tag != 256 && tag != 257) continue;
+    const size_t value_at = at + (big ? 12 : 8);
+    int64_t v;
+    if (type == 3) {
+      v = static_cast<int64_t>(u16(value_at));
+    } else if (type == 4) {
+      v = static_cast<int64_t>(u32(value_at));
+    } else if (type == 16 && big) {
+      v = static_cast<int64_t>(u64(value_at) & 0x7FFFFFFFFFFFFFFFull);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("invalid TIFF data: tag ", tag, " has type ", type));
+    }
+    (tag == 256 ? width : height) = v;
+  }
+  if (width < 0 || height < 0) {
+    return absl::InvalidArgumentError("invalid TIFF data: the first IFD has no ImageWidth/ImageLength");
+  }
+  return HeaderDims{width, height};
+}
+
+absl::Status CheckDimensions(ImageFormat format, int64_t width, int64_t height,
+                             const DecodeLimits& limits) {
+  const char* name = ImageFormatName(format);
+  if (width <= 0 || height <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " header declares an empty image (", width, "x", height, ")"));
+  }
+  // Headers store at most 32 bits per side (BigTIFF aside), so the product fits in uint64.
+  constexpr int64_t kMaxSide32 = 0xFFFFFFFFll;
+  if (width > kMaxSide32 || height > kMaxSide32) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " header declares ", width, "x", height,
+                                                   ", a side over the limit of ", limits.max_side));
+  }
+  const uint64_t pixels = static_cast<uint64_t>(width) * static_cast<uint64_t>(height);
+  if (limits.max_pixels < 0 || pixels > static_cast<uint64_t>(limits.max_pixels)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " header declares ", width, "x", height, " = ",
+                                                   pixels, " pixels, limit is ", limits.max_pixels));
+  }
+  if (width > limits.max_side || height > limits.max_side) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " header declares ", width, "x", height,
+                                                   ", a side over the limit of ", limits.max_side));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace iris::vision::detail
