@@ -38,6 +38,53 @@ struct Unit {
   int32_t q0;  // first query of the block, relative to the sequence start
 };
 
+// Where a unit's data lives.
+struct UnitGeom {
+  int seq, g, q0, n, nq, nkb;
+  bool prepacked;  // keys packed up front (long sequence) rather than inside the unit
+  const float* qh;
+  const float* kh;
+  const float* vh;
+  float* oh;
+};
+
+// prefetcht1 as a volatile asm: GCC's IPA pure-const analysis takes a function that only
+// prefetches for side-effect free and deletes its calls (seen with GCC 12).
+inline void PrefetchL2(const char* p) { asm volatile("prefetcht1 %0" : : "m"(*p)); }
+
+// Rows to prefetch into L2, issued in slices spread over the tiles of a key block.
+struct Prefetch {
+  const float* base[3];
+  int64_t stride[3];
+  int rows[3];
+  int count = 0;
+  int total = 0;
+  void Add(const float* b, int64_t st, int n) {
+    if (n <= 0) return;
+    base[count] = b;
+    stride[count] = st;
+    rows[count] = n;
+    ++count;
+    total += n;
+  }
+  // Slice `i` of `n`: rows [total*i/n, total*(i+1)/n) of the concatenated row lists.
+  void Issue(int i, int n, int head_dim) const {
+    if (total == 0) return;
+    int begin = static_cast<int>(static_cast<int64_t>(total) * i / n);
+    int end = static_cast<int>(static_cast<int64_t>(total) * (i + 1) / n);
+    for (int l = 0; l < count && begin < end; ++l) {
+      const int lb = begin, le = std::min(end, rows[l]);
+      for (int r = lb; r < le; ++r) {
+        const char* row = reinterpret_cast<const char*>(base[l] + r * stride[l]);
+        for (int off = 0; off < head_dim * 4; off += 64) PrefetchL2(row + off);
+        PrefetchL2(row + head_dim * 4 - 1);
+      }
+      begin = std::max(0, begin - rows[l]);
+      end -= rows[l];
+    }
+  }
+};
+
 // In-register transpose of 16 rows of 16 floats.
 inline void Transpose16(__m512 r[16]) {
   __m512 t[16];
@@ -111,51 +158,112 @@ struct UnitState {
 
 struct Shape {
   int head_dim;
-  int ndv;  // ceil(head_dim / 16)
-  __mmask16 dmask[16];  // per head_dim vector: valid lanes
+  int ndv;          // ceil(head_dim / 16)
+  __mmask16 tail;   // valid lanes of the last head_dim vector
   float scale;
   bool causal;
 };
 
-// Accumulates P (kRows x jn, in st.p) times V rows [0, jn) into the tile's output rows.
-template <int CN>
-inline void PvChunk(const Shape& sh, int c0, const float* v0, int64_t v_stride, int jn, const float* alpha,
-                    bool first, bool last, const float* inv_l, float* const out_rows[kRows], int rows_valid,
-                    UnitState& st, int t) {
-  __m512 acc[kRows][CN];
-  for (int r = 0; r < kRows; ++r) {
-    if (first) {
-      for (int c = 0; c < CN; ++c) acc[r][c] = _mm512_setzero_ps();
+// Accumulates P (kRows x jn, in p) times V rows [0, jn) into CN vectors of the tile's output
+// rows, starting at head_dim vector c0 (v0, o and out_rows are already offset to it). Only the
+// head's last vector can be partial (kTail); full vectors use plain loads, which lets the
+// compiler keep the accumulators in registers across the key loop.
+template <int CN, bool kTail>
+__attribute__((noinline)) void PvChunk(__mmask16 tail, const float* v0, int64_t v_stride, int jn, const float* p,
+                    const float* alpha, bool first, bool last, const float* inv_l, float* const out_rows[kRows],
+                    int rows_valid, float* o, int o_stride) {
+  auto load = [tail](const float* src, int c) {
+    return (kTail && c == CN - 1) ? _mm512_maskz_loadu_ps(tail, src + c * 16) : _mm512_loadu_ps(src + c * 16);
+  };
+  auto store = [tail](float* dst, int c, __m512 x) {
+    if (kTail && c == CN - 1) {
+      _mm512_mask_storeu_ps(dst + c * 16, tail, x);
     } else {
+      _mm512_storeu_ps(dst + c * 16, x);
+    }
+  };
+  __m512 acc[kRows][CN];
+  if (first) {
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 8
+      for (int c = 0; c < CN; ++c) acc[r][c] = _mm512_setzero_ps();
+  } else {
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
       const __m512 a = _mm512_set1_ps(alpha[r]);
-      const float* o = st.o + (t + r) * sh.head_dim;
-      for (int c = 0; c < CN; ++c) {
-        acc[r][c] = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(sh.dmask[c0 + c], o + (c0 + c) * 16));
-      }
+#pragma GCC unroll 8
+      for (int c = 0; c < CN; ++c) acc[r][c] = _mm512_mul_ps(a, load(o + r * o_stride, c));
     }
   }
-  const float* p = st.p;
   for (int j = 0; j < jn; ++j) {
-    const float* vr = v0 + j * v_stride + c0 * 16;
+    const float* vr = v0 + j * v_stride;
     __m512 vv[CN];
-    for (int c = 0; c < CN; ++c) vv[c] = _mm512_maskz_loadu_ps(sh.dmask[c0 + c], vr + c * 16);
+#pragma GCC unroll 8
+    for (int c = 0; c < CN; ++c) {
+      vv[c] = load(vr, c);
+      asm("" : "+v"(vv[c]));  // one load per vector, not one per FMA
+    }
+#pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       const __m512 pb = _mm512_set1_ps(p[r * kBlock + j]);
+#pragma GCC unroll 8
       for (int c = 0; c < CN; ++c) acc[r][c] = _mm512_fmadd_ps(pb, vv[c], acc[r][c]);
     }
   }
-  for (int r = 0; r < kRows; ++r) {
-    if (last) {
-      if (r >= rows_valid) continue;
-      const __m512 il = _mm512_set1_ps(inv_l[r]);
-      for (int c = 0; c < CN; ++c) {
-        _mm512_mask_storeu_ps(out_rows[r] + (c0 + c) * 16, sh.dmask[c0 + c], _mm512_mul_ps(acc[r][c], il));
+  if (last) {
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      if (r < rows_valid) {
+        const __m512 il = _mm512_set1_ps(inv_l[r]);
+#pragma GCC unroll 8
+        for (int c = 0; c < CN; ++c) store(out_rows[r], c, _mm512_mul_ps(acc[r][c], il));
       }
-    } else {
-      float* o = st.o + (t + r) * sh.head_dim;
-      for (int c = 0; c < CN; ++c) _mm512_mask_storeu_ps(o + (c0 + c) * 16, sh.dmask[c0 + c], acc[r][c]);
+    }
+  } else {
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 8
+      for (int c = 0; c < CN; ++c) store(o + r * o_stride, c, acc[r][c]);
+  }
+}
+
+// S[r][0 .. 16*NJV) = q_r · Kt for the 4 rows of a micro-tile (unscaled), stored to s (rows of 64).
+// Not inlined: on its own the 16 accumulators stay in registers (inlined into the tile GCC
+// spilled them on every iteration).
+template <int NJV>
+__attribute__((noinline)) void QkTile(const float* q0, const float* q1, const float* q2, const float* q3,
+                                      const float* kt, int hd, float* s) {
+  __m512 acc[kRows][NJV];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NJV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int d = 0; d < hd; ++d) {
+    __m512 kv[NJV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NJV; ++v) {
+      kv[v] = _mm512_load_ps(kt + d * kBlock + v * 16);
+      // Keep the key vector in a register: GCC would otherwise re-read it in each of the four
+      // FMAs (20 loads per 16 FMAs instead of 8).
+      asm("" : "+v"(kv[v]));
+    }
+    const __m512 b0 = _mm512_set1_ps(q0[d]);
+    const __m512 b1 = _mm512_set1_ps(q1[d]);
+    const __m512 b2 = _mm512_set1_ps(q2[d]);
+    const __m512 b3 = _mm512_set1_ps(q3[d]);
+#pragma GCC unroll 4
+    for (int v = 0; v < NJV; ++v) {
+      acc[0][v] = _mm512_fmadd_ps(b0, kv[v], acc[0][v]);
+      acc[1][v] = _mm512_fmadd_ps(b1, kv[v], acc[1][v]);
+      acc[2][v] = _mm512_fmadd_ps(b2, kv[v], acc[2][v]);
+      acc[3][v] = _mm512_fmadd_ps(b3, kv[v], acc[3][v]);
     }
   }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NJV; ++v) _mm512_store_ps(s + r * kBlock + v * 16, acc[r][v]);
 }
 
 // One micro-tile: rows t..t+3 of the unit against one key block (kn keys, NJV = ceil(kn/16)).
@@ -163,29 +271,8 @@ template <int NJV>
 inline void Tile(const Shape& sh, const float* const q_rows[kRows], const int qpos[kRows], const float* kt,
                  int kb0, int kn, const float* v0, int64_t v_stride, bool first, bool last,
                  float* const out_rows[kRows], int rows_valid, UnitState& st, int t) {
-  // S = q · Ktᵀ for 4 rows x NJV*16 keys.
-  __m512 s[kRows][NJV];
-  for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < NJV; ++v) s[r][v] = _mm512_setzero_ps();
   const int hd = sh.head_dim;
-  const float* q0 = q_rows[0];
-  const float* q1 = q_rows[1];
-  const float* q2 = q_rows[2];
-  const float* q3 = q_rows[3];
-  for (int d = 0; d < hd; ++d) {
-    __m512 kv[NJV];
-    for (int v = 0; v < NJV; ++v) kv[v] = _mm512_load_ps(kt + d * kBlock + v * 16);
-    const __m512 b0 = _mm512_set1_ps(q0[d]);
-    const __m512 b1 = _mm512_set1_ps(q1[d]);
-    const __m512 b2 = _mm512_set1_ps(q2[d]);
-    const __m512 b3 = _mm512_set1_ps(q3[d]);
-    for (int v = 0; v < NJV; ++v) {
-      s[0][v] = _mm512_fmadd_ps(b0, kv[v], s[0][v]);
-      s[1][v] = _mm512_fmadd_ps(b1, kv[v], s[1][v]);
-      s[2][v] = _mm512_fmadd_ps(b2, kv[v], s[2][v]);
-      s[3][v] = _mm512_fmadd_ps(b3, kv[v], s[3][v]);
-    }
-  }
+  QkTile<NJV>(q_rows[0], q_rows[1], q_rows[2], q_rows[3], kt, hd, st.p);
 
   // Online softmax on the registers.
   const __m512 scale = _mm512_set1_ps(sh.scale);
@@ -196,14 +283,15 @@ inline void Tile(const Shape& sh, const float* const q_rows[kRows], const int qp
     const int limit = sh.causal ? std::min(kn, qpos[r] - kb0 + 1) : kn;
     jn = std::max(jn, limit);
     __m512 mx = _mm512_set1_ps(kNegInf);
+    __m512 sv[NJV];
     for (int v = 0; v < NJV; ++v) {
-      s[r][v] = _mm512_mul_ps(s[r][v], scale);
+      sv[v] = _mm512_mul_ps(_mm512_load_ps(st.p + r * kBlock + v * 16), scale);
       if (limit < (v + 1) * 16) {
         const __mmask16 valid =
             _mm512_cmp_epi32_mask(_mm512_add_epi32(iota, _mm512_set1_epi32(v * 16)), _mm512_set1_epi32(limit), _MM_CMPINT_LT);
-        s[r][v] = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), valid, s[r][v]);
+        sv[v] = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), valid, sv[v]);
       }
-      mx = _mm512_max_ps(mx, s[r][v]);
+      mx = _mm512_max_ps(mx, sv[v]);
     }
     const int row = t + r;
     const float m_old = st.m[row];
@@ -213,7 +301,7 @@ inline void Tile(const Shape& sh, const float* const q_rows[kRows], const int qp
     const __m512 mb = _mm512_set1_ps(m_use);
     __m512 sum = _mm512_setzero_ps();
     for (int v = 0; v < NJV; ++v) {
-      const __m512 pv = cpu::Exp(_mm512_sub_ps(s[r][v], mb));
+      const __m512 pv = cpu::Exp(_mm512_sub_ps(sv[v], mb));
       sum = _mm512_add_ps(sum, pv);
       _mm512_store_ps(st.p + r * kBlock + v * 16, pv);
     }
@@ -224,16 +312,26 @@ inline void Tile(const Shape& sh, const float* const q_rows[kRows], const int qp
   }
 
   // O = alpha * O + P · V, in chunks of head_dim vectors.
+  float* o = st.o + t * hd;
   for (int c0 = 0; c0 < sh.ndv;) {
     const int left = sh.ndv - c0;
     const int cn = left <= kMaxChunk ? left : (left <= 2 * kMaxChunk ? (left + 1) / 2 : kMaxChunk);
+    const bool tail = c0 + cn == sh.ndv && sh.tail != 0xFFFF;
+    float* out_c[kRows];
+    for (int r = 0; r < kRows; ++r) out_c[r] = out_rows[r] + c0 * 16;
+    const float* vc = v0 + c0 * 16;
+    float* oc = o + c0 * 16;
+#define IRIS_PV(CN)                                                                                     \
+  (tail ? PvChunk<CN, true>(sh.tail, vc, v_stride, jn, st.p, alpha, first, last, inv_l, out_c, rows_valid, oc, hd) \
+        : PvChunk<CN, false>(sh.tail, vc, v_stride, jn, st.p, alpha, first, last, inv_l, out_c, rows_valid, oc, hd))
     switch (cn) {
-      case 1: PvChunk<1>(sh, c0, v0, v_stride, jn, alpha, first, last, inv_l, out_rows, rows_valid, st, t); break;
-      case 2: PvChunk<2>(sh, c0, v0, v_stride, jn, alpha, first, last, inv_l, out_rows, rows_valid, st, t); break;
-      case 3: PvChunk<3>(sh, c0, v0, v_stride, jn, alpha, first, last, inv_l, out_rows, rows_valid, st, t); break;
-      case 4: PvChunk<4>(sh, c0, v0, v_stride, jn, alpha, first, last, inv_l, out_rows, rows_valid, st, t); break;
-      default: PvChunk<5>(sh, c0, v0, v_stride, jn, alpha, first, last, inv_l, out_rows, rows_valid, st, t); break;
+      case 1: IRIS_PV(1); break;
+      case 2: IRIS_PV(2); break;
+      case 3: IRIS_PV(3); break;
+      case 4: IRIS_PV(4); break;
+      default: IRIS_PV(5); break;
     }
+#undef IRIS_PV
     c0 += cn;
   }
 }
@@ -251,7 +349,7 @@ void VarlenAttention(const AttentionArgs& a) {
   Shape sh;
   sh.head_dim = hd;
   sh.ndv = (hd + 15) / 16;
-  for (int c = 0; c < 16; ++c) sh.dmask[c] = TailMask(std::max(0, hd - c * 16));
+  sh.tail = TailMask(hd - (sh.ndv - 1) * 16);
   sh.scale = a.scale;
   sh.causal = a.causal;
 
@@ -297,6 +395,24 @@ void VarlenAttention(const AttentionArgs& a) {
   }
 
   const int64_t num_units = static_cast<int64_t>(units.size());
+  auto geom = [&](const Unit& unit) {
+    UnitGeom ug;
+    ug.seq = unit.seq;
+    ug.g = unit.head / group;
+    ug.q0 = unit.q0;
+    const int64_t t0 = cu[unit.seq];
+    ug.n = cu[unit.seq + 1] - cu[unit.seq];
+    ug.nq = std::min(kBlock, ug.n - unit.q0);
+    // Keys this block needs: all, or up to its last query when causal.
+    const int k_end = a.causal ? unit.q0 + ug.nq : ug.n;
+    ug.nkb = (k_end + kBlock - 1) / kBlock;
+    ug.prepacked = block_base[unit.seq] >= 0;
+    ug.qh = a.q.data + (t0 + unit.q0) * a.q.row_stride + static_cast<int64_t>(unit.head) * a.q.head_stride;
+    ug.kh = a.k.data + t0 * a.k.row_stride + static_cast<int64_t>(ug.g) * a.k.head_stride;
+    ug.vh = a.v.data + t0 * a.v.row_stride + static_cast<int64_t>(ug.g) * a.v.head_stride;
+    ug.oh = a.out + (t0 + unit.q0) * a.out_row_stride + static_cast<int64_t>(unit.head) * hd;
+    return ug;
+  };
 #pragma omp parallel
   {
     thread_local Scratch scratch;
@@ -306,49 +422,57 @@ void VarlenAttention(const AttentionArgs& a) {
     st.o = base + block_floats;
     st.p = st.o + static_cast<size_t>(kBlock) * hd;
 
-#pragma omp for schedule(dynamic, 1)
+    // Chunks of consecutive units per thread, so that the unit after this one is usually this
+    // thread's own and its rows can be prefetched while this one computes.
+    const int64_t chunk = std::clamp<int64_t>(num_units / (8 * omp_get_num_threads()), 1, 8);
+#pragma omp for schedule(dynamic, chunk)
     for (int64_t u = 0; u < num_units; ++u) {
-      const Unit unit = units[u];
-      const int s = unit.seq, h = unit.head, g = h / group;
-      const int64_t t0 = cu[s];
-      const int n = cu[s + 1] - cu[s];
-      const int nq = std::min(kBlock, n - unit.q0);
-      // Keys this block needs: all, or up to its last query when causal.
-      const int k_end = a.causal ? unit.q0 + nq : n;
-      const int nkb = (k_end + kBlock - 1) / kBlock;
+      const UnitGeom ug = geom(units[u]);
       for (int r = 0; r < kBlock; ++r) {
         st.m[r] = kNegInf;
         st.l[r] = 0.f;
       }
-      const float* qh = a.q.data + (t0 + unit.q0) * a.q.row_stride + h * a.q.head_stride;
-      const float* kh = a.k.data + t0 * a.k.row_stride + g * a.k.head_stride;
-      const float* vh = a.v.data + t0 * a.v.row_stride + g * a.v.head_stride;
-      float* oh = a.out + (t0 + unit.q0) * a.out_row_stride + static_cast<int64_t>(h) * hd;
-
-      for (int kb = 0; kb < nkb; ++kb) {
+      for (int kb = 0; kb < ug.nkb; ++kb) {
         const int kb0 = kb * kBlock;
-        const int kn = std::min(kBlock, n - kb0);
+        const int kn = std::min(kBlock, ug.n - kb0);
         const float* kt;
-        if (block_base[s] < 0) {
-          PackKt(kh, a.k.row_stride, kn, hd, kt_local);
+        if (!ug.prepacked) {
+          PackKt(ug.kh, a.k.row_stride, kn, hd, kt_local);
           kt = kt_local;
         } else {
-          kt = packed + (g * total_blocks + block_base[s] + kb) * block_floats;
+          kt = packed + (ug.g * total_blocks + block_base[ug.seq] + kb) * block_floats;
         }
-        const float* v0 = vh + static_cast<int64_t>(kb0) * a.v.row_stride;
-        const bool first = kb == 0, last = kb == nkb - 1;
+        const float* v0 = ug.vh + static_cast<int64_t>(kb0) * a.v.row_stride;
+        const bool first = kb == 0, last = kb == ug.nkb - 1;
         const int njv = (kn + 15) / 16;
-        for (int t = 0; t < nq; t += kRows) {
+
+        // What to prefetch (into L2) while this block computes: the next key block's V rows, or
+        // the next unit's Q, K and V rows. The loads they save are strided rows (one page
+        // apart in a qkv buffer) that the hardware prefetchers do not follow.
+        Prefetch next;
+        if (!last) {
+          next.Add(v0 + kBlock * a.v.row_stride, a.v.row_stride, std::min(kBlock, ug.n - kb0 - kBlock));
+        } else if (u + 1 < num_units) {
+          const UnitGeom nu = geom(units[u + 1]);
+          next.Add(nu.qh, a.q.row_stride, nu.nq);
+          if (!nu.prepacked) next.Add(nu.kh, a.k.row_stride, std::min(kBlock, nu.n));
+          next.Add(nu.vh, a.v.row_stride, std::min(kBlock, nu.n));
+        }
+        const int tiles = (ug.nq + kRows - 1) / kRows;
+
+        for (int ti = 0; ti < tiles; ++ti) {
+          const int t = ti * kRows;
+          next.Issue(ti, tiles, hd);
           const float* q_rows[kRows];
           int qpos[kRows];
           float* out_rows[kRows];
           for (int r = 0; r < kRows; ++r) {
-            const int i = std::min(t + r, nq - 1);  // rows past the block repeat its last row
-            q_rows[r] = qh + i * a.q.row_stride;
-            qpos[r] = unit.q0 + i;
-            out_rows[r] = oh + i * a.out_row_stride;
+            const int i = std::min(t + r, ug.nq - 1);  // rows past the block repeat its last row
+            q_rows[r] = ug.qh + i * a.q.row_stride;
+            qpos[r] = ug.q0 + i;
+            out_rows[r] = ug.oh + i * a.out_row_stride;
           }
-          const int rows_valid = std::min(kRows, nq - t);
+          const int rows_valid = std::min(kRows, ug.nq - t);
           switch (njv) {
             case 1: Tile<1>(sh, q_rows, qpos, kt, kb0, kn, v0, a.v.row_stride, first, last, out_rows, rows_valid, st, t); break;
             case 2: Tile<2>(sh, q_rows, qpos, kt, kb0, kn, v0, a.v.row_stride, first, last, out_rows, rows_valid, st, t); break;

@@ -1,0 +1,253 @@
+// Micro-benchmarks of the CPU kernels on Qwen2.5-VL vision-tower shapes. Rates are printed next to
+// this machine's matmul peak measured by the same binary (MeasureMatmulPeakFlops), and the two
+// encoder techniques that live in kernels/ (fused rotary q/k, one-pass q/k/v padding) are timed
+// against their unfused paths in the same run.
+//
+//   kernels_bench [--filter=peak,linear,attention,elementwise,techniques] [--min-time=0.3]
+//                 [--tokens=3520]
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/linear.h"
+#include "kernels/qkv_pad.h"
+#include "kernels/rotary.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace iris::kernels {
+namespace {
+
+double g_min_time = 0.3;
+
+// Best time of one call of f (seconds): a warm-up, then calls until g_min_time has passed (at
+// least 3). Best-of, because the machine is shared and noise only ever adds time.
+double Time(const std::function<void()>& f) {
+  f();
+  double best = 1e30, total = 0;
+  int n = 0;
+  while (n < 3 || total < g_min_time) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, dt);
+    total += dt;
+    ++n;
+  }
+  return best;
+}
+
+std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+bool Enabled(const std::string& filter, const char* name) {
+  return filter.empty() || filter.find(name) != std::string::npos;
+}
+
+double g_peak_f32 = 0, g_peak_bf16 = 0;
+
+void BenchPeak() {
+  g_peak_f32 = MeasureMatmulPeakFlops(ComputeType::kF32, 2048, 5);
+  g_peak_bf16 = MeasureMatmulPeakFlops(ComputeType::kBF16, 2048, 5);
+  std::printf("matmul peak (M=N=K=2048, oneDNN):  f32 %8.1f GFLOP/s   bf16 %8.1f GFLOP/s\n", g_peak_f32 * 1e-9,
+              g_peak_bf16 * 1e-9);
+}
+
+void BenchLinear(int64_t tokens) {
+  struct Shape {
+    int64_t k, n;
+    const char* what;
+  };
+  const Shape shapes[] = {{1280, 3840, "qkv"},       {1280, 1280, "attn proj"}, {1280, 3420, "mlp gate/up"},
+                          {1280, 3456, "  ...padded"}, {3420, 1280, "mlp down"},  {3456, 1280, "  ...padded"},
+                          {5120, 5120, "merger fc1"}};
+  std::printf("\nLinear y = x*W^T + b (weights BF16 as published, reordered at load)\n");
+  std::printf("%-12s %6s %6s %6s | %10s %7s | %10s %7s\n", "layer", "M", "K", "N", "f32 GF/s", "%peak", "bf16 GF/s",
+              "%peak");
+  for (int64_t m : {int64_t{1024}, tokens}) {
+    for (const Shape& s : shapes) {
+      core::Tensor w = core::Tensor::Empty(core::DType::kBF16, {s.n, s.k});
+      std::mt19937 rng(1);
+      for (int64_t i = 0; i < s.n * s.k; ++i) w.data<uint16_t>()[i] = static_cast<uint16_t>(0x3C00 + (rng() & 0xFF));
+      core::Tensor b = core::Tensor::Zeros(core::DType::kF32, {s.n});
+      const std::vector<float> x = Random(m * s.k, 2);
+      std::vector<float> y(m * s.n);
+      double rate[2];
+      int i = 0;
+      for (ComputeType ct : {ComputeType::kF32, ComputeType::kBF16}) {
+        auto lin = Linear::Create(w, &b, ct);
+        if (!lin.ok()) {
+          std::printf("create failed: %s\n", lin.status().ToString().c_str());
+          return;
+        }
+        const double t = Time([&] { (*lin)->Forward(x.data(), m, y.data()); });
+        rate[i++] = 2.0 * m * s.k * s.n / t;
+      }
+      std::printf("%-12s %6lld %6lld %6lld | %10.1f %6.0f%% | %10.1f %6.0f%%\n", s.what, static_cast<long long>(m),
+                  static_cast<long long>(s.k), static_cast<long long>(s.n), rate[0] * 1e-9,
+                  100 * rate[0] / g_peak_f32, rate[1] * 1e-9, 100 * rate[1] / g_peak_bf16);
+    }
+  }
+  // Decode-like: one row, bandwidth bound (weight bytes / time).
+  std::printf("M=1 (decode-like), weight bytes streamed per call:\n");
+  for (const Shape& s : {Shape{2048, 11008, "3B mlp up"}, Shape{11008, 2048, "3B mlp down"}}) {
+    core::Tensor w = core::Tensor::Empty(core::DType::kBF16, {s.n, s.k});
+    for (int64_t i = 0; i < s.n * s.k; ++i) w.data<uint16_t>()[i] = 0x3C00 + (i & 0xFF);
+    const std::vector<float> x = Random(s.k, 3);
+    std::vector<float> y(s.n);
+    for (ComputeType ct : {ComputeType::kF32, ComputeType::kBF16}) {
+      auto lin = Linear::Create(w, nullptr, ct);
+      const double t = Time([&] { (*lin)->Forward(x.data(), 1, y.data()); });
+      const double bytes = static_cast<double>(s.k) * s.n * (ct == ComputeType::kF32 ? 4 : 2);
+      std::printf("  %-12s K=%-6lld N=%-6lld %s: %8.3f ms  %6.1f GB/s\n", s.what, static_cast<long long>(s.k),
+                  static_cast<long long>(s.n), ct == ComputeType::kF32 ? "f32 " : "bf16", t * 1e3, bytes / t * 1e-9);
+    }
+  }
+}
+
+// Attention over `seqs` sequences of `len` tokens, 16 heads x 80, q/k/v inside a qkv buffer.
+void BenchAttentionCase(const char* what, int seqs, int len, int heads, int kv_heads, int hd, bool causal) {
+  const int64_t rows = static_cast<int64_t>(seqs) * len;
+  const int64_t stride = static_cast<int64_t>(heads + 2 * kv_heads) * hd;
+  const std::vector<float> qkv = Random(rows * stride, 4);
+  std::vector<float> out(rows * heads * hd);
+  std::vector<int32_t> cu(seqs + 1);
+  for (int s = 0; s <= seqs; ++s) cu[s] = s * len;
+  AttentionArgs a;
+  a.q = {qkv.data(), stride, hd};
+  a.k = {qkv.data() + heads * hd, stride, hd};
+  a.v = {qkv.data() + (heads + kv_heads) * hd, stride, hd};
+  a.out = out.data();
+  a.out_row_stride = static_cast<int64_t>(heads) * hd;
+  a.num_heads = heads;
+  a.num_kv_heads = kv_heads;
+  a.head_dim = hd;
+  a.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  a.cu_seqlens = cu;
+  a.max_seqlen = len;
+  a.causal = causal;
+  const double t = Time([&] { VarlenAttention(a); });
+  double flops = 4.0 * len * len * hd * heads * seqs;
+  if (causal) flops = flops * (len + 1) / (2.0 * len);
+  std::printf("%-22s %5d x %-5d %2d/%-2d heads x %-3d %s %9.3f ms %8.1f GFLOP/s %5.0f%% of f32 matmul peak\n", what,
+              seqs, len, heads, kv_heads, hd, causal ? "causal" : "      ", t * 1e3, flops / t * 1e-9,
+              100 * flops / t / g_peak_f32);
+}
+
+void BenchAttention(int64_t tokens) {
+  std::printf("\nVarlenAttention (f32; flops = 4*n^2*d*heads per sequence)\n");
+  const int windows = static_cast<int>(tokens / 64);
+  BenchAttentionCase("window (ViT)", 16, 64, 16, 16, 80, false);
+  BenchAttentionCase("window (ViT)", windows, 64, 16, 16, 80, false);
+  BenchAttentionCase("full (ViT)", 1, 1024, 16, 16, 80, false);
+  BenchAttentionCase("full (ViT)", 1, static_cast<int>(tokens), 16, 16, 80, false);
+  BenchAttentionCase("prefill (3B decoder)", 1, 1024, 16, 2, 128, true);
+}
+
+void BenchElementwise(int64_t tokens) {
+  std::printf("\nElement-wise (GB/s = bytes read + written / time)\n");
+  const int64_t dim = 1280, inter = 3420;
+  const std::vector<float> x = Random(tokens * 2 * inter, 5);
+  const std::vector<float> w = Random(dim, 6);
+  std::vector<float> y(tokens * 2 * inter);
+  auto report = [](const char* what, double t, double bytes) {
+    std::printf("  %-34s %8.3f ms %7.1f GB/s\n", what, t * 1e3, bytes / t * 1e-9);
+  };
+  double t = Time([&] { RmsNorm(x.data(), w.data(), tokens, dim, 1e-6f, y.data()); });
+  report("RmsNorm [T, 1280]", t, 8.0 * tokens * dim);
+  t = Time([&] { SiluMulRows(x.data(), tokens, inter, y.data()); });
+  report("SiluMulRows [T, 2x3420]", t, 12.0 * tokens * inter);
+  t = Time([&] { GeluErf(x.data(), tokens * 5120 / 4, y.data()); });
+  report("GeluErf [T/4, 5120]", t, 8.0 * tokens * 5120 / 4);
+  t = Time([&] { Add(x.data(), x.data() + tokens * dim, tokens * dim, y.data()); });
+  report("Add [T, 1280]", t, 12.0 * tokens * dim);
+}
+
+void BenchTechniques(int64_t tokens) {
+  std::printf("\nEncoder techniques in kernels/ (T=%lld tokens, 16 heads x 80)\n", static_cast<long long>(tokens));
+  const int heads = 16, hd = 80;
+  const int64_t stride = 3LL * heads * hd;
+  std::vector<float> qkv = Random(tokens * stride, 7);
+  const std::vector<float> cos = Random(tokens * hd / 2, 8), sin = Random(tokens * hd / 2, 9);
+  const double t_fused = Time([&] {
+    RotaryQK({qkv.data(), stride, heads}, {qkv.data() + heads * hd, stride, heads}, tokens, hd, cos.data(), sin.data());
+  });
+  const double t_sep = Time([&] {
+    Rotary({qkv.data(), stride, heads}, tokens, hd, cos.data(), sin.data());
+    Rotary({qkv.data() + heads * hd, stride, heads}, tokens, hd, cos.data(), sin.data());
+  });
+  std::printf("  rotary q,k: fused %8.3f ms   separate %8.3f ms   speed-up %.2fx\n", t_fused * 1e3, t_sep * 1e3,
+              t_sep / t_fused);
+  for (int padded : {80, 96, 128}) {
+    std::vector<float> q(tokens * heads * padded), k(q.size()), v(q.size());
+    const double t_one = Time([&] { PadQkv(qkv.data(), tokens, heads, hd, padded, q.data(), k.data(), v.data()); });
+    const double t_three = Time([&] {
+      PadOneOfQkv(qkv.data(), tokens, heads, hd, padded, 0, q.data());
+      PadOneOfQkv(qkv.data(), tokens, heads, hd, padded, 1, k.data());
+      PadOneOfQkv(qkv.data(), tokens, heads, hd, padded, 2, v.data());
+    });
+    std::printf("  qkv pad 80->%-3d: one pass %8.3f ms   three passes %8.3f ms   speed-up %.2fx\n", padded,
+                t_one * 1e3, t_three * 1e3, t_three / t_one);
+  }
+}
+
+}  // namespace
+}  // namespace iris::kernels
+
+int main(int argc, char** argv) {
+  using namespace iris::kernels;
+  std::string filter;
+  int64_t tokens = 3520;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--filter=", 0) == 0) {
+      filter = arg.substr(9);
+    } else if (arg.rfind("--min-time=", 0) == 0) {
+      g_min_time = std::stod(arg.substr(11));
+    } else if (arg.rfind("--tokens=", 0) == 0) {
+      tokens = std::stoll(arg.substr(9));
+    } else {
+      std::fprintf(stderr, "usage: %s [--filter=peak,linear,attention,elementwise,techniques] [--min-time=S] [--tokens=T]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  const dnnl_version_t* v = dnnl_version();
+  std::printf("machine: %s, %d OpenMP threads, oneDNN %d.%d.%d (cpu isa: %s)\n", CpuModel().c_str(),
+              omp_get_max_threads(), v->major, v->minor, v->patch,
+              dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_bf16  ? "avx512_core_bf16"
+              : dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx ? "avx512_core_amx"
+              : dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core     ? "avx512_core"
+                                                                                 : "other");
+  BenchPeak();  // always: the other sections report against it
+  if (Enabled(filter, "linear")) BenchLinear(tokens);
+  if (Enabled(filter, "attention")) BenchAttention(tokens);
+  if (Enabled(filter, "elementwise")) BenchElementwise(tokens);
+  if (Enabled(filter, "techniques")) BenchTechniques(tokens);
+  return 0;
+}
