@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,9 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
+#include "vision/image_decode.h"
 #include "vision/patchify.h"
+#include "vision/resize_bicubic.h"
 #include "vision/resize_bicubic_internal.h"
 #include "vision/smart_resize.h"
 
@@ -48,6 +51,12 @@ std::vector<std::string> CaseNames(bool ok, const char* tensor = nullptr) {
     if (tensor != nullptr && !Has(c, tensor)) continue;
     names.push_back(c["case"].get<std::string>());
   }
+  return names;
+}
+
+std::vector<std::string> AllCaseNames() {
+  std::vector<std::string> names = CaseNames(true);
+  for (const auto& n : CaseNames(false)) names.push_back(n);
   return names;
 }
 
@@ -151,6 +160,70 @@ void ExpectMatchesGolden(const nlohmann::json& c, const PreprocessedImage& got) 
   EXPECT_NEAR(abs_sum, want_abs, 1e-9 * want_abs);
   std::printf("[ %-40s ] %lld rows checked, max abs diff %g\n", c["case"].get<std::string>().c_str(),
               static_cast<long long>(rows_checked), max_diff);
+}
+
+// The whole path a request takes, from the image file: decode (load_image), then Preprocess.
+// Also checks the resized image (ResizeBicubic of the decoded image) against the stored one,
+// full or crops, and its SHA-256.
+class PreprocessFromFile : public ::testing::TestWithParam<std::string> {};
+TEST_P(PreprocessFromFile, MatchesGolden) {
+  const auto& c = Case(GetParam());
+  auto decoded = DecodeImageFile(testing::DataPath(c["image"].get<std::string>()));
+  if (!c["expected"]["ok"].get<bool>()) {
+    // The decoder accepts these images; Preprocess must reject them.
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    auto r = Preprocess(*decoded, CheckpointConfig(), BoundsOf(c));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("is below the minimum 28"));
+    return;
+  }
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(core::Sha256Hex(decoded->pixels.data(), decoded->pixels.size()),
+            c["load_image"]["rgb_uint8_sha256"].get<std::string>())
+      << "the decoded image differs from load_image's";
+
+  const int oh = c["expected"]["resized_hw"][0].get<int>();
+  const int ow = c["expected"]["resized_hw"][1].get<int>();
+  const RgbImage resized = ResizeBicubic(*decoded, oh, ow);
+  EXPECT_EQ(core::Sha256Hex(resized.pixels.data(), resized.pixels.size()),
+            c["expected"]["resized_rgb_uint8_sha256"].get<std::string>());
+  const std::string file = FileOf(c);
+  if (Has(c, "resized_rgb")) {
+    const RgbImage want = ImageFromTensor(testing::LoadGolden(file, "resized_rgb"));
+    EXPECT_TRUE(want.pixels == resized.pixels);
+  }
+  const std::regex crop_at(R"(\(y,x\)=\[(\d+), (\d+)\])");
+  for (const auto& [name, info] : c["arrays"]["tensors"].items()) {
+    if (name.rfind("resized_rgb_crop_", 0) != 0) continue;
+    std::smatch m;
+    const std::string desc = info["desc"].get<std::string>();
+    ASSERT_TRUE(std::regex_search(desc, m, crop_at)) << desc;
+    const int y0 = std::stoi(m[1]), x0 = std::stoi(m[2]);
+    const RgbImage crop = ImageFromTensor(testing::LoadGolden(file, name));
+    for (int y = 0; y < crop.height; ++y) {
+      EXPECT_EQ(std::memcmp(crop.row(y), resized.row(y0 + y) + x0 * 3, crop.width * 3), 0) << name << " row " << y;
+    }
+  }
+
+  auto r = Preprocess(*decoded, CheckpointConfig(), BoundsOf(c));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectMatchesGolden(c, *r);
+}
+INSTANTIATE_TEST_SUITE_P(Golden, PreprocessFromFile, ::testing::ValuesIn(AllCaseNames()), TestName);
+
+// class_default through the configuration instead of per-request bounds: the processor's
+// constructor default max_pixels 28*28*1280 takes the floor path (2048x1536 -> 1148x840).
+TEST(Preprocess, ClassDefaultThroughTheConfig) {
+  const auto& c = Case("pp-jpeg420_q90_2048x1536-class_default");
+  auto decoded = DecodeImageFile(testing::DataPath(c["image"].get<std::string>()));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  core::PreprocessorConfig cfg = CheckpointConfig();
+  cfg.max_pixels = 28 * 28 * 1280;
+  ASSERT_EQ(cfg.max_pixels, c["settings"]["max_pixels"].get<int64_t>());
+  auto r = Preprocess(*decoded, cfg);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectMatchesGolden(c, *r);
 }
 
 // Expected errors: the reference rejects images under 28 px (the 1x1 one with its

@@ -1,6 +1,5 @@
 #include "vision/preprocess.h"
 
-#include <omp.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "vision/parallel_for.h"
 #include "vision/patchify.h"
 #include "vision/resize_bicubic_internal.h"
 #include "vision/smart_resize.h"
@@ -81,56 +81,68 @@ void ResizeAndPatchify(const RgbImage& image, int H, int W, const internal::Patc
     ring_rows = std::max(ring_rows, b - a);
   }
 
-  // Consecutive strips share input rows: hand them out in runs so that a thread mostly
-  // continues where it left off, yet small enough to balance two busy cores.
-  const int threads = omp_get_max_threads();
-  const int run = std::max(1, std::min(8, strips / (4 * std::max(threads, 1))));
-#pragma omp parallel if (strips > 1)
-  {
-    std::unique_ptr<uint8_t[]> ring(need_h ? new uint8_t[static_cast<size_t>(ring_rows) * stride] : nullptr);
-    std::unique_ptr<uint8_t[]> strip(need_v ? new uint8_t[static_cast<size_t>(strip_rows) * stride] : nullptr);
-    std::vector<const uint8_t*> hrows(image.height, nullptr);  // by input row
-    std::vector<const uint8_t*> rows(strip_rows);
+  // Consecutive strips share input rows: hand them out in runs so that a worker mostly
+  // continues where it left off, yet small enough to balance the workers.
+  const int workers = internal::ParallelWorkers();
+  const int run = std::max(1, std::min(8, strips / (4 * workers)));
+  const int items = (strips + run - 1) / run;
+
+  struct Scratch {
+    std::unique_ptr<uint8_t[]> ring;   // horizontally resampled input rows, by row % ring_rows
+    std::unique_ptr<uint8_t[]> strip;  // the strip's vertically resampled rows
+    std::vector<const uint8_t*> hrows;  // by input row
+    std::vector<const uint8_t*> rows;
     std::vector<const uint8_t*> in_rows;
     std::vector<uint8_t*> out_rows;
     int have_begin = 0, have_end = 0;  // input rows resampled into the ring
-#pragma omp for schedule(dynamic, run)
-    for (int s = 0; s < strips; ++s) {
+  };
+  std::vector<std::unique_ptr<Scratch>> scratch(workers);
+
+  internal::ParallelFor(items, [&](int item, int worker) {
+    if (scratch[worker] == nullptr) {
+      auto sc = std::make_unique<Scratch>();
+      if (need_h) sc->ring.reset(new uint8_t[static_cast<size_t>(ring_rows) * stride]);
+      if (need_v) sc->strip.reset(new uint8_t[static_cast<size_t>(strip_rows) * stride]);
+      sc->hrows.assign(image.height, nullptr);
+      sc->rows.resize(strip_rows);
+      scratch[worker] = std::move(sc);
+    }
+    Scratch& sc = *scratch[worker];
+    const int s_end = std::min(strips, (item + 1) * run);
+    for (int s = item * run; s < s_end; ++s) {
       const auto [a, b] = strip_input(s);
       if (need_h) {
-        if (a < have_begin || a > have_end) have_begin = have_end = a;
-        const int from = std::max(a, have_end);
-        in_rows.clear();
-        out_rows.clear();
-        for (int y = from; y < b; ++y) {
-          uint8_t* slot = ring.get() + static_cast<size_t>(y % ring_rows) * stride;
-          in_rows.push_back(image.row(y));
-          out_rows.push_back(slot);
-          hrows[y] = slot;
+        if (a < sc.have_begin || a > sc.have_end) sc.have_begin = sc.have_end = a;
+        sc.in_rows.clear();
+        sc.out_rows.clear();
+        for (int y = std::max(a, sc.have_end); y < b; ++y) {
+          uint8_t* slot = sc.ring.get() + static_cast<size_t>(y % ring_rows) * stride;
+          sc.in_rows.push_back(image.row(y));
+          sc.out_rows.push_back(slot);
+          sc.hrows[y] = slot;
         }
-        hplan->Run(in_rows.data(), out_rows.data(), static_cast<int>(in_rows.size()));
-        have_end = b;
-        have_begin = std::max(have_begin, b - ring_rows);
+        hplan->Run(sc.in_rows.data(), sc.out_rows.data(), static_cast<int>(sc.in_rows.size()));
+        sc.have_end = b;
+        sc.have_begin = std::max(sc.have_begin, b - ring_rows);
       } else {
-        for (int y = a; y < b; ++y) hrows[y] = image.row(y);
+        for (int y = a; y < b; ++y) sc.hrows[y] = image.row(y);
       }
       // Readable bytes per row: scratch rows are padded; the caller's rows are not (the last
       // image row ends the buffer).
-      int64_t readable = stride;
+      const int64_t readable = need_v || need_h ? stride : out_row_bytes;
       for (int i = 0; i < strip_rows; ++i) {
         const int yy = s * strip_rows + i;
         if (need_v) {
-          uint8_t* dst = strip.get() + static_cast<size_t>(i) * stride;
-          internal::VerticalRow(vert, yy, hrows.data(), out_row_bytes, dst);
-          rows[i] = dst;
+          uint8_t* dst = sc.strip.get() + static_cast<size_t>(i) * stride;
+          internal::VerticalRow(vert, yy, sc.hrows.data(), out_row_bytes, dst);
+          sc.rows[i] = dst;
         } else {
-          rows[i] = hrows[yy];
-          if (!need_h) readable = out_row_bytes;
+          sc.rows[i] = sc.hrows[yy];
         }
       }
-      patchifier.Strip(rows.data(), W, readable, out + s * rows_per_strip * row_len);
+      patchifier.Strip(sc.rows.data(), W, readable, out + s * rows_per_strip * row_len);
     }
-  }
+  });
 }
 
 }  // namespace

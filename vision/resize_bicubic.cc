@@ -3,13 +3,13 @@
 // GCC 12 warns about the _mm512_undefined_* idiom inside its own AVX-512 headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
 
+#include "vision/parallel_for.h"
 #include "vision/resize_bicubic_internal.h"
 
 namespace iris::vision {
@@ -333,11 +333,10 @@ RgbImage ResizeBicubic(const RgbImage& in, int out_height, int out_width) {
     }
     constexpr int kChunk = 16;
     const int chunks = (tmp.height + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int ch = 0; ch < chunks; ++ch) {
+    ParallelFor(chunks, [&](int ch, int) {
       const int y0 = ch * kChunk;
       plan.Run(in_rows.data() + y0, out_rows.data() + y0, std::min(kChunk, tmp.height - y0));
-    }
+    });
     if (!need_v) return tmp;
     src = &tmp;
     src_row0 = ybox_first;
@@ -350,8 +349,11 @@ RgbImage ResizeBicubic(const RgbImage& in, int out_height, int out_width) {
   std::vector<const uint8_t*> rows(in.height, nullptr);
   for (int y = ybox_first; y < ybox_last; ++y) rows[y] = src->row(y - src_row0);
   const int64_t bytes = static_cast<int64_t>(out_width) * 3;
-#pragma omp parallel for schedule(dynamic, 16)
-  for (int yy = 0; yy < out_height; ++yy) VerticalRow(vert, yy, rows.data(), bytes, out.row(yy));
+  constexpr int kChunk = 16;
+  ParallelFor((out_height + kChunk - 1) / kChunk, [&](int ch, int) {
+    const int end = std::min(out_height, (ch + 1) * kChunk);
+    for (int yy = ch * kChunk; yy < end; ++yy) VerticalRow(vert, yy, rows.data(), bytes, out.row(yy));
+  });
   return out;
 }
 
