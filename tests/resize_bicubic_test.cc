@@ -3,6 +3,7 @@
 #include "vision/resize_bicubic.h"
 
 #include <cstring>
+#include <map>
 #include <random>
 #include <regex>
 #include <string>
@@ -104,24 +105,47 @@ TEST(ResizeBicubic, MatchesScalarPillowTranscription) {
   }
 }
 
-TEST(ResizeBicubic, HorizontalPlanRowRangesAndScalarFallback) {
-  // A 40x downscale has more taps per output than the vector window holds: scalar path.
-  for (const auto& [in_w, out_w] : std::vector<std::pair<int, int>>{{4000, 100}, {1000, 61}, {64, 64 * 3}}) {
-    const RgbImage img = RandomImage(in_w, 9, in_w);
-    const internal::HorizontalPlan plan(internal::ComputeAxisCoeffs(in_w, out_w));
-    RgbImage out{out_w, 5, std::vector<uint8_t>(static_cast<size_t>(out_w) * 5 * 3)};
+// Every horizontal kernel, forced, against the scalar transcription, over scales from 1/4 to
+// 60 (where the kernels' windows fill up or no longer fit) and odd widths.
+TEST(ResizeBicubic, EveryHorizontalKernelMatchesTheScalarOne) {
+  using Mode = internal::HorizontalPlan::Mode;
+  const std::vector<std::pair<int, int>> widths = {
+      {2048, 2044}, {1000, 1008}, {300, 308},  {640, 644},  {64, 56},   {4032, 1148}, {2048, 1148},
+      {3000, 2996}, {8192, 980},  {4000, 100}, {1000, 61},  {64, 192},  {100, 25},   {1, 7},
+      {7, 1},       {17, 16},     {16, 17},    {250, 33},   {6000, 100}, {333, 111},  {129, 43},
+  };
+  std::map<Mode, int> taken;
+  for (const auto& [in_w, out_w] : widths) {
+    const RgbImage img = RandomImage(in_w, 7, in_w * 31 + out_w);
     std::vector<const uint8_t*> in_rows;
-    std::vector<uint8_t*> out_rows;
-    for (int y = 0; y < 5; ++y) {
-      in_rows.push_back(img.row(y + 2));
-      out_rows.push_back(out.row(y));
-    }
-    plan.Run(in_rows.data(), out_rows.data(), 5);
-    const RgbImage want = internal::ResizeBicubicReference(img, 9, out_w);
-    for (int y = 0; y < 5; ++y) {
-      EXPECT_EQ(std::memcmp(out.row(y), want.row(y + 2), out_w * 3), 0) << in_w << " row " << y;
+    for (int y = 0; y < img.height; ++y) in_rows.push_back(img.row(y));
+    const RgbImage want = internal::ResizeBicubicReference(img, img.height, out_w);
+    for (Mode mode : {Mode::kInterleaved, Mode::kPlanarBlocks, Mode::kPlanarDot}) {
+      const internal::HorizontalPlan plan(internal::ComputeAxisCoeffs(in_w, out_w), mode);
+      ++taken[plan.mode()];
+      // Rows 1..6 into an image whose rows are exactly out_w*3 bytes apart: any write past a
+      // row's end shows up in the next row.
+      RgbImage out{out_w, 6, std::vector<uint8_t>(static_cast<size_t>(out_w) * 6 * 3, 0xAB)};
+      std::vector<uint8_t*> out_rows;
+      for (int y = 0; y < out.height; ++y) out_rows.push_back(out.row(y));
+      plan.Run(in_rows.data() + 1, out_rows.data(), 6);
+      int bad = 0;
+      for (int y = 0; y < 6; ++y) bad += std::memcmp(out.row(y), want.row(y + 1), out_w * 3) != 0;
+      EXPECT_EQ(bad, 0) << in_w << " -> " << out_w << " mode " << static_cast<int>(plan.mode())
+                        << " (forced " << static_cast<int>(mode) << ")";
     }
   }
+  // Only the widest downscales are beyond the block kernels.
+  EXPECT_GE(taken[Mode::kInterleaved], 15);
+  EXPECT_GE(taken[Mode::kPlanarBlocks], 18);
+  EXPECT_EQ(taken[Mode::kPlanarDot], static_cast<int>(widths.size()));
+}
+
+TEST(ResizeBicubic, ChoosesAKernelByCost) {
+  using Mode = internal::HorizontalPlan::Mode;
+  EXPECT_EQ(internal::HorizontalPlan(internal::ComputeAxisCoeffs(2048, 2044)).mode(), Mode::kInterleaved);
+  EXPECT_EQ(internal::HorizontalPlan(internal::ComputeAxisCoeffs(4032, 1148)).mode(), Mode::kPlanarBlocks);
+  EXPECT_EQ(internal::HorizontalPlan(internal::ComputeAxisCoeffs(8192, 112)).mode(), Mode::kPlanarDot);
 }
 
 // The golden cases whose decoded image is stored in full: resize it and compare with the stored
@@ -148,7 +172,9 @@ TEST(ResizeBicubic, MatchesPillowGoldens) {
     ASSERT_EQ(got.width, ow);
     EXPECT_EQ(core::Sha256Hex(got.pixels.data(), got.pixels.size()),
               c["expected"]["resized_rgb_uint8_sha256"].get<std::string>());
-    if (!resized_full.pixels.empty()) EXPECT_EQ(CountDiff(got, resized_full), 0);
+    if (!resized_full.pixels.empty()) {
+      EXPECT_EQ(CountDiff(got, resized_full), 0);
+    }
     for (const auto& [name, info] : tensors.items()) {
       if (name.rfind("resized_rgb_crop_", 0) != 0) continue;
       std::smatch m;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "vision/parallel_for.h"
 #include "vision/resize_bicubic_internal.h"
@@ -46,6 +47,7 @@ inline __m128i PackClip(__m512i acc) {
 
 constexpr int kWindowBytes = 128;  // two zmm registers, addressed by vpermi2b
 constexpr int kBlockPixels = 16;   // 48 output bytes = three zmm of int32 accumulators
+constexpr int kPlanarWindow = 128; // pixels of one plane, two zmm registers
 
 }  // namespace
 
@@ -90,8 +92,7 @@ AxisCoeffs ComputeAxisCoeffs(int in_size, int out_size) {
   return c;
 }
 
-HorizontalPlan::HorizontalPlan(AxisCoeffs coeffs) : c_(std::move(coeffs)) {
-  vectorized_ = true;
+bool HorizontalPlan::BuildInterleaved() {
   for (int i = 0; i < c_.out_size;) {
     const int s0 = c_.start[i];
     int n = 0;
@@ -102,13 +103,7 @@ HorizontalPlan::HorizontalPlan(AxisCoeffs coeffs) : c_(std::move(coeffs)) {
       taps = std::max(taps, c_.count[p]);
       ++n;
     }
-    if (n == 0) {  // one output's taps span more than the window: scalar path
-      vectorized_ = false;
-      blocks_.clear();
-      index_.clear();
-      weights_.clear();
-      return;
-    }
+    if (n == 0) return false;  // one output's taps span more than the window
     blocks_.push_back({i, n, s0 * 3, taps, weights_.size()});
     for (int j = 0; j < 64; ++j) {
       const int p = i + j / 3;
@@ -123,6 +118,94 @@ HorizontalPlan::HorizontalPlan(AxisCoeffs coeffs) : c_(std::move(coeffs)) {
     }
     i += n;
   }
+  return true;
+}
+
+bool HorizontalPlan::BuildPlanarBlocks() {
+  for (int i = 0; i < c_.out_size;) {
+    const int s0 = c_.start[i];
+    int n = 0;
+    int taps = 0;
+    while (n < kBlockPixels && i + n < c_.out_size) {
+      const int p = i + n;
+      if (c_.start[p] + c_.count[p] - s0 > kPlanarWindow || c_.start[p] < s0) break;
+      taps = std::max(taps, c_.count[p]);
+      ++n;
+    }
+    if (n == 0) return false;
+    blocks_.push_back({i, n, s0, taps, weights_.size()});
+    for (int j = 0; j < 64; ++j) {
+      index_.push_back(j < n ? static_cast<uint8_t>(c_.start[i + j] - s0) : 0);
+    }
+    for (int k = 0; k < taps; ++k) {
+      for (int j = 0; j < 16; ++j) {
+        weights_.push_back(j < n && k < c_.count[i + j] ? c_.w(i + j)[k] : 0);
+      }
+    }
+    i += n;
+  }
+  return true;
+}
+
+void HorizontalPlan::BuildPlanarDot() {
+  for (int p = 0; p < c_.out_size; ++p) {
+    dot_wofs_.push_back(weights_.size());
+    const int chunks = (c_.count[p] + 15) / 16;
+    for (int k = 0; k < chunks * 16; ++k) weights_.push_back(k < c_.count[p] ? c_.w(p)[k] : 0);
+  }
+}
+
+HorizontalPlan::HorizontalPlan(AxisCoeffs coeffs, std::optional<Mode> force) : c_(std::move(coeffs)) {
+  auto reset = [&] {
+    blocks_.clear();
+    index_.clear();
+    weights_.clear();
+    dot_wofs_.clear();
+  };
+  auto build = [&](Mode m) -> bool {
+    reset();
+    switch (m) {
+      case Mode::kScalar: return true;
+      case Mode::kInterleaved: return BuildInterleaved();
+      case Mode::kPlanarBlocks: return BuildPlanarBlocks();
+      case Mode::kPlanarDot: BuildPlanarDot(); return true;
+    }
+    return false;
+  };
+  if (force.has_value()) {
+    mode_ = build(*force) ? *force : Mode::kScalar;
+    if (mode_ == Mode::kScalar) reset();
+    return;
+  }
+  // Vector instructions per row, roughly: an interleaved block step covers 16 pixels x 3
+  // channels in 12 instructions, a planar one 16 pixels of one channel in 4; splitting the row
+  // into planes and merging them back costs about 6 per 16 pixels each.
+  const double planes = 6.0 * (c_.in_size + c_.out_size) / 16.0;
+  double best = 0;
+  Mode best_mode = Mode::kScalar;
+  auto consider = [&](Mode m, double cost) {
+    if (best_mode == Mode::kScalar || cost < best) {
+      best = cost;
+      best_mode = m;
+    }
+  };
+  if (build(Mode::kInterleaved)) {
+    double cost = 0;
+    for (const Block& b : blocks_) cost += 12.0 * b.taps;
+    consider(Mode::kInterleaved, cost);
+  }
+  if (build(Mode::kPlanarBlocks)) {
+    double cost = planes;
+    for (const Block& b : blocks_) cost += 3 * 4.0 * b.taps;
+    consider(Mode::kPlanarBlocks, cost);
+  }
+  {
+    double cost = planes;
+    for (int p = 0; p < c_.out_size; ++p) cost += 3 * (4.0 * ((c_.count[p] + 15) / 16) + 8.0);
+    consider(Mode::kPlanarDot, cost);
+  }
+  mode_ = best_mode;
+  build(mode_);
 }
 
 namespace {
@@ -208,27 +291,189 @@ void HorizontalRowScalar(const AxisCoeffs& c, const uint8_t* in, uint8_t* out) {
 
 }  // namespace
 
-void HorizontalPlan::Run(const uint8_t* const* in_rows, uint8_t* const* out_rows, int n) const {
-  if (!vectorized_) {
-    for (int i = 0; i < n; ++i) HorizontalRowScalar(c_, in_rows[i], out_rows[i]);
-    return;
-  }
+void HorizontalPlan::RunInterleaved(const uint8_t* const* in_rows, uint8_t* const* out_rows,
+                                    int n) const {
   const int64_t row_bytes = static_cast<int64_t>(c_.in_size) * 3;
   constexpr int kRows = 4;
   int i = 0;
   for (; i + kRows <= n; i += kRows) {
     for (size_t b = 0; b < blocks_.size(); ++b) {
       const Block& blk = blocks_[b];
-      HorizontalBlock<kRows>(in_rows + i, out_rows + i, row_bytes, blk.in_byte0, blk.out0 * 3,
+      HorizontalBlock<kRows>(in_rows + i, out_rows + i, row_bytes, blk.in0, blk.out0 * 3,
                              blk.npix, blk.taps, index_.data() + 64 * b, weights_.data() + blk.wofs);
     }
   }
   for (; i < n; ++i) {
     for (size_t b = 0; b < blocks_.size(); ++b) {
       const Block& blk = blocks_[b];
-      HorizontalBlock<1>(in_rows + i, out_rows + i, row_bytes, blk.in_byte0, blk.out0 * 3,
+      HorizontalBlock<1>(in_rows + i, out_rows + i, row_bytes, blk.in0, blk.out0 * 3,
                          blk.npix, blk.taps, index_.data() + 64 * b, weights_.data() + blk.wofs);
     }
+  }
+}
+
+namespace {
+
+// Lane c*16 + i of the result is byte 3*i + c of the source (16 RGB pixels -> 3 planes).
+inline __m512i DeinterleaveIndex() {
+  alignas(64) uint8_t idx[64] = {};
+  for (int c = 0; c < 3; ++c) {
+    for (int i = 0; i < 16; ++i) idx[c * 16 + i] = static_cast<uint8_t>(3 * i + c);
+  }
+  return _mm512_load_si512(idx);
+}
+
+// Byte 3*i + c of the result is lane c*16 + i of the source (3 planes -> 16 RGB pixels).
+inline __m512i InterleaveIndex() {
+  alignas(64) uint8_t idx[64] = {};
+  for (int c = 0; c < 3; ++c) {
+    for (int i = 0; i < 16; ++i) idx[3 * i + c] = static_cast<uint8_t>(c * 16 + i);
+  }
+  return _mm512_load_si512(idx);
+}
+
+void SplitPlanes(const uint8_t* src, int width, uint8_t* p0, uint8_t* p1, uint8_t* p2) {
+  const __m512i perm = DeinterleaveIndex();
+  const int64_t bytes = static_cast<int64_t>(width) * 3;
+  for (int x = 0; x < width; x += 16) {
+    const int64_t b = static_cast<int64_t>(x) * 3;
+    const __m512i v = b + 64 <= bytes ? _mm512_loadu_si512(src + b)
+                                      : _mm512_maskz_loadu_epi8((__mmask64{1} << (bytes - b)) - 1, src + b);
+    const __m512i q = _mm512_permutexvar_epi8(perm, v);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p0 + x), _mm512_castsi512_si128(q));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p1 + x), _mm512_extracti32x4_epi32(q, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p2 + x), _mm512_extracti32x4_epi32(q, 2));
+  }
+}
+
+void MergePlanes(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, int width, uint8_t* dst) {
+  const __m512i perm = InterleaveIndex();
+  for (int x = 0; x < width; x += 16) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + x)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + x)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p2 + x)), 2);
+    const __m512i q = _mm512_permutexvar_epi8(perm, v);
+    const int n = std::min(16, width - x) * 3;
+    uint8_t* d = dst + static_cast<int64_t>(x) * 3;
+    if (n == 48) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm512_castsi512_si256(q));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 32), _mm512_extracti32x4_epi32(q, 2));
+    } else {
+      _mm512_mask_storeu_epi8(d, (__mmask64{1} << n) - 1, q);
+    }
+  }
+}
+
+// R plane rows (one channel) through one planar block: 16 output pixels whose taps lie in a
+// 128-pixel window.
+template <int R>
+inline void PlanarBlock(const uint8_t* const* planes, uint8_t* const* outs, int in0, int out0,
+                        int taps, const uint8_t* index, const int32_t* weights) {
+  __m512i lo[R], hi[R], acc[R];
+  const __m512i bias = _mm512_set1_epi32(1 << (kPrecisionBits - 1));
+  for (int r = 0; r < R; ++r) {
+    lo[r] = _mm512_loadu_si512(planes[r] + in0);
+    hi[r] = _mm512_loadu_si512(planes[r] + in0 + 64);
+    acc[r] = bias;
+  }
+  __m512i idx = _mm512_loadu_si512(index);
+  const __m512i one = _mm512_set1_epi8(1);
+  for (int k = 0; k < taps; ++k) {
+    const __m512i w = _mm512_loadu_si512(weights + 16 * k);
+    for (int r = 0; r < R; ++r) {
+      const __m512i v = _mm512_permutex2var_epi8(lo[r], idx, hi[r]);
+      acc[r] = _mm512_add_epi32(acc[r], _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(v)), w));
+    }
+    idx = _mm512_add_epi8(idx, one);
+  }
+  for (int r = 0; r < R; ++r) _mm_storeu_si128(reinterpret_cast<__m128i*>(outs[r] + out0), PackClip(acc[r]));
+}
+
+// R rows x 3 planes, one output pixel: its taps 16 at a time, then a horizontal sum.
+template <int R>
+inline void PlanarDot(const uint8_t* const* planes, uint8_t* const* outs, int p, int start,
+                      int chunks, const int32_t* weights) {
+  __m512i acc[R * 3];
+  for (int j = 0; j < R * 3; ++j) acc[j] = _mm512_setzero_si512();
+  for (int k = 0; k < chunks; ++k) {
+    const __m512i w = _mm512_loadu_si512(weights + 16 * k);
+    for (int j = 0; j < R * 3; ++j) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(planes[j] + start + 16 * k));
+      acc[j] = _mm512_add_epi32(acc[j], _mm512_mullo_epi32(_mm512_cvtepu8_epi32(b), w));
+    }
+  }
+  for (int j = 0; j < R * 3; ++j) outs[j][p] = Clip8((1 << (kPrecisionBits - 1)) + _mm512_reduce_add_epi32(acc[j]));
+}
+
+constexpr int kPlanePad = 192;  // readable slack after a plane row (window loads, 16-byte steps)
+
+}  // namespace
+
+void HorizontalPlan::RunPlanar(const uint8_t* const* in_rows, uint8_t* const* out_rows, int n) const {
+  constexpr int kRows = 4;
+  const size_t in_plane = (static_cast<size_t>(c_.in_size) + kPlanePad + 63) / 64 * 64;
+  const size_t out_plane = (static_cast<size_t>(c_.out_size) + 64 + 63) / 64 * 64;
+  thread_local std::vector<uint8_t> scratch;
+  const size_t need = kRows * 3 * (in_plane + out_plane) + 64;
+  if (scratch.size() < need) scratch.resize(need);
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
+  const uint8_t* ip[kRows * 3];  // [row][channel]
+  uint8_t* op[kRows * 3];
+  uint8_t* ipw[kRows * 3];
+  for (int j = 0; j < kRows * 3; ++j) {
+    ipw[j] = base + j * in_plane;
+    ip[j] = ipw[j];
+    op[j] = base + kRows * 3 * in_plane + j * out_plane;
+  }
+  for (int i = 0; i < n; i += kRows) {
+    const int rn = std::min(kRows, n - i);
+    for (int r = 0; r < rn; ++r) SplitPlanes(in_rows[i + r], c_.in_size, ipw[r * 3], ipw[r * 3 + 1], ipw[r * 3 + 2]);
+    if (mode_ == Mode::kPlanarBlocks) {
+      for (int c = 0; c < 3; ++c) {
+        const uint8_t* planes[kRows];
+        uint8_t* outs[kRows];
+        for (int r = 0; r < kRows; ++r) {
+          planes[r] = ip[r * 3 + c];
+          outs[r] = op[r * 3 + c];
+        }
+        for (size_t b = 0; b < blocks_.size(); ++b) {
+          const Block& blk = blocks_[b];
+          if (rn == kRows) {
+            PlanarBlock<kRows>(planes, outs, blk.in0, blk.out0, blk.taps, index_.data() + 64 * b, weights_.data() + blk.wofs);
+          } else {
+            for (int r = 0; r < rn; ++r) {
+              PlanarBlock<1>(planes + r, outs + r, blk.in0, blk.out0, blk.taps, index_.data() + 64 * b, weights_.data() + blk.wofs);
+            }
+          }
+        }
+      }
+    } else {
+      for (int p = 0; p < c_.out_size; ++p) {
+        const int chunks = (c_.count[p] + 15) / 16;
+        const int32_t* w = weights_.data() + dot_wofs_[p];
+        if (rn == kRows) {
+          PlanarDot<kRows>(ip, op, p, c_.start[p], chunks, w);
+        } else {
+          for (int r = 0; r < rn; ++r) PlanarDot<1>(ip + r * 3, op + r * 3, p, c_.start[p], chunks, w);
+        }
+      }
+    }
+    for (int r = 0; r < rn; ++r) MergePlanes(op[r * 3], op[r * 3 + 1], op[r * 3 + 2], c_.out_size, out_rows[i + r]);
+  }
+}
+
+void HorizontalPlan::Run(const uint8_t* const* in_rows, uint8_t* const* out_rows, int n) const {
+  switch (mode_) {
+    case Mode::kScalar:
+      for (int i = 0; i < n; ++i) HorizontalRowScalar(c_, in_rows[i], out_rows[i]);
+      return;
+    case Mode::kInterleaved:
+      RunInterleaved(in_rows, out_rows, n);
+      return;
+    case Mode::kPlanarBlocks:
+    case Mode::kPlanarDot:
+      RunPlanar(in_rows, out_rows, n);
+      return;
   }
 }
 

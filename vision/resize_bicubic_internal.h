@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "vision/image.h"
@@ -26,11 +27,22 @@ struct AxisCoeffs {
 
 AxisCoeffs ComputeAxisCoeffs(int in_size, int out_size);
 
-// A horizontal pass prepared for the vectorised kernel (built once per resize).
+// A horizontal pass prepared for one of the vectorised kernels (built once per resize):
+//  - kInterleaved: blocks of up to 16 output pixels whose taps lie in a 128-byte window of the
+//    RGB row, gathered with vpermi2b; best near scale 1 (no layout change).
+//  - kPlanarBlocks: the same on a row split into R, G and B planes, where the window spans 128
+//    pixels; best for moderate downscaling.
+//  - kPlanarDot: one output pixel at a time, 16 taps per step, on planes; best for large
+//    downscaling (many taps per output).
+//  - kScalar: Pillow's loop as written (tests, and sizes no kernel takes).
+// The cheapest feasible kernel is chosen by counting vector operations per row.
 class HorizontalPlan {
  public:
-  explicit HorizontalPlan(AxisCoeffs coeffs);
+  enum class Mode { kScalar, kInterleaved, kPlanarBlocks, kPlanarDot };
+  // `force` selects a kernel (falling back to kScalar if it cannot handle these coefficients).
+  explicit HorizontalPlan(AxisCoeffs coeffs, std::optional<Mode> force = std::nullopt);
   const AxisCoeffs& coeffs() const { return c_; }
+  Mode mode() const { return mode_; }
   // Resamples `n` rows: in_rows[i] (in_size pixels) -> out_rows[i] (out_size pixels). Reads
   // nothing beyond in_size*3 bytes of an input row.
   void Run(const uint8_t* const* in_rows, uint8_t* const* out_rows, int n) const;
@@ -39,15 +51,22 @@ class HorizontalPlan {
   struct Block {
     int out0;      // first output pixel
     int npix;      // output pixels in the block (<= 16)
-    int in_byte0;  // window start (bytes) in the input row
+    int in0;       // window start in the input row: bytes (interleaved) or pixels (planar)
     int taps;      // taps used by the block
-    size_t wofs;   // offset into weights_ (int32), 48 per tap
+    size_t wofs;   // offset into weights_ (int32): 48 per tap (interleaved) or 16 (planar)
   };
+  bool BuildInterleaved();
+  bool BuildPlanarBlocks();
+  void BuildPlanarDot();
+  void RunInterleaved(const uint8_t* const* in_rows, uint8_t* const* out_rows, int n) const;
+  void RunPlanar(const uint8_t* const* in_rows, uint8_t* const* out_rows, int n) const;
+
   AxisCoeffs c_;
-  bool vectorized_ = false;
+  Mode mode_ = Mode::kScalar;
   std::vector<Block> blocks_;
-  std::vector<uint8_t> index_;     // 64 bytes per block: byte index of tap 0 within the window
-  std::vector<int32_t> weights_;   // per block, per tap: 48 weights (pixel-major, RGB repeated)
+  std::vector<uint8_t> index_;     // 64 bytes per block: window offset of each lane's tap 0
+  std::vector<int32_t> weights_;   // per block and tap (blocks), or per pixel and 16-tap chunk (dot)
+  std::vector<size_t> dot_wofs_;   // kPlanarDot: offset into weights_ per output pixel
 };
 
 // Output row `yy` of the vertical pass over `bytes` bytes: Σ_k w[yy][k] * rows[start[yy] + k],
