@@ -3,8 +3,14 @@
 // encoder techniques that live in kernels/ (fused rotary q/k, one-pass q/k/v padding) are timed
 // against their unfused paths in the same run.
 //
-//   kernels_bench [--filter=peak,linear,attention,elementwise,techniques] [--min-time=0.3]
+//   kernels_bench [--filter=peak,linear,padding,attention,elementwise,techniques] [--min-time=0.3]
 //                 [--tokens=3520]
+// GCC 12's AVX-512 headers warn about their own _mm512_undefined_*() (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -71,11 +78,46 @@ bool Enabled(const std::string& filter, const char* name) {
 
 double g_peak_f32 = 0, g_peak_bf16 = 0;
 
+// The f32 FMA instruction rate of all threads together: 12 independent zmm FMA chains per
+// thread (enough to cover latency x ports), best of 3.
+double MeasureFmaPeak() {
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const int64_t iters = 20'000'000;
+    const auto t0 = std::chrono::steady_clock::now();
+    int threads = 1;
+    float sink = 0;
+#pragma omp parallel reduction(+ : sink)
+    {
+#pragma omp single
+      threads = omp_get_num_threads();
+      __m512 a0 = _mm512_set1_ps(1.f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+             a9 = a0, a10 = a0, a11 = a0;
+      const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
+      for (int64_t i = 0; i < iters; ++i) {
+        a0 = _mm512_fmadd_ps(a0, b, c); a1 = _mm512_fmadd_ps(a1, b, c); a2 = _mm512_fmadd_ps(a2, b, c);
+        a3 = _mm512_fmadd_ps(a3, b, c); a4 = _mm512_fmadd_ps(a4, b, c); a5 = _mm512_fmadd_ps(a5, b, c);
+        a6 = _mm512_fmadd_ps(a6, b, c); a7 = _mm512_fmadd_ps(a7, b, c); a8 = _mm512_fmadd_ps(a8, b, c);
+        a9 = _mm512_fmadd_ps(a9, b, c); a10 = _mm512_fmadd_ps(a10, b, c); a11 = _mm512_fmadd_ps(a11, b, c);
+      }
+      const __m512 s1 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                      _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+      sink += _mm512_reduce_add_ps(_mm512_add_ps(s1, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11))));
+    }
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (sink == 42.f) std::printf(" ");  // keep the loop alive
+    best = std::max(best, 12.0 * 32 * iters * threads / t);
+  }
+  return best;
+}
+
 void BenchPeak() {
   g_peak_f32 = MeasureMatmulPeakFlops(ComputeType::kF32, 2048, 5);
   g_peak_bf16 = MeasureMatmulPeakFlops(ComputeType::kBF16, 2048, 5);
   std::printf("matmul peak (M=N=K=2048, oneDNN):  f32 %8.1f GFLOP/s   bf16 %8.1f GFLOP/s\n", g_peak_f32 * 1e-9,
               g_peak_bf16 * 1e-9);
+  std::printf("f32 FMA instruction peak (zmm):    %8.1f GFLOP/s  (percentages below are of the matmul peak)\n",
+              MeasureFmaPeak() * 1e-9);
 }
 
 void BenchLinear(int64_t tokens) {
@@ -126,6 +168,47 @@ void BenchLinear(int64_t tokens) {
       const double bytes = static_cast<double>(s.k) * s.n * (ct == ComputeType::kF32 ? 4 : 2);
       std::printf("  %-12s K=%-6lld N=%-6lld %s: %8.3f ms  %6.1f GB/s\n", s.what, static_cast<long long>(s.k),
                   static_cast<long long>(s.n), ct == ComputeType::kF32 ? "f32 " : "bf16", t * 1e3, bytes / t * 1e-9);
+    }
+  }
+}
+
+// Is padding 3420 (the 3B tower's MLP width) to 3456 worth it? Both sizes timed alternately, so
+// that load from other processes hits both alike; the ratio compares wall time for the same
+// useful work (the padded matmul does 1% more flops).
+void BenchPadding(int64_t tokens) {
+  std::printf("\nN or K = 3420 vs padded 3456 (alternating runs, best of each; speed-up = t(3420) / t(3456))\n");
+  struct Pair {
+    bool pad_n;  // pad N (gate/up) or K (down)
+  };
+  for (ComputeType ct : {ComputeType::kF32, ComputeType::kBF16}) {
+    for (int64_t m : {int64_t{1024}, tokens}) {
+      for (bool pad_n : {true, false}) {
+        double best[2] = {1e30, 1e30};
+        std::unique_ptr<Linear> lin[2];
+        std::vector<float> x[2], y[2];
+        for (int i = 0; i < 2; ++i) {
+          const int64_t wide = i == 0 ? 3420 : 3456;
+          const int64_t k = pad_n ? 1280 : wide, n = pad_n ? wide : 1280;
+          core::Tensor w = core::Tensor::Empty(core::DType::kBF16, {n, k});
+          for (int64_t e = 0; e < n * k; ++e) w.data<uint16_t>()[e] = static_cast<uint16_t>(0x3C00 + (e & 0xFF));
+          lin[i] = std::move(*Linear::Create(w, nullptr, ct));
+          x[i] = Random(m * k, 10);
+          y[i].resize(m * n);
+          lin[i]->Forward(x[i].data(), m, y[i].data());
+        }
+        for (int round = 0; round < 8; ++round) {
+          for (int i = 0; i < 2; ++i) {
+            const auto t0 = std::chrono::steady_clock::now();
+            lin[i]->Forward(x[i].data(), m, y[i].data());
+            best[i] = std::min(best[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          }
+        }
+        const double useful = 2.0 * m * 1280 * 3420;
+        std::printf("  %s M=%-5lld %s: 3420 %7.3f ms (%6.1f GF/s)  3456 %7.3f ms (%6.1f GF/s)  speed-up %.2fx\n",
+                    ct == ComputeType::kF32 ? "f32 " : "bf16", static_cast<long long>(m), pad_n ? "N" : "K",
+                    best[0] * 1e3, useful / best[0] * 1e-9, best[1] * 1e3, useful * 3456 / 3420 / best[1] * 1e-9,
+                    best[0] / best[1]);
+      }
     }
   }
 }
@@ -232,7 +315,7 @@ int main(int argc, char** argv) {
     } else if (arg.rfind("--tokens=", 0) == 0) {
       tokens = std::stoll(arg.substr(9));
     } else {
-      std::fprintf(stderr, "usage: %s [--filter=peak,linear,attention,elementwise,techniques] [--min-time=S] [--tokens=T]\n",
+      std::fprintf(stderr, "usage: %s [--filter=peak,linear,padding,attention,elementwise,techniques] [--min-time=S] [--tokens=T]\n",
                    argv[0]);
       return 2;
     }
@@ -246,6 +329,7 @@ int main(int argc, char** argv) {
                                                                                  : "other");
   BenchPeak();  // always: the other sections report against it
   if (Enabled(filter, "linear")) BenchLinear(tokens);
+  if (Enabled(filter, "padding")) BenchPadding(tokens);
   if (Enabled(filter, "attention")) BenchAttention(tokens);
   if (Enabled(filter, "elementwise")) BenchElementwise(tokens);
   if (Enabled(filter, "techniques")) BenchTechniques(tokens);

@@ -150,6 +150,39 @@ TEST(LinearBf16Test, MatchesReferenceLoosely) {
   }
 }
 
+TEST(LinearBf16Test, FewRowsAgreeWithManyRows) {
+  // A handful of rows (decode) may take a different kernel than a batch; given the same bf16
+  // inputs both accumulate in f32, so each row must agree closely with the same row in a batch.
+  const Case cases[] = {{5, 1176, 129}, {5, 80, 200}, {5, 13, 65}, {5, 2048, 1000}, {5, 64, 64}, {5, 33, 3}};
+  uint32_t seed = 300;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "k=" << c.k << " n=" << c.n);
+    std::vector<float> wr;
+    const Tensor w = MakeWeight(Random(c.n * c.k, seed++), c.n, c.k, DType::kBF16, &wr);
+    Tensor b = Tensor::Empty(DType::kF32, {c.n});
+    const std::vector<float> bv = Random(c.n, seed++);
+    std::memcpy(b.raw(), bv.data(), bv.size() * 4);
+    auto lin = Linear::Create(w, &b, ComputeType::kBF16);
+    ASSERT_TRUE(lin.ok()) << lin.status();
+    const std::vector<float> x = Random(c.m * c.k, seed++);
+    for (Epilogue ep : {Epilogue::kNone, Epilogue::kGeluErf, Epilogue::kAccumulate}) {
+      const std::vector<float> y0 = Random(c.m * c.n, seed++);
+      std::vector<float> batch = y0;
+      (*lin)->Forward(x.data(), c.m, batch.data(), ep);
+      const std::vector<float> ref = Reference(x, wr, bv.data(), c.m, c.k, c.n, ep, y0);
+      EXPECT_LT(testing::RelativeL2(batch.data(), ref.data(), c.m * c.n), 1e-2);
+      for (int64_t m = 1; m <= 4; ++m) {
+        for (int64_t r0 = 0; r0 + m <= c.m; r0 += m) {
+          std::vector<float> few(y0.begin() + r0 * c.n, y0.begin() + (r0 + m) * c.n);
+          (*lin)->Forward(x.data() + r0 * c.k, m, few.data(), ep);
+          EXPECT_LT(testing::RelativeL2(few.data(), batch.data() + r0 * c.n, m * c.n), 2e-6)
+              << "m=" << m << " r0=" << r0 << " epilogue " << static_cast<int>(ep);
+        }
+      }
+    }
+  }
+}
+
 TEST(LinearTest, PrimitiveCacheAcrossRowCounts) {
   const int64_t k = 80, n = 48;
   std::vector<float> wr;
