@@ -282,34 +282,41 @@ TEST(Preprocess, ValuesFollowTheReferenceFormula) {
 
 // Layout: rows in raster order of 2x2 merge groups, each group's patches (0,0),(0,1),(1,0),(1,1);
 // inside a row (channel, t, y, x); the two temporal copies identical.
-TEST(Preprocess, RowLayout) {
-  const int H = 56, W = 84;
-  RgbImage img{W, H, std::vector<uint8_t>(W * H * 3)};
+void CheckRowLayout(int grid_h, int grid_w, int P, int M, int T) {
+  SCOPED_TRACE(::testing::Message() << "patch " << P << " merge " << M << " temporal " << T);
+  const int H = grid_h * P, W = grid_w * P;
+  RgbImage img{W, H, std::vector<uint8_t>(static_cast<size_t>(W) * H * 3)};
   for (int y = 0; y < H; ++y) {
     for (int x = 0; x < W; ++x) {
       for (int c = 0; c < 3; ++c) img.row(y)[x * 3 + c] = static_cast<uint8_t>((x + 3 * y + 101 * c) % 256);
     }
   }
-  const core::PreprocessorConfig cfg;
+  core::PreprocessorConfig cfg;
+  cfg.patch_size = P;
+  cfg.merge_size = M;
+  cfg.temporal_patch_size = T;
+  cfg.min_pixels = 1;
   auto r = Preprocess(img, cfg);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->resized_height, H);
   ASSERT_EQ(r->resized_width, W);
-  EXPECT_EQ(r->grid_thw, (std::array<int64_t, 3>{1, 4, 6}));
-  const internal::Patchifier p(14, 2, 2, cfg.image_mean, cfg.image_std);
+  EXPECT_EQ(r->grid_thw, (std::array<int64_t, 3>{1, grid_h, grid_w}));
+  const int64_t row_len = 3 * T * P * P;
+  ASSERT_EQ(r->pixel_values.dim(1), row_len);
+  const internal::Patchifier p(P, T, M, cfg.image_mean, cfg.image_std);
   const float* pv = r->pixel_values.data<float>();
   int64_t row = 0;
-  for (int gy = 0; gy < 2; ++gy) {
-    for (int gx = 0; gx < 3; ++gx) {
-      for (int dy = 0; dy < 2; ++dy) {
-        for (int dx = 0; dx < 2; ++dx, ++row) {
+  for (int gy = 0; gy < grid_h / M; ++gy) {
+    for (int gx = 0; gx < grid_w / M; ++gx) {
+      for (int dy = 0; dy < M; ++dy) {
+        for (int dx = 0; dx < M; ++dx, ++row) {
           for (int c = 0; c < 3; ++c) {
-            for (int t = 0; t < 2; ++t) {
-              for (int y = 0; y < 14; ++y) {
-                for (int x = 0; x < 14; ++x) {
-                  const int iy = (gy * 2 + dy) * 14 + y, ix = (gx * 2 + dx) * 14 + x;
+            for (int t = 0; t < T; ++t) {
+              for (int y = 0; y < P; ++y) {
+                for (int x = 0; x < P; ++x) {
+                  const int iy = (gy * M + dy) * P + y, ix = (gx * M + dx) * P + x;
                   const float want = p.Value(c, img.row(iy)[ix * 3 + c]);
-                  ASSERT_EQ(pv[row * 1176 + ((c * 2 + t) * 14 + y) * 14 + x], want)
+                  ASSERT_EQ(pv[row * row_len + ((c * T + t) * P + y) * P + x], want)
                       << row << " " << c << " " << t << " " << y << " " << x;
                 }
               }
@@ -320,6 +327,14 @@ TEST(Preprocess, RowLayout) {
     }
   }
   EXPECT_EQ(row, r->pixel_values.dim(0));
+}
+
+TEST(Preprocess, RowLayout) {
+  CheckRowLayout(4, 6, 14, 2, 2);    // Qwen2.5-VL
+  CheckRowLayout(4, 6, 16, 2, 2);    // Qwen3-VL's patch 16
+  CheckRowLayout(6, 3, 18, 3, 1);    // scalar patchifier, other merge and temporal sizes
+  CheckRowLayout(2, 8, 14, 2, 3);    // three temporal copies
+  CheckRowLayout(3, 5, 14, 1, 2);    // groups not a multiple of 64 bytes: no streaming stores
 }
 
 // The fused resize+patchify path (ring of horizontal rows, strips, threads) against the plain
