@@ -2,11 +2,13 @@
 // pixel_values rows, the SHA-256 of the full float32 buffer and its sums.
 #include "vision/preprocess.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/model_config.h"
@@ -397,6 +399,32 @@ TEST(Preprocess, EveryByteValue) {
     }
   }
   EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 3 * 256);
+}
+
+// Callers on several threads at once (the pool serves one job at a time; the others run on
+// their own thread) get the same bytes.
+TEST(Preprocess, ConcurrentCallsAgree) {
+  std::mt19937 rng(5);
+  RgbImage img{1000, 667, std::vector<uint8_t>(1000 * 667 * 3)};
+  for (auto& v : img.pixels) v = static_cast<uint8_t>(rng());
+  const core::PreprocessorConfig cfg;
+  auto want = Preprocess(img, cfg);
+  ASSERT_TRUE(want.ok()) << want.status();
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 5; ++i) {
+        auto got = Preprocess(img, cfg);
+        if (!got.ok() || std::memcmp(got->pixel_values.raw(), want->pixel_values.raw(),
+                                     want->pixel_values.nbytes()) != 0) {
+          ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(Preprocess, PixelBoundsOverrideTheConfig) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 namespace iris::vision::internal {
@@ -39,8 +40,15 @@ struct Job {
 // Helper threads, started once and never stopped (they sleep between jobs). One job at a time.
 class Pool {
  public:
-  explicit Pool(int helpers) : helpers_(helpers) {
-    for (int i = 1; i <= helpers; ++i) std::thread([this, i] { Loop(i); }).detach();
+  explicit Pool(int helpers) {
+    for (int i = 1; i <= helpers; ++i) {
+      try {
+        std::thread([this, i] { Loop(i); }).detach();
+      } catch (const std::system_error&) {
+        break;  // fewer helpers (none at worst): the callers do the work themselves
+      }
+      helpers_ = i;
+    }
   }
 
   int helpers() const { return helpers_; }
@@ -75,7 +83,7 @@ class Pool {
     }
   }
 
-  const int helpers_;
+  int helpers_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<Job> current_;
