@@ -214,7 +214,8 @@ void BenchPadding(int64_t tokens) {
 }
 
 // Attention over `seqs` sequences of `len` tokens, 16 heads x 80, q/k/v inside a qkv buffer.
-void BenchAttentionCase(const char* what, int seqs, int len, int heads, int kv_heads, int hd, bool causal) {
+void BenchAttentionCase(const char* what, int seqs, int len, int heads, int kv_heads, int hd, bool causal,
+                        bool bf16 = false) {
   const int64_t rows = static_cast<int64_t>(seqs) * len;
   const int64_t stride = static_cast<int64_t>(heads + 2 * kv_heads) * hd;
   const std::vector<float> qkv = Random(rows * stride, 4);
@@ -234,22 +235,25 @@ void BenchAttentionCase(const char* what, int seqs, int len, int heads, int kv_h
   a.cu_seqlens = cu;
   a.max_seqlen = len;
   a.causal = causal;
+  a.bf16 = bf16;
   const double t = Time([&] { VarlenAttention(a); });
   double flops = 4.0 * len * len * hd * heads * seqs;
   if (causal) flops = flops * (len + 1) / (2.0 * len);
-  std::printf("%-22s %5d x %-5d %2d/%-2d heads x %-3d %s %9.3f ms %8.1f GFLOP/s %5.0f%% of f32 matmul peak\n", what,
-              seqs, len, heads, kv_heads, hd, causal ? "causal" : "      ", t * 1e3, flops / t * 1e-9,
-              100 * flops / t / g_peak_f32);
+  std::printf("%-22s %s %5d x %-5d %2d/%-2d heads x %-3d %s %9.3f ms %8.1f GFLOP/s %5.0f%% of %s matmul peak\n",
+              what, bf16 ? "bf16" : "f32 ", seqs, len, heads, kv_heads, hd, causal ? "causal" : "      ", t * 1e3,
+              flops / t * 1e-9, 100 * flops / t / (bf16 ? g_peak_bf16 : g_peak_f32), bf16 ? "bf16" : "f32");
 }
 
 void BenchAttention(int64_t tokens) {
-  std::printf("\nVarlenAttention (f32; flops = 4*n^2*d*heads per sequence)\n");
+  std::printf("\nVarlenAttention (flops = 4*n^2*d*heads per sequence, half that when causal)\n");
   const int windows = static_cast<int>(tokens / 64);
-  BenchAttentionCase("window (ViT)", 16, 64, 16, 16, 80, false);
-  BenchAttentionCase("window (ViT)", windows, 64, 16, 16, 80, false);
-  BenchAttentionCase("full (ViT)", 1, 1024, 16, 16, 80, false);
-  BenchAttentionCase("full (ViT)", 1, static_cast<int>(tokens), 16, 16, 80, false);
-  BenchAttentionCase("prefill (3B decoder)", 1, 1024, 16, 2, 128, true);
+  for (bool bf16 : {false, true}) {
+    BenchAttentionCase("window (ViT)", 16, 64, 16, 16, 80, false, bf16);
+    BenchAttentionCase("window (ViT)", windows, 64, 16, 16, 80, false, bf16);
+    BenchAttentionCase("full (ViT)", 1, 1024, 16, 16, 80, false, bf16);
+    BenchAttentionCase("full (ViT)", 1, static_cast<int>(tokens), 16, 16, 80, false, bf16);
+    BenchAttentionCase("prefill (3B decoder)", 1, 1024, 16, 2, 128, true, bf16);
+  }
 }
 
 void BenchElementwise(int64_t tokens) {
