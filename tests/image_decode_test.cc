@@ -146,7 +146,9 @@ TEST_P(DecodeFixtureTest, MatchesReference) {
   if (c.expect["ok"].get<bool>()) {
     ASSERT_TRUE(decoded.ok()) << decoded.status();
     ExpectShape(*decoded, c.expect["shape_hwc"]);
-    EXPECT_EQ(Digest(*decoded), c.expect["sha256"].get<std::string>());
+    if (!c.expect["sha256"].is_null()) {  // null: a documented difference from Pillow (see "why")
+      EXPECT_EQ(Digest(*decoded), c.expect["sha256"].get<std::string>());
+    }
   } else {
     ASSERT_FALSE(decoded.ok()) << "decoded " << decoded->width << "x" << decoded->height;
     EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument) << decoded.status();

@@ -1,5 +1,6 @@
 #include "vision/image_header.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -149,6 +150,10 @@ absl::StatusOr<HeaderDims> ReadWebpDims(std::span<const uint8_t> b) {
       "', expected VP8, VP8L or VP8X"));
 }
 
+bool IsAnimatedWebp(std::span<const uint8_t> b) {
+  return b.size() >= 21 && std::memcmp(&b[12], "VP8X", 4) == 0 && (b[20] & 0x02) != 0;
+}
+
 absl::StatusOr<HeaderDims> ReadBmpDims(std::span<const uint8_t> b) {
   if (b.size() < 18) return Truncated("BMP", b.size());
   const uint32_t dib = Le32(&b[14]);
@@ -164,16 +169,16 @@ absl::StatusOr<HeaderDims> ReadBmpDims(std::span<const uint8_t> b) {
   return HeaderDims{w, h < 0 ? -h : h};
 }
 
-absl::StatusOr<HeaderDims> ReadTiffDims(std::span<const uint8_t> b) {
+absl::StatusOr<TiffInfo> ReadTiffInfo(std::span<const uint8_t> b) {
   if (b.size() < 8) return Truncated("TIFF", b.size());
   const bool le = b[0] == 'I';
   const bool big = b[2] == 0x2B || b[3] == 0x2B;
-  auto u16 = [&](size_t at) -> uint64_t { return le ? Le16(&b[at]) : Be16(&b[at]); };
-  auto u32 = [&](size_t at) -> uint64_t { return le ? Le32(&b[at]) : Be32(&b[at]); };
-  auto u64 = [&](size_t at) -> uint64_t {
+  auto u16 = [&](uint64_t at) -> uint64_t { return le ? Le16(&b[at]) : Be16(&b[at]); };
+  auto u32 = [&](uint64_t at) -> uint64_t { return le ? Le32(&b[at]) : Be32(&b[at]); };
+  auto u64 = [&](uint64_t at) -> uint64_t {
     return le ? (u32(at) | (u32(at + 4) << 32)) : ((u32(at) << 32) | u32(at + 4));
   };
-  const size_t entry_size = big ? 20 : 12;
+  const uint64_t entry_size = big ? 20 : 12, count_size = big ? 8 : 2, inline_size = big ? 8 : 4;
   uint64_t ifd;
   if (big) {
     if (b.size() < 16) return Truncated("TIFF", b.size());
@@ -181,34 +186,50 @@ absl::StatusOr<HeaderDims> ReadTiffDims(std::span<const uint8_t> b) {
   } else {
     ifd = u32(4);
   }
-  const size_t count_size = big ? 8 : 2;
   if (ifd > b.size() || b.size() - ifd < count_size) {
     return absl::InvalidArgumentError("invalid TIFF data: first IFD lies outside the file");
   }
   const uint64_t count = big ? u64(ifd) : u16(ifd);
-  int64_t width = -1, height = -1;
+  TiffInfo info;
+  info.width = info.height = -1;
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t at = ifd + count_size + i * entry_size;
     if (at + entry_size > b.size()) break;
     const uint64_t tag = u16(at), type = u16(at + 2);
-    if (tag != 256 && tag != 257) continue;
-    const size_t value_at = at + (big ? 12 : 8);
-    int64_t v;
-    if (type == 3) {
-      v = static_cast<int64_t>(u16(value_at));
-    } else if (type == 4) {
-      v = static_cast<int64_t>(u32(value_at));
-    } else if (type == 16 && big) {
-      v = static_cast<int64_t>(u64(value_at) & 0x7FFFFFFFFFFFFFFFull);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("invalid TIFF data: tag ", tag, " has type ", type));
+    const uint64_t n = big ? u64(at + 4) : u32(at + 4);
+    if (tag != 256 && tag != 257 && tag != 258 && tag != 262 && tag != 277) continue;
+    const int unit = type == 3 ? 2 : type == 4 ? 4 : (type == 16 && big) ? 8 : 0;
+    if (unit == 0 || n == 0) {
+      if (tag != 256 && tag != 257) continue;
+      return absl::InvalidArgumentError(absl::StrCat("invalid TIFF data: tag ", tag, " has type ", type, " and count ", n));
     }
-    (tag == 256 ? width : height) = v;
+    uint64_t value_at = at + (big ? 12 : 8);
+    if (n * unit > inline_size) {  // the first of several values, stored elsewhere
+      value_at = big ? u64(value_at) : u32(value_at);
+      if (value_at > b.size() || b.size() - value_at < static_cast<uint64_t>(unit)) {
+        if (tag != 256 && tag != 257) continue;
+        return absl::InvalidArgumentError(absl::StrCat("invalid TIFF data: tag ", tag, " points outside the file"));
+      }
+    }
+    const uint64_t v = unit == 2 ? u16(value_at) : unit == 4 ? u32(value_at) : (u64(value_at) & 0x7FFFFFFFFFFFFFFFull);
+    switch (tag) {
+      case 256: info.width = static_cast<int64_t>(v); break;
+      case 257: info.height = static_cast<int64_t>(v); break;
+      case 258: info.bits_per_sample = static_cast<int>(std::min<uint64_t>(v, 1 << 16)); break;
+      case 262: info.photometric = static_cast<int>(std::min<uint64_t>(v, 1 << 16)); break;
+      case 277: info.samples_per_pixel = static_cast<int>(std::min<uint64_t>(v, 1 << 16)); break;
+    }
   }
-  if (width < 0 || height < 0) {
+  if (info.width < 0 || info.height < 0) {
     return absl::InvalidArgumentError("invalid TIFF data: the first IFD has no ImageWidth/ImageLength");
   }
-  return HeaderDims{width, height};
+  return info;
+}
+
+absl::StatusOr<HeaderDims> ReadTiffDims(std::span<const uint8_t> b) {
+  absl::StatusOr<TiffInfo> info = ReadTiffInfo(b);
+  if (!info.ok()) return info.status();
+  return HeaderDims{info->width, info->height};
 }
 
 absl::Status CheckDimensions(ImageFormat format, int64_t width, int64_t height,

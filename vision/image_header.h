@@ -40,6 +40,19 @@ absl::StatusOr<HeaderDims> ReadWebpDims(std::span<const uint8_t> bytes);
 absl::StatusOr<HeaderDims> ReadBmpDims(std::span<const uint8_t> bytes);
 absl::StatusOr<HeaderDims> ReadTiffDims(std::span<const uint8_t> bytes);
 
+// A TIFF's first IFD, as far as choosing how to decode it goes.
+struct TiffInfo {
+  int64_t width = 0;
+  int64_t height = 0;
+  int bits_per_sample = 1;    // the first sample's
+  int samples_per_pixel = 1;
+  int photometric = -1;       // -1: tag absent
+};
+absl::StatusOr<TiffInfo> ReadTiffInfo(std::span<const uint8_t> bytes);
+
+// True for a VP8X WebP whose flags say it is animated.
+bool IsAnimatedWebp(std::span<const uint8_t> bytes);
+
 // Fails with InvalidArgument ("PNG header declares 100000x100000 = 10000000000 pixels, limit is
 // 67108864") when a side is zero, width*height is over max_pixels, or a side is over max_side.
 absl::Status CheckDimensions(ImageFormat format, int64_t width, int64_t height,

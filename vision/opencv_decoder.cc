@@ -53,6 +53,44 @@ void BgrToRgbInPlace(RgbImage& im) {
   for (size_t i = 0; i < n; ++i, p += 3) std::swap(p[0], p[2]);
 }
 
+// cv::imdecode with its exceptions and empty results turned into statuses. OpenCV writes into
+// *dst when its size and type already match what the decoder reports.
+absl::StatusOr<cv::Mat> Imdecode(std::span<const uint8_t> bytes, int flags, cv::Mat* dst, const char* name) {
+  cv::Mat decoded;
+  std::string error;
+  try {
+    const cv::Mat buf(1, static_cast<int>(bytes.size()), CV_8UC1, const_cast<uint8_t*>(bytes.data()));
+    decoded = cv::imdecode(buf, flags | cv::IMREAD_IGNORE_ORIENTATION, dst);
+  } catch (const cv::Exception& e) {
+    error = e.what();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!error.empty()) return absl::InvalidArgumentError(absl::StrCat("invalid ", name, " data (OpenCV: ", error, ")"));
+  if (decoded.empty()) return absl::InvalidArgumentError(absl::StrCat("invalid ", name, " data (OpenCV could not decode it)"));
+  return decoded;
+}
+
+// Pillow opens a 16-bit grayscale TIFF as mode I;16, and convert("RGB") clips it at 255; OpenCV's
+// 8-bit conversion would keep the high byte instead, so read the 16-bit samples and clip.
+absl::StatusOr<RgbImage> DecodeGray16Tiff(std::span<const uint8_t> bytes, const DecodeLimits& limits) {
+  cv::Mat gray;
+  absl::StatusOr<cv::Mat> decoded = Imdecode(bytes, cv::IMREAD_ANYDEPTH | cv::IMREAD_GRAYSCALE, &gray, "TIFF");
+  if (!decoded.ok()) return decoded.status();
+  if (decoded->type() != CV_16UC1) return absl::InternalError("OpenCV did not return 16-bit samples for a 16-bit TIFF");
+  if (absl::Status s = CheckDimensions(ImageFormat::kTiff, decoded->cols, decoded->rows, limits); !s.ok()) return s;
+  RgbImage image;
+  image.width = decoded->cols;
+  image.height = decoded->rows;
+  image.pixels.resize(static_cast<size_t>(image.width) * image.height * 3);
+  for (int y = 0; y < image.height; ++y) {
+    const uint16_t* in = decoded->ptr<uint16_t>(y);
+    uint8_t* out = image.row(y);
+    for (int x = 0; x < image.width; ++x, out += 3) out[0] = out[1] = out[2] = in[x] > 255 ? 255 : static_cast<uint8_t>(in[x]);
+  }
+  return image;
+}
+
 }  // namespace
 
 absl::StatusOr<RgbImage> DecodeWithOpenCv(std::span<const uint8_t> bytes, ImageFormat format,
@@ -62,6 +100,21 @@ absl::StatusOr<RgbImage> DecodeWithOpenCv(std::span<const uint8_t> bytes, ImageF
   absl::StatusOr<HeaderDims> dims = Dims(bytes, format);
   if (!dims.ok()) return dims.status();
   if (absl::Status s = CheckDimensions(format, dims->width, dims->height, limits); !s.ok()) return s;
+
+  if (format == ImageFormat::kWebp && IsAnimatedWebp(bytes)) {
+    return absl::InvalidArgumentError("unsupported image: animated WebP (only still WebP images are supported)");
+  }
+  if (format == ImageFormat::kTiff) {
+    const absl::StatusOr<TiffInfo> info = ReadTiffInfo(bytes);
+    if (info.ok() && info->samples_per_pixel == 1 && info->bits_per_sample == 16 && info->photometric == 1) {
+      *orientation = TiffOrientation(bytes);
+      try {
+        return DecodeGray16Tiff(bytes, limits);
+      } catch (const std::bad_alloc&) {
+        return absl::ResourceExhaustedError("out of memory for a 16-bit TIFF");
+      }
+    }
+  }
 
   RgbImage image;
   try {
@@ -76,18 +129,9 @@ absl::StatusOr<RgbImage> DecodeWithOpenCv(std::span<const uint8_t> bytes, ImageF
   // pixels land in image.pixels directly. Its own EXIF rotation is off: the orientation Pillow
   // would apply is worked out below.
   cv::Mat dst(image.height, image.width, CV_8UC3, image.pixels.data());
-  cv::Mat decoded;
-  std::string error;
-  try {
-    const cv::Mat buf(1, static_cast<int>(bytes.size()), CV_8UC1, const_cast<uint8_t*>(bytes.data()));
-    decoded = cv::imdecode(buf, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION, &dst);
-  } catch (const cv::Exception& e) {
-    error = e.what();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!error.empty()) return absl::InvalidArgumentError(absl::StrCat("invalid ", name, " data (OpenCV: ", error, ")"));
-  if (decoded.empty()) return absl::InvalidArgumentError(absl::StrCat("invalid ", name, " data (OpenCV could not decode it)"));
+  absl::StatusOr<cv::Mat> result = Imdecode(bytes, cv::IMREAD_COLOR, &dst, name);
+  if (!result.ok()) return result.status();
+  const cv::Mat& decoded = *result;
   if (decoded.type() != CV_8UC3) return absl::InternalError("OpenCV returned a non-8-bit-BGR image");
 
   if (decoded.data != image.pixels.data()) {

@@ -286,32 +286,43 @@ def smooth16(w, h, ch, seed):
 
 
 # ---------------------------------------------------------------------------------------------
-# The C helper for JPEGs Pillow cannot write (YCCK; CMYK without an Adobe marker)
+# The C helper for JPEGs Pillow cannot write (YCCK, CMYK without an Adobe marker, restart
+# intervals, arithmetic coding, 4:1:1 sampling, RGB stored without the YCbCr transform)
 
-CMYK_WRITER = r"""
+JPEG_WRITER = r"""
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <jpeglib.h>
 int main(int argc, char** argv) {
-  /* argv: in.raw (CMYK bytes) out.jpg width height colorspace(ycck|cmyk) adobe(0|1) */
-  int w = atoi(argv[3]), h = atoi(argv[4]);
+  /* in.raw out.jpg width height components(3|4) colorspace(ycc|rgb|cmyk|ycck) adobe restart
+     arith hsamp0 vsamp0 progressive */
+  int w = atoi(argv[3]), h = atoi(argv[4]), n = atoi(argv[5]);
+  const char* cs = argv[6];
   FILE* in = fopen(argv[1], "rb");
-  unsigned char* buf = malloc((size_t)w * h * 4);
-  if (fread(buf, 1, (size_t)w * h * 4, in) != (size_t)w * h * 4) return 1;
+  unsigned char* buf = malloc((size_t)w * h * n);
+  if (fread(buf, 1, (size_t)w * h * n, in) != (size_t)w * h * n) return 1;
   fclose(in);
   struct jpeg_compress_struct c; struct jpeg_error_mgr e;
   c.err = jpeg_std_error(&e);
   jpeg_create_compress(&c);
   FILE* out = fopen(argv[2], "wb");
   jpeg_stdio_dest(&c, out);
-  c.image_width = w; c.image_height = h; c.input_components = 4; c.in_color_space = JCS_CMYK;
+  c.image_width = w; c.image_height = h; c.input_components = n;
+  c.in_color_space = n == 4 ? JCS_CMYK : JCS_RGB;
   jpeg_set_defaults(&c);
-  jpeg_set_colorspace(&c, argv[5][0] == 'y' ? JCS_YCCK : JCS_CMYK);
-  c.write_Adobe_marker = atoi(argv[6]);
+  jpeg_set_colorspace(&c, !strcmp(cs, "ycck") ? JCS_YCCK : !strcmp(cs, "cmyk") ? JCS_CMYK :
+                          !strcmp(cs, "rgb") ? JCS_RGB : JCS_YCbCr);
+  c.write_Adobe_marker = atoi(argv[7]);
+  c.restart_interval = atoi(argv[8]);
+  c.arith_code = atoi(argv[9]);
+  c.comp_info[0].h_samp_factor = atoi(argv[10]);
+  c.comp_info[0].v_samp_factor = atoi(argv[11]);
   jpeg_set_quality(&c, 90, TRUE);
+  if (atoi(argv[12])) jpeg_simple_progression(&c);
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
-    JSAMPROW row = buf + (size_t)c.next_scanline * w * 4;
+    JSAMPROW row = buf + (size_t)c.next_scanline * w * n;
     jpeg_write_scanlines(&c, &row, 1);
   }
   jpeg_finish_compress(&c);
@@ -323,17 +334,19 @@ int main(int argc, char** argv) {
 """
 
 
-def cmyk_jpeg(tmp, name, cmyk_raw, w, h, colorspace, adobe):
-    exe = os.path.join(tmp, "cmyk_writer")
+def libjpeg_write(tmp, name, raw, w, h, n, colorspace, adobe=0, restart=0, arith=0, hsamp=1, vsamp=1,
+                  progressive=0):
+    exe = os.path.join(tmp, "jpeg_writer")
     if not os.path.exists(exe):
-        src = os.path.join(tmp, "cmyk_writer.c")
+        src = os.path.join(tmp, "jpeg_writer.c")
         with open(src, "w") as f:
-            f.write(CMYK_WRITER)
+            f.write(JPEG_WRITER)
         subprocess.check_call(["cc", "-O1", "-o", exe, src, "-ljpeg"])
-    raw = os.path.join(tmp, "in.raw")
-    with open(raw, "wb") as f:
-        f.write(cmyk_raw)
-    subprocess.check_call([exe, raw, os.path.join(OUT, name), str(w), str(h), colorspace, str(adobe)])
+    path = os.path.join(tmp, "in.raw")
+    with open(path, "wb") as f:
+        f.write(raw)
+    subprocess.check_call([exe, path, os.path.join(OUT, name), str(w), str(h), str(n), colorspace,
+                           str(adobe), str(restart), str(arith), str(hsamp), str(vsamp), str(progressive)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,10 +379,23 @@ def main():
     # Raw CMYK with varied K so that Pillow's cmyk2rgb rounding is exercised.
     rng = Lcg(11)
     raw = bytes(rng.byte() for _ in range(36 * 20 * 4))
-    cmyk_jpeg(tmp, "jpeg_ycck_adobe_36x20.jpg", raw, 36, 20, "ycck", 1)
+    libjpeg_write(tmp, "jpeg_ycck_adobe_36x20.jpg", raw, 36, 20, 4, "ycck", adobe=1)
     record("jpeg_ycck_adobe_36x20.jpg", "YCCK JPEG (Adobe transform 2), libjpeg converts to CMYK")
-    cmyk_jpeg(tmp, "jpeg_cmyk_noadobe_36x20.jpg", raw, 36, 20, "cmyk", 0)
+    libjpeg_write(tmp, "jpeg_cmyk_noadobe_36x20.jpg", raw, 36, 20, 4, "cmyk", adobe=0)
     record("jpeg_cmyk_noadobe_36x20.jpg", "CMYK JPEG without an Adobe marker (Pillow still inverts)")
+    libjpeg_write(tmp, "jpeg_ycck_progressive_36x20.jpg", raw, 36, 20, 4, "ycck", adobe=1, progressive=1)
+    record("jpeg_ycck_progressive_36x20.jpg", "progressive YCCK JPEG")
+    rgb_raw = rgb_pattern(45, 29, 15).tobytes()
+    libjpeg_write(tmp, "jpeg_restart_45x29.jpg", rgb_raw, 45, 29, 3, "ycc", restart=1, hsamp=2, vsamp=2)
+    record("jpeg_restart_45x29.jpg", "4:2:0 with a restart marker after every MCU row")
+    libjpeg_write(tmp, "jpeg_arith_45x29.jpg", rgb_raw, 45, 29, 3, "ycc", arith=1, hsamp=2, vsamp=2)
+    record("jpeg_arith_45x29.jpg", "arithmetic-coded 4:2:0")
+    libjpeg_write(tmp, "jpeg411_45x29.jpg", rgb_raw, 45, 29, 3, "ycc", hsamp=4, vsamp=1)
+    record("jpeg411_45x29.jpg", "4:1:1 sampling (h4v1)")
+    libjpeg_write(tmp, "jpeg440_45x29.jpg", rgb_raw, 45, 29, 3, "ycc", hsamp=1, vsamp=2)
+    record("jpeg440_45x29.jpg", "4:4:0 sampling (h1v2)")
+    libjpeg_write(tmp, "jpeg_rgb_colorspace_45x29.jpg", rgb_raw, 45, 29, 3, "rgb", adobe=1)
+    record("jpeg_rgb_colorspace_45x29.jpg", "RGB stored without the YCbCr transform (Adobe transform 0)")
 
     # ---- JPEG: EXIF orientation
     plain = jpeg_bytes(base, quality=90)
@@ -582,6 +608,11 @@ def main():
     write("png_exif_and_xmp.png", make_png(W, H, 8, 2, rgbpx, pre=[
         png_chunk(b"eXIf", exif_orientation("II", 1)), png_chunk(b"iTXt", itxt)]))
     record("png_exif_and_xmp.png", "eXIf says 1, XMP says 8: EXIF wins (XMP only without the tag)")
+    write("png_gamma_chunks_19x13.png", make_png(W, H, 8, 2, rgbpx, pre=[
+        png_chunk(b"gAMA", struct.pack(">I", 45455)), png_chunk(b"sRGB", b"\x00"),
+        png_chunk(b"cHRM", struct.pack(">8I", 31270, 32900, 64000, 33000, 30000, 60000, 15000, 6000)),
+        png_chunk(b"pHYs", struct.pack(">IIB", 2835, 2835, 1)), png_chunk(b"tEXt", b"Comment\x00hello")]))
+    record("png_gamma_chunks_19x13.png", "gAMA/sRGB/cHRM/pHYs/tEXt chunks: no colour management in either")
     # PNG: broken and limits.
     good = make_png(W, H, 8, 2, rgbpx)
     write("png_no_iend.png", good[:-12])
@@ -626,12 +657,27 @@ def main():
     webp_src.save(os.path.join(OUT, "webp_exif_o6_41x27.webp"), "WEBP", quality=80, exif=ex)
     record("webp_exif_o6_41x27.webp", "lossy WebP with an EXIF chunk, orientation 6")
 
+    webp_src.save(os.path.join(OUT, "webp_lossless_41x27.webp"), "WEBP", lossless=True)
+    record("webp_lossless_41x27.webp", "lossless WebP without alpha")
+    webp_src.save(os.path.join(OUT, "webp_animated_41x27.webp"), "WEBP", save_all=True, duration=100,
+                  append_images=[webp_src.transpose(Image.Transpose.FLIP_LEFT_RIGHT)])
+    record("webp_animated_41x27.webp", "animated WebP (2 frames): Pillow gives the first frame",
+           iris={"ok": False, "why": "OpenCV 4.6 cannot decode animated WebP; iris rejects it"})
+
     # ---- BMP
     bmp_src = rgb_pattern(23, 11, 90)
     bmp_src.save(os.path.join(OUT, "bmp_rgb24_23x11.bmp"))
     record("bmp_rgb24_23x11.bmp", "24-bit BMP, bottom-up, rows padded")
     bmp_src.convert("P", palette=Image.Palette.ADAPTIVE, colors=20).save(os.path.join(OUT, "bmp_pal8_23x11.bmp"))
     record("bmp_pal8_23x11.bmp", "8-bit palette BMP")
+    bmp_src.convert("L").save(os.path.join(OUT, "bmp_gray8_23x11.bmp"))
+    record("bmp_gray8_23x11.bmp", "8-bit grayscale BMP (a gray palette)")
+    bmp_src.convert("1").save(os.path.join(OUT, "bmp_1bit_23x11.bmp"))
+    record("bmp_1bit_23x11.bmp", "1-bit BMP")
+    bmp_rgba = bmp_src.convert("RGBA")
+    bmp_rgba.putalpha(Image.linear_gradient("L").resize((23, 11)))
+    bmp_rgba.save(os.path.join(OUT, "bmp_rgba32_23x11.bmp"))
+    record("bmp_rgba32_23x11.bmp", "32-bit BMP with alpha (dropped)")
     # Hand-made top-down 24-bit BMP (negative height).
     w, h = 23, 11
     stride = (w * 3 + 3) & ~3
@@ -660,6 +706,30 @@ def main():
         kw = {"compression": comp} if comp else {}
         tif_src.save(os.path.join(OUT, name), tiffinfo={274: o}, **kw)
         record(name, f"RGB TIFF with Orientation {o} in IFD0 ({comp or 'raw'}); Pillow applies it twice")
+    # Other TIFF flavours OpenCV reads the way Pillow does.
+    tif_modes = rgb_pattern(21, 14, 200)
+    tif_modes.convert("P", palette=Image.Palette.ADAPTIVE, colors=30).save(os.path.join(OUT, "tiff_palette_21x14.tif"))
+    record("tiff_palette_21x14.tif", "palette TIFF")
+    tif_modes.convert("CMYK").save(os.path.join(OUT, "tiff_cmyk_21x14.tif"))
+    record("tiff_cmyk_21x14.tif", "CMYK TIFF (libtiff's and Pillow's CMYK->RGB agree)")
+    tif_modes.convert("1").save(os.path.join(OUT, "tiff_bilevel_21x14.tif"))
+    record("tiff_bilevel_21x14.tif", "1-bit TIFF")
+    tif_modes.save(os.path.join(OUT, "tiff_jpeg_21x14.tif"), compression="jpeg")
+    record("tiff_jpeg_21x14.tif", "JPEG-compressed TIFF")
+    tif_modes.save(os.path.join(OUT, "tiff_packbits_21x14.tif"), compression="packbits")
+    record("tiff_packbits_21x14.tif", "PackBits TIFF")
+    gray16 = Image.frombytes("I;16", (21, 14), b"".join(struct.pack("<H", (i * 37) % 700) for i in range(21 * 14)))
+    gray16.save(os.path.join(OUT, "tiff_gray16_21x14.tif"))
+    record("tiff_gray16_21x14.tif", "16-bit gray TIFF with values up to 699 (Pillow clips at 255)")
+    gray16.save(os.path.join(OUT, "tiff_gray16_o6_21x14.tif"), tiffinfo={274: 6})
+    record("tiff_gray16_o6_21x14.tif", "16-bit gray TIFF, Orientation 6 (applied twice by Pillow)")
+    rgba_t = tif_modes.convert("RGBA")
+    rgba_t.putalpha(Image.linear_gradient("L").resize((21, 14)))
+    rgba_t.save(os.path.join(OUT, "tiff_rgba_21x14.tif"))
+    record("tiff_rgba_21x14.tif", "RGBA TIFF (unassociated alpha)",
+           iris={"ok": True, "shape_hwc": [14, 21, 3], "sha256": None,
+                 "why": "OpenCV reads 8-bit RGBA TIFFs through libtiff's TIFFReadRGBA*, which "
+                        "premultiplies unassociated alpha; Pillow just drops alpha"})
     big_tif = tiff_ifd("II", [(256, 4, 1, 70000), (257, 4, 1, 70000), (258, 3, 1, 8), (259, 3, 1, 1),
                               (262, 3, 1, 1), (273, 4, 1, 8), (277, 3, 1, 1), (278, 4, 1, 70000),
                               (279, 4, 1, 70000 * 70000 & 0xFFFFFFFF)])
