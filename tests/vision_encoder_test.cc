@@ -167,7 +167,9 @@ TEST_P(TinyEncoder, MatchesEveryGoldenCase) {
   const bool f32 = GetParam() == ComputeType::kF32;
   auto m = LoadModel(testing::ModelPath("tiny"), GetParam());
   ASSERT_NE(m, nullptr);
-  for (const auto& c : Manifest("tiny")["cases"]) {
+  const nlohmann::json manifest = Manifest("tiny");
+  ASSERT_EQ(manifest["cases"].size(), 3u);
+  for (const auto& c : manifest["cases"]) {
     const double err = CheckCase(*m, c, f32);
     std::printf("  %s %s: relative L2 %.3g\n", c["case"].get<std::string>().c_str(), f32 ? "f32" : "bf16", err);
     EXPECT_LE(err, f32 ? 1e-4 : 2e-2) << c["case"];
@@ -183,7 +185,9 @@ TEST_P(Vision3bEncoder, MatchesEveryGoldenCase) {
   const bool f32 = GetParam() == ComputeType::kF32;
   auto m = LoadModel(testing::ModelPath("vision-3b"), GetParam());
   ASSERT_NE(m, nullptr);
-  for (const auto& c : Manifest("vision3b")["cases"]) {
+  const nlohmann::json manifest = Manifest("vision3b");
+  ASSERT_EQ(manifest["cases"].size(), 3u);
+  for (const auto& c : manifest["cases"]) {
     const double err = CheckCase(*m, c, f32);
     std::printf("  %s %s: relative L2 %.3g\n", c["case"].get<std::string>().c_str(), f32 ? "f32" : "bf16", err);
     EXPECT_LE(err, f32 ? 1e-4 : 2e-2) << c["case"];
