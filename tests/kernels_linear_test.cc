@@ -151,8 +151,9 @@ TEST(LinearBf16Test, MatchesReferenceLoosely) {
 }
 
 TEST(LinearBf16Test, FewRowsAgreeWithManyRows) {
-  // A handful of rows (decode) may take a different kernel than a batch; given the same bf16
-  // inputs both accumulate in f32, so each row must agree closely with the same row in a batch.
+  // A handful of rows (decode) runs a different primitive (and kernel blocking) than a batch;
+  // given the same bf16 inputs both accumulate in f32, so each row must agree closely with the
+  // same row computed in a batch.
   const Case cases[] = {{5, 1176, 129}, {5, 80, 200}, {5, 13, 65}, {5, 2048, 1000}, {5, 64, 64}, {5, 33, 3}};
   uint32_t seed = 300;
   for (const Case& c : cases) {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+
 namespace iris::kernels {
 namespace {
 

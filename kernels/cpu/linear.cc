@@ -94,14 +94,6 @@ class CpuLinear final : public Linear {
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, any_md, bias_md, dst_md), Engine());
       weight_md_ = pd.weights_desc();
-#if defined(__AVX512BF16__)
-      // Few rows: our own GEMV on the packed bf16 weight (oneDNN's brgemm runs M=1 bf16 at
-      // half the DRAM rate of f32). It knows one layout, the one oneDNN picks for N > 64.
-      if (dt == Dt::bf16) {
-        const memory::desc expected({in_, out_}, dt, Tag::BA16a64b2a);
-        gemv_ = weight_md_ == expected;
-      }
-#endif
       weight_buf_ = core::AllocateAligned(weight_md_.get_size());
       dnnl::memory plain_mem(plain_md, Engine(), plain.get());
       dnnl::memory packed_mem(weight_md_, Engine(), weight_buf_.get());
@@ -129,12 +121,6 @@ class CpuLinear final : public Linear {
 
   void Forward(const float* x, int64_t m, float* y, Epilogue epilogue) const override {
     if (m <= 0) return;
-#if defined(__AVX512BF16__)
-    if (gemv_ && m <= kGemvMaxRows) {
-      GemvBf16(x, m, y, epilogue);
-      return;
-    }
-#endif
     const dnnl::matmul prim = GetPrimitive(m, epilogue);
     const bool bf16 = compute_ == ComputeType::kBF16;
     const Dt dt = bf16 ? Dt::bf16 : Dt::f32;
@@ -162,71 +148,6 @@ class CpuLinear final : public Linear {
 
  private:
   static constexpr int64_t kProbeM = 256;
-  static constexpr int64_t kGemvMaxRows = 4;
-
-#if defined(__AVX512BF16__)
-  // y[r, :] = epilogue(x[r, :] · Wᵀ + b) for r < m <= kGemvMaxRows, reading the weight in
-  // oneDNN's BA16a64b2a layout: blocks of 64 outputs (N) x 32 inputs (K), N-block outermost;
-  // inside a block [16 K-pairs][64 N][2 K], zero-padded to whole blocks.
-  template <int M>
-  void GemvRows(const uint16_t* xb, int64_t kpairs_padded, float* y, Epilogue epilogue) const {
-    const int64_t nblocks = (out_ + 63) / 64;
-    const int64_t kblocks = kpairs_padded / 16;
-    const uint16_t* w = static_cast<const uint16_t*>(weight_buf_.get());
-    const float* bias = static_cast<const float*>(bias_.get());
-    const int64_t out = out_, xstride = kpairs_padded * 2;
-#pragma omp parallel for schedule(static) if (nblocks * kblocks > 64)
-    for (int64_t nb = 0; nb < nblocks; ++nb) {
-      __m512 acc[M][4];
-      for (int r = 0; r < M; ++r)
-        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
-      const uint16_t* blk = w + nb * kblocks * 2048;
-      for (int64_t kb = 0; kb < kblocks; ++kb, blk += 2048) {
-#pragma GCC unroll 2
-        for (int p = 0; p < 16; ++p) {
-          const uint16_t* wp = blk + p * 128;
-          __m512bh wv[4];
-          for (int c = 0; c < 4; ++c) wv[c] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wp + c * 32));
-          const int64_t pair = kb * 16 + p;
-          for (int r = 0; r < M; ++r) {
-            int32_t bits;
-            std::memcpy(&bits, xb + r * xstride + pair * 2, 4);
-            const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(bits));
-            for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
-          }
-        }
-      }
-      for (int c = 0; c < 4; ++c) {
-        const int64_t n0 = nb * 64 + c * 16;
-        if (n0 >= out) break;
-        const __mmask16 mask = cpu::TailMask(out - n0);
-        const __m512 b = _mm512_maskz_loadu_ps(mask, bias + n0);
-        for (int r = 0; r < M; ++r) {
-          float* yr = y + r * out + n0;
-          __m512 v = _mm512_add_ps(acc[r][c], b);
-          if (epilogue == Epilogue::kGeluErf) v = cpu::GeluErf(v);
-          if (epilogue == Epilogue::kAccumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, yr));
-          _mm512_mask_storeu_ps(yr, mask, v);
-        }
-      }
-    }
-  }
-
-  void GemvBf16(const float* x, int64_t m, float* y, Epilogue epilogue) const {
-    const int64_t kpairs = (in_ + 31) / 32 * 16;  // K padded to whole 32-blocks, in pairs
-    uint16_t* xb = ThreadBf16Scratch(static_cast<size_t>(m * kpairs * 2));
-    for (int64_t r = 0; r < m; ++r) {
-      cpu::FloatToBf16Row(x + r * in_, in_, xb + r * kpairs * 2);
-      std::fill(xb + r * kpairs * 2 + in_, xb + (r + 1) * kpairs * 2, uint16_t{0});
-    }
-    switch (m) {
-      case 1: GemvRows<1>(xb, kpairs, y, epilogue); break;
-      case 2: GemvRows<2>(xb, kpairs, y, epilogue); break;
-      case 3: GemvRows<3>(xb, kpairs, y, epilogue); break;
-      default: GemvRows<4>(xb, kpairs, y, epilogue); break;
-    }
-  }
-#endif
 
   dnnl::matmul GetPrimitive(int64_t m, Epilogue epilogue) const {
     const int64_t key = m * 4 + static_cast<int64_t>(epilogue);
@@ -259,7 +180,6 @@ class CpuLinear final : public Linear {
   const int64_t out_, in_;
   const ComputeType compute_;
   memory::desc weight_md_;
-  bool gemv_ = false;  // the packed weight is bf16 BA16a64b2a: small M takes GemvBf16
   std::shared_ptr<void> weight_buf_;
   std::shared_ptr<void> bias_;
   mutable std::mutex mu_;
