@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,11 +72,10 @@ TEST(ImageDecodeGoldenTest, EveryGoldenImageMatchesLoadImage) {
       ASSERT_EQ(golden.dtype(), core::DType::kU8);
       int y0 = 0, x0 = 0;
       if (name != "decoded_rgb") {  // "32x32 crop of the decoded uint8 RGB image at (y,x)=[84, 134]"
-        std::smatch m;
         const std::string desc = spec["desc"];
-        ASSERT_TRUE(std::regex_search(desc, m, std::regex(R"(\(y,x\)=\[(\d+), (\d+)\])"))) << desc;
-        y0 = std::stoi(m[1]);
-        x0 = std::stoi(m[2]);
+        const size_t at = desc.find("(y,x)=[");
+        ASSERT_NE(at, std::string::npos) << desc;
+        ASSERT_EQ(std::sscanf(desc.c_str() + at, "(y,x)=[%d, %d]", &y0, &x0), 2) << desc;
       }
       const int h = static_cast<int>(golden.dim(0)), w = static_cast<int>(golden.dim(1));
       ASSERT_LE(y0 + h, decoded->height);

@@ -1,6 +1,7 @@
 #include "vision/opencv_decoder.h"
 
 #include <cstring>
+#include <limits>
 #include <new>
 #include <string>
 
@@ -56,6 +57,9 @@ void BgrToRgbInPlace(RgbImage& im) {
 // cv::imdecode with its exceptions and empty results turned into statuses. OpenCV writes into
 // *dst when its size and type already match what the decoder reports.
 absl::StatusOr<cv::Mat> Imdecode(std::span<const uint8_t> bytes, int flags, cv::Mat* dst, const char* name) {
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " data over 2 GiB"));
+  }
   cv::Mat decoded;
   std::string error;
   try {
