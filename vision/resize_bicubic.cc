@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -511,6 +513,115 @@ void VerticalRow(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_
   }
 }
 
+void ResizeStrips(const RgbImage& in, int out_height, int out_width, int strip_rows, RgbImage* dst,
+                  StripFn emit) {
+  const bool need_h = out_width != in.width;
+  const bool need_v = out_height != in.height;
+  const int strips = (out_height + strip_rows - 1) / strip_rows;
+  const int64_t out_row_bytes = static_cast<int64_t>(out_width) * 3;
+  const int64_t stride = out_row_bytes + kScratchRowPad;
+
+  AxisCoeffs vert;
+  if (need_v) vert = ComputeAxisCoeffs(in.height, out_height);
+  std::optional<HorizontalPlan> hplan;
+  if (need_h) hplan.emplace(ComputeAxisCoeffs(in.width, out_width));
+  auto strip_end = [&](int s) { return std::min(out_height, (s + 1) * strip_rows); };
+  // Input rows [first, end) that strip s reads.
+  auto strip_input = [&](int s) -> std::pair<int, int> {
+    if (!need_v) return {s * strip_rows, strip_end(s)};
+    const int y0 = s * strip_rows, y1 = strip_end(s) - 1;
+    return {vert.start[y0], vert.start[y1] + vert.count[y1]};
+  };
+  // Horizontal rows go to a ring when a vertical pass follows, else straight to their place.
+  const bool ring_needed = need_h && need_v;
+  int ring_rows = 0;
+  if (ring_needed) {
+    for (int s = 0; s < strips; ++s) {
+      const auto [a, b] = strip_input(s);
+      ring_rows = std::max(ring_rows, b - a);
+    }
+  }
+
+  // Consecutive strips share input rows: hand them out in runs so that a worker mostly
+  // continues where it left off, yet small enough to balance the workers.
+  const int workers = ParallelWorkers();
+  const int run = std::max(1, std::min(8, strips / (4 * workers)));
+  const int items = (strips + run - 1) / run;
+
+  struct Scratch {
+    std::unique_ptr<uint8_t[]> ring;   // horizontally resampled input rows, by row % ring_rows
+    std::unique_ptr<uint8_t[]> strip;  // the strip's output rows (without dst)
+    std::vector<const uint8_t*> hrows;  // horizontally resampled rows, by input row
+    std::vector<const uint8_t*> rows;
+    std::vector<const uint8_t*> in_rows;
+    std::vector<uint8_t*> out_rows;
+    int have_begin = 0, have_end = 0;  // input rows resampled into the ring
+  };
+  std::vector<std::unique_ptr<Scratch>> scratch(workers);
+
+  ParallelFor(items, [&](int item, int worker) {
+    if (scratch[worker] == nullptr) {
+      auto sc = std::make_unique<Scratch>();
+      if (ring_needed) sc->ring.reset(new uint8_t[static_cast<size_t>(ring_rows) * stride]);
+      if ((need_h || need_v) && dst == nullptr) {
+        sc->strip.reset(new uint8_t[static_cast<size_t>(strip_rows) * stride]);
+      }
+      sc->hrows.assign(in.height, nullptr);
+      sc->rows.resize(strip_rows);
+      scratch[worker] = std::move(sc);
+    }
+    Scratch& sc = *scratch[worker];
+    auto out_row = [&](int s, int i) -> uint8_t* {
+      return dst != nullptr ? dst->row(s * strip_rows + i) : sc.strip.get() + static_cast<size_t>(i) * stride;
+    };
+    const int s_end = std::min(strips, (item + 1) * run);
+    for (int s = item * run; s < s_end; ++s) {
+      const int count = strip_end(s) - s * strip_rows;
+      const auto [a, b] = strip_input(s);
+      if (ring_needed) {
+        if (a < sc.have_begin || a > sc.have_end) sc.have_begin = sc.have_end = a;
+        sc.in_rows.clear();
+        sc.out_rows.clear();
+        for (int y = std::max(a, sc.have_end); y < b; ++y) {
+          uint8_t* slot = sc.ring.get() + static_cast<size_t>(y % ring_rows) * stride;
+          sc.in_rows.push_back(in.row(y));
+          sc.out_rows.push_back(slot);
+          sc.hrows[y] = slot;
+        }
+        hplan->Run(sc.in_rows.data(), sc.out_rows.data(), static_cast<int>(sc.in_rows.size()));
+        sc.have_end = b;
+        sc.have_begin = std::max(sc.have_begin, b - ring_rows);
+      } else if (need_h) {  // rows map one to one
+        sc.in_rows.clear();
+        sc.out_rows.clear();
+        for (int i = 0; i < count; ++i) {
+          sc.in_rows.push_back(in.row(a + i));
+          sc.out_rows.push_back(out_row(s, i));
+          sc.rows[i] = sc.out_rows.back();
+        }
+        hplan->Run(sc.in_rows.data(), sc.out_rows.data(), count);
+      } else {
+        for (int y = a; y < b; ++y) sc.hrows[y] = in.row(y);
+      }
+      if (need_v) {
+        for (int i = 0; i < count; ++i) {
+          uint8_t* d = out_row(s, i);
+          VerticalRow(vert, s * strip_rows + i, sc.hrows.data(), out_row_bytes, d);
+          sc.rows[i] = d;
+        }
+      } else if (!need_h) {  // no resize at all: the input rows themselves
+        for (int i = 0; i < count; ++i) {
+          sc.rows[i] = in.row(s * strip_rows + i);
+          if (dst != nullptr) std::memcpy(dst->row(s * strip_rows + i), sc.rows[i], out_row_bytes);
+        }
+      }
+      // Scratch rows are padded; image rows are not (the last one ends its buffer).
+      const bool scratch_rows = dst == nullptr && (need_h || need_v);
+      emit(s, sc.rows.data(), count, scratch_rows ? stride : out_row_bytes);
+    }
+  });
+}
+
 RgbImage ResizeBicubicReference(const RgbImage& in, int out_height, int out_width) {
   if (out_height == in.height && out_width == in.width) return in;
   RgbImage cur = in;
@@ -546,59 +657,13 @@ RgbImage ResizeBicubicReference(const RgbImage& in, int out_height, int out_widt
 }  // namespace internal
 
 RgbImage ResizeBicubic(const RgbImage& in, int out_height, int out_width) {
-  using namespace internal;
   if (out_height <= 0 || out_width <= 0 || in.width <= 0 || in.height <= 0) {
     return RgbImage{std::max(out_width, 0), std::max(out_height, 0), {}};
   }
   if (out_height == in.height && out_width == in.width) return in;
-  const bool need_h = out_width != in.width;
-  const bool need_v = out_height != in.height;
-
-  AxisCoeffs vert;
-  int ybox_first = 0, ybox_last = in.height;
-  if (need_v) {
-    vert = ComputeAxisCoeffs(in.height, out_height);
-    ybox_first = vert.start[0];
-    ybox_last = vert.start[out_height - 1] + vert.count[out_height - 1];
-  }
-
-  RgbImage tmp;
-  const RgbImage* src = &in;  // rows indexed by input row
-  int src_row0 = 0;           // input row of src's row 0
-  if (need_h) {
-    const HorizontalPlan plan(ComputeAxisCoeffs(in.width, out_width));
-    tmp.width = out_width;
-    tmp.height = ybox_last - ybox_first;
-    tmp.pixels.resize(static_cast<size_t>(tmp.width) * tmp.height * 3);
-    std::vector<const uint8_t*> in_rows(tmp.height);
-    std::vector<uint8_t*> out_rows(tmp.height);
-    for (int y = 0; y < tmp.height; ++y) {
-      in_rows[y] = in.row(ybox_first + y);
-      out_rows[y] = tmp.row(y);
-    }
-    constexpr int kChunk = 16;
-    const int chunks = (tmp.height + kChunk - 1) / kChunk;
-    ParallelFor(chunks, [&](int ch, int) {
-      const int y0 = ch * kChunk;
-      plan.Run(in_rows.data() + y0, out_rows.data() + y0, std::min(kChunk, tmp.height - y0));
-    });
-    if (!need_v) return tmp;
-    src = &tmp;
-    src_row0 = ybox_first;
-  }
-
-  RgbImage out;
-  out.width = out_width;
-  out.height = out_height;
-  out.pixels.resize(static_cast<size_t>(out.width) * out.height * 3);
-  std::vector<const uint8_t*> rows(in.height, nullptr);
-  for (int y = ybox_first; y < ybox_last; ++y) rows[y] = src->row(y - src_row0);
-  const int64_t bytes = static_cast<int64_t>(out_width) * 3;
-  constexpr int kChunk = 16;
-  ParallelFor((out_height + kChunk - 1) / kChunk, [&](int ch, int) {
-    const int end = std::min(out_height, (ch + 1) * kChunk);
-    for (int yy = ch * kChunk; yy < end; ++yy) VerticalRow(vert, yy, rows.data(), bytes, out.row(yy));
-  });
+  RgbImage out{out_width, out_height,
+               std::vector<uint8_t>(static_cast<size_t>(out_width) * out_height * 3)};
+  internal::ResizeStrips(in, out_height, out_width, 16, &out, [](int, const uint8_t* const*, int, int64_t) {});
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "vision/image.h"
 
 namespace iris::vision::internal {
@@ -73,6 +74,22 @@ class HorizontalPlan {
 // where rows[y] points at intermediate (horizontally resampled) row y.
 void VerticalRow(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_t bytes,
                  uint8_t* out);
+
+// Bytes of slack after every row of the strip driver's scratch rows (full 64-byte loads).
+inline constexpr int64_t kScratchRowPad = 64;
+
+// Called with one strip of resized rows: rows[i] is output row strip * strip_rows + i, for i
+// < count; `readable` bytes may be read from each row pointer (at least width * 3).
+using StripFn = absl::FunctionRef<void(int strip, const uint8_t* const* rows, int count,
+                                       int64_t readable)>;
+
+// The resize to out_height x out_width, produced strip by strip (strip_rows output rows each;
+// the last strip may be shorter) on ParallelFor's workers, so that the resized image need not
+// exist in full: each worker keeps a ring of horizontally resampled input rows, reused between
+// consecutive strips, and the strip's vertically resampled rows. With `dst` (out_height x
+// out_width) the rows are written there instead of to scratch.
+void ResizeStrips(const RgbImage& in, int out_height, int out_width, int strip_rows, RgbImage* dst,
+                  StripFn emit);
 
 // A direct transcription of Pillow's ImagingResample (BICUBIC, 8 bpc, 3 channels) for tests.
 RgbImage ResizeBicubicReference(const RgbImage& in, int out_height, int out_width);
