@@ -274,6 +274,13 @@ TEST_P(PreprocessFromResized, MatchesGolden) {
 INSTANTIATE_TEST_SUITE_P(Golden, PreprocessFromResized,
                          ::testing::ValuesIn(CaseNames(true, "resized_rgb")), TestName);
 
+TEST(Preprocess, ManifestHasEveryCase) {
+  EXPECT_EQ(CaseNames(true).size(), 14u);
+  EXPECT_EQ(CaseNames(false).size(), 2u);
+  EXPECT_EQ(CaseNames(true, "decoded_rgb").size(), 6u);
+  EXPECT_EQ(CaseNames(true, "resized_rgb").size(), 9u);
+}
+
 TEST(Preprocess, ValuesFollowTheReferenceFormula) {
   const core::PreprocessorConfig cfg;
   const internal::Patchifier p(14, 2, 2, cfg.image_mean, cfg.image_std);

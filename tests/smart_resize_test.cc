@@ -72,7 +72,9 @@ TEST(SmartResize, ExactMultiplesAreKept) {
 TEST(SmartResize, MatchesEveryGoldenCase) {
   auto manifest = core::ReadJsonFile(testing::DataPath("preprocess/manifest.json"));
   ASSERT_TRUE(manifest.ok()) << manifest.status();
+  int cases = 0;
   for (const auto& c : (*manifest)["cases"]) {
+    ++cases;
     SCOPED_TRACE(c["case"].get<std::string>());
     const int h = c["load_image"]["rgb_shape_hwc"][0].get<int>();
     const int w = c["load_image"]["rgb_shape_hwc"][1].get<int>();
@@ -88,6 +90,7 @@ TEST(SmartResize, MatchesEveryGoldenCase) {
     EXPECT_EQ(r->height / 14, c["expected"]["image_grid_thw"][1].get<int>());
     EXPECT_EQ(r->width / 14, c["expected"]["image_grid_thw"][2].get<int>());
   }
+  EXPECT_EQ(cases, 16);
 }
 
 TEST(SmartResize, StaysWithinBounds) {
