@@ -337,5 +337,10 @@ int main(int argc, char** argv) {
   if (Enabled(filter, "attention")) BenchAttention(tokens);
   if (Enabled(filter, "elementwise")) BenchElementwise(tokens);
   if (Enabled(filter, "techniques")) BenchTechniques(tokens);
+  // The machine may be shared: a peak that moved during the run means the ratios above are off.
+  const double end_peak = MeasureMatmulPeakFlops(ComputeType::kF32, 2048, 5);
+  const double drift = 100.0 * (end_peak - g_peak_f32) / g_peak_f32;
+  std::printf("\nf32 matmul peak at the end: %.1f GFLOP/s (%+.0f%%)%s\n", end_peak * 1e-9, drift,
+              std::abs(drift) > 10 ? "  -- other load on the machine? rerun" : "");
   return 0;
 }
