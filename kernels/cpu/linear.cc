@@ -67,21 +67,22 @@ class CpuLinear final : public Linear {
   absl::Status Init(const core::Tensor& weight, const core::Tensor* bias) {
     const Dt dt = compute_ == ComputeType::kBF16 ? Dt::bf16 : Dt::f32;
     // The weight in the compute type, as stored: [out, in] row-major == {K=in, N=out} "ba".
-    std::shared_ptr<void> plain;
-    if (compute_ == ComputeType::kF32) {
-      core::Tensor w = weight.ToF32();
-      plain = core::AllocateAligned(w.nbytes());
-      std::memcpy(plain.get(), w.raw(), w.nbytes());
-    } else if (weight.dtype() == core::DType::kBF16) {
-      plain = core::AllocateAligned(weight.nbytes());
-      std::memcpy(plain.get(), weight.raw(), weight.nbytes());
-    } else {
-      core::Tensor w = weight.ToF32();
-      plain = core::AllocateAligned(static_cast<size_t>(w.numel()) * 2);
-      const float* src = w.data<float>();
-      uint16_t* dst = static_cast<uint16_t*>(plain.get());
+    // Read in place where it already is in the compute type, else converted once here.
+    const void* plain = weight.raw();
+    core::Tensor f32;                  // the weight upcast, when it is not f32 already
+    std::shared_ptr<void> bf16_copy;   // the weight rounded to bf16, when it is not bf16 already
+    const core::DType want = compute_ == ComputeType::kBF16 ? core::DType::kBF16 : core::DType::kF32;
+    if (weight.dtype() != want) {
+      f32 = weight.ToF32();
+      plain = f32.raw();
+      if (want == core::DType::kBF16) {
+        bf16_copy = core::AllocateAligned(static_cast<size_t>(f32.numel()) * 2);
+        const float* src = f32.data<float>();
+        uint16_t* dst = static_cast<uint16_t*>(bf16_copy.get());
 #pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < out_; ++r) cpu::FloatToBf16Row(src + r * in_, in_, dst + r * in_);
+        for (int64_t r = 0; r < out_; ++r) cpu::FloatToBf16Row(src + r * in_, in_, dst + r * in_);
+        plain = bf16_copy.get();
+      }
     }
     const memory::desc plain_md({in_, out_}, dt, Tag::ba);
 
@@ -95,7 +96,7 @@ class CpuLinear final : public Linear {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, any_md, bias_md, dst_md), Engine());
       weight_md_ = pd.weights_desc();
       weight_buf_ = core::AllocateAligned(weight_md_.get_size());
-      dnnl::memory plain_mem(plain_md, Engine(), plain.get());
+      dnnl::memory plain_mem(plain_md, Engine(), const_cast<void*>(plain));  // only read
       dnnl::memory packed_mem(weight_md_, Engine(), weight_buf_.get());
       dnnl::stream& s = ThreadStream();
       dnnl::reorder(plain_mem, packed_mem).execute(s, plain_mem, packed_mem);
