@@ -1,6 +1,7 @@
 #include "vision/image_transpose.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
@@ -31,45 +32,63 @@ void Rotate180(RgbImage& im) {
   for (size_t l = 0; l < n / 2; ++l) SwapPixel(p + 3 * l, p + 3 * (n - 1 - l));
 }
 
-// Orientations 5..8 swap the axes: out(r, c) = in(flip_y ? H-1-c : c, flip_x ? W-1-r : r).
-// Done in tiles so that both images are walked within cache-sized blocks.
-RgbImage Transposed(const RgbImage& in, bool flip_y, bool flip_x) {
+// Rows of a full image go through ScatterTransposedRows a strip at a time.
+RgbImage Transposed(const RgbImage& in, int orientation) {
   RgbImage out;
   out.width = in.height;
   out.height = in.width;
   out.pixels.resize(in.pixels.size());
-  constexpr int kTile = 32;
-  const int W = in.width, H = in.height;
-  for (int r0 = 0; r0 < out.height; r0 += kTile) {
-    const int r1 = std::min(r0 + kTile, out.height);
-    for (int c0 = 0; c0 < out.width; c0 += kTile) {
-      const int c1 = std::min(c0 + kTile, out.width);
-      for (int r = r0; r < r1; ++r) {
-        const int x = flip_x ? W - 1 - r : r;
-        uint8_t* dst = out.row(r) + 3 * c0;
-        for (int c = c0; c < c1; ++c, dst += 3) {
-          const uint8_t* src = in.row(flip_y ? H - 1 - c : c) + 3 * x;
-          dst[0] = src[0];
-          dst[1] = src[1];
-          dst[2] = src[2];
-        }
-      }
-    }
+  constexpr int kStrip = 32;
+  const size_t stride = static_cast<size_t>(in.width) * 3;
+  for (int y0 = 0; y0 < in.height; y0 += kStrip) {
+    ScatterTransposedRows(in.row(y0), stride, y0, std::min(kStrip, in.height - y0), in.width, in.height,
+                          orientation, &out);
   }
   return out;
 }
 
 }  // namespace
 
+// out(r, c) = in(flip_y ? H-1-c : c, flip_x ? W-1-r : r), with flip_y for 6 and 7 and flip_x for
+// 7 and 8. Tile by tile: a tile's input rows are first copied into a small contiguous buffer,
+// because walking the input down a column at a large stride thrashes the L1 cache sets; each
+// output row then gets the tile's pixels in ascending address order.
+void ScatterTransposedRows(const uint8_t* src, size_t src_stride, int first_row, int num_rows, int in_width,
+                           int in_height, int orientation, RgbImage* out) {
+  const bool flip_y = orientation == 6 || orientation == 7;
+  const bool flip_x = orientation == 7 || orientation == 8;
+  constexpr int kTile = 32;
+  uint8_t tile[kTile][kTile * 3];
+  const int W = in_width, H = in_height;
+  for (int j0 = 0; j0 < num_rows; j0 += kTile) {
+    const int ny = std::min(kTile, num_rows - j0);
+    const int y0 = first_row + j0;
+    const int c_begin = flip_y ? H - y0 - ny : y0;
+    for (int x0 = 0; x0 < W; x0 += kTile) {
+      const int nx = std::min(kTile, W - x0);
+      for (int j = 0; j < ny; ++j) std::memcpy(tile[j], src + (j0 + j) * src_stride + 3 * x0, static_cast<size_t>(nx) * 3);
+      for (int i = 0; i < nx; ++i) {
+        const int x = x0 + i;
+        uint8_t* d = out->row(flip_x ? W - 1 - x : x) + 3 * c_begin;
+        if (flip_y) {
+          for (int j = ny - 1; j >= 0; --j, d += 3) std::memcpy(d, &tile[j][3 * i], 3);
+        } else {
+          for (int j = 0; j < ny; ++j, d += 3) std::memcpy(d, &tile[j][3 * i], 3);
+        }
+      }
+    }
+  }
+}
+
 RgbImage ApplyOrientation(RgbImage image, int orientation) {
   switch (orientation) {
     case 2: FlipLeftRight(image); return image;        // FLIP_LEFT_RIGHT
     case 3: Rotate180(image); return image;            // ROTATE_180
     case 4: FlipTopBottom(image); return image;        // FLIP_TOP_BOTTOM
-    case 5: return Transposed(image, false, false);    // TRANSPOSE
-    case 6: return Transposed(image, true, false);     // ROTATE_270 (90 degrees clockwise)
-    case 7: return Transposed(image, true, true);      // TRANSVERSE
-    case 8: return Transposed(image, false, true);     // ROTATE_90 (counter-clockwise)
+    case 5:                                            // TRANSPOSE
+    case 6:                                            // ROTATE_270 (90 degrees clockwise)
+    case 7:                                            // TRANSVERSE
+    case 8: return Transposed(image, orientation);     // ROTATE_90 (counter-clockwise)
     default: return image;
   }
 }

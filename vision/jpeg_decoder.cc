@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "vision/exif_orientation.h"
 #include "vision/image_header.h"
+#include "vision/image_transpose.h"
 
 namespace iris::vision::detail {
 namespace {
@@ -104,35 +105,57 @@ void CmykRowToRgb(const uint8_t* in, uint8_t* out, int width) {
 }
 
 constexpr int kCmykBatch = 16;
+constexpr int kStrip = 32;  // rows decoded before a transposing scatter
 
-// rows: one pointer per output row (RGB rows, or for CMYK the destination RGB rows while
-// `cmyk` holds kCmykBatch rows of 4-byte pixels).
-bool Decompress(Decompressor* d, bool is_cmyk, JSAMPROW* rows, uint8_t* cmyk) {
+struct Output {
+  bool is_cmyk;
+  JSAMPROW* rows;    // row mode: where each decoded row goes (nullptr in strip mode)
+  uint8_t* strip;    // strip mode: kStrip RGB rows, scattered transposed into *image
+  int orientation;   // strip mode: 5..8
+  RgbImage* image;
+  uint8_t* cmyk;     // CMYK: kCmykBatch rows of 4-byte pixels
+};
+
+// Reads up to `max_rows` rows into dst[0..], converting CMYK through o.cmyk; returns the count.
+JDIMENSION ReadRows(jpeg_decompress_struct* c, const Output& o, JSAMPROW* dst, JDIMENSION max_rows) {
+  if (!o.is_cmyk) return jpeg_read_scanlines(c, dst, max_rows);
+  JSAMPROW batch[kCmykBatch];
+  const size_t stride = static_cast<size_t>(c->output_width) * 4;
+  for (int i = 0; i < kCmykBatch; ++i) batch[i] = o.cmyk + i * stride;
+  const JDIMENSION n = jpeg_read_scanlines(c, batch, max_rows < kCmykBatch ? max_rows : kCmykBatch);
+  for (JDIMENSION i = 0; i < n; ++i) CmykRowToRgb(batch[i], dst[i], static_cast<int>(c->output_width));
+  return n;
+}
+
+bool Decompress(Decompressor* d, const Output& o) {
   if (setjmp(d->err.jump)) return false;
   jpeg_decompress_struct* c = &d->cinfo;
-  c->out_color_space = is_cmyk ? JCS_CMYK : JCS_EXT_RGB;
+  c->out_color_space = o.is_cmyk ? JCS_CMYK : JCS_EXT_RGB;
   c->dct_method = JDCT_ISLOW;        // Pillow's default (it switches only in draft mode)
   c->do_fancy_upsampling = TRUE;
   c->scale_num = c->scale_denom = 1;
   jpeg_start_decompress(c);
   if (c->output_width != c->image_width || c->output_height != c->image_height ||
-      c->output_components != (is_cmyk ? 4 : 3)) {
+      c->output_components != (o.is_cmyk ? 4 : 3)) {
     std::snprintf(d->err.message, sizeof d->err.message, "unexpected output format %ux%u x%d",
                   c->output_width, c->output_height, c->output_components);
     return false;
   }
-  if (!is_cmyk) {
+  const int width = static_cast<int>(c->output_width), height = static_cast<int>(c->output_height);
+  if (o.strip == nullptr) {
     while (c->output_scanline < c->output_height) {
-      jpeg_read_scanlines(c, rows + c->output_scanline, c->output_height - c->output_scanline);
+      ReadRows(c, o, o.rows + c->output_scanline, c->output_height - c->output_scanline);
     }
   } else {
-    JSAMPROW batch[kCmykBatch];
-    const size_t stride = static_cast<size_t>(c->output_width) * 4;
-    for (int i = 0; i < kCmykBatch; ++i) batch[i] = cmyk + i * stride;
+    JSAMPROW strip_rows[kStrip];
+    for (int i = 0; i < kStrip; ++i) strip_rows[i] = o.strip + static_cast<size_t>(i) * width * 3;
     while (c->output_scanline < c->output_height) {
-      const JDIMENSION first = c->output_scanline;
-      const JDIMENSION n = jpeg_read_scanlines(c, batch, kCmykBatch);
-      for (JDIMENSION i = 0; i < n; ++i) CmykRowToRgb(batch[i], rows[first + i], static_cast<int>(c->output_width));
+      const int first = static_cast<int>(c->output_scanline);
+      int n = 0;
+      while (n < kStrip && c->output_scanline < c->output_height) {
+        n += static_cast<int>(ReadRows(c, o, strip_rows + n, static_cast<JDIMENSION>(kStrip - n)));
+      }
+      ScatterTransposedRows(o.strip, static_cast<size_t>(width) * 3, first, n, width, height, o.orientation, o.image);
     }
   }
   jpeg_finish_decompress(c);  // reads up to EOI: a missing EOI is "truncated" for Pillow too
@@ -175,21 +198,33 @@ absl::StatusOr<RgbImage> DecodeJpeg(std::span<const uint8_t> bytes, const Decode
     }
   }
 
+  // Orientation is applied during the decode where that saves a pass: 4 by filling the rows
+  // bottom-up, 5..8 by scattering strips of rows to their transposed place. 2 and 3 are left to
+  // the caller (an in-place pass).
+  const int oriented = *orientation;
+  const bool strip_mode = SwapsAxes(oriented);
   RgbImage image;
   std::vector<JSAMPROW> rows;
-  std::vector<uint8_t> cmyk;
+  std::vector<uint8_t> strip, cmyk;
+  const int width = static_cast<int>(c.image_width), height = static_cast<int>(c.image_height);
   try {
-    image.width = static_cast<int>(c.image_width);
-    image.height = static_cast<int>(c.image_height);
-    image.pixels.resize(static_cast<size_t>(image.width) * image.height * 3);
-    rows.resize(image.height);
-    for (int y = 0; y < image.height; ++y) rows[y] = image.row(y);
-    if (is_cmyk) cmyk.resize(static_cast<size_t>(image.width) * 4 * kCmykBatch);
+    image.width = strip_mode ? height : width;
+    image.height = strip_mode ? width : height;
+    image.pixels.resize(static_cast<size_t>(width) * height * 3);
+    if (strip_mode) {
+      strip.resize(static_cast<size_t>(width) * 3 * kStrip);
+    } else {
+      rows.resize(height);
+      for (int y = 0; y < height; ++y) rows[y] = image.row(oriented == 4 ? height - 1 - y : y);
+    }
+    if (is_cmyk) cmyk.resize(static_cast<size_t>(width) * 4 * kCmykBatch);
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("out of memory for a ", image.width, "x", image.height, " JPEG"));
+    return absl::ResourceExhaustedError(absl::StrCat("out of memory for a ", width, "x", height, " JPEG"));
   }
-  if (!Decompress(&d, is_cmyk, rows.data(), cmyk.data())) return LibjpegError(d);
+  const Output out{is_cmyk, strip_mode ? nullptr : rows.data(), strip_mode ? strip.data() : nullptr,
+                   oriented, &image, cmyk.data()};
+  if (!Decompress(&d, out)) return LibjpegError(d);
+  if (strip_mode || oriented == 4) *orientation = 1;
   return image;
 }
 

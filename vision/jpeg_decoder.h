@@ -12,8 +12,8 @@
 
 namespace iris::vision::detail {
 
-// Decodes without applying orientation; *orientation receives the EXIF transpose (1..8) that
-// exif_transpose would apply.
+// *orientation receives the EXIF transpose (1..8) still to be applied to the result: the
+// decoder applies 4..8 itself while decoding (no extra pass), and leaves 2 and 3 to the caller.
 absl::StatusOr<RgbImage> DecodeJpeg(std::span<const uint8_t> bytes, const DecodeLimits& limits,
                                     int* orientation);
 
