@@ -154,6 +154,8 @@ void VisionEncoder::Attention(const Block& block, const EncoderPlan& plan, bool 
   a.scale = 1.0f / std::sqrt(static_cast<float>(d));
   a.cu_seqlens = full ? std::span<const int32_t>(plan.cu_seqlens) : std::span<const int32_t>(plan.cu_window_seqlens);
   a.max_seqlen = full ? plan.max_seqlen : plan.max_window_seqlen;
+  // bf16 mode: q·kᵀ and p·v as bf16 dot products (f32 softmax and accumulation).
+  a.bf16 = options_.compute == kernels::ComputeType::kBF16;
   if (options_.techniques.parallel_qkv_padding) {
     // The CPU kernel takes head_dim as it is: no padding pass at all, q/k/v read in place.
     a.q = {qkv, 3 * hv, d};
