@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
-  libabsl-dev nlohmann-json3-dev libssl-dev
+  libabsl-dev nlohmann-json3-dev libssl-dev libicu-dev
   libdnnl-dev
   libjpeg62-turbo-dev libpng-dev libopencv-core-dev libopencv-imgcodecs-dev
   libgtest-dev libgmock-dev libbenchmark-dev
