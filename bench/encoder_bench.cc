@@ -28,6 +28,7 @@ ABSL_FLAG(std::string, images, "tests/data/images", "folder with the test images
 ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 or f32");
 ABSL_FLAG(double, min_seconds, 2.0, "time each measurement at least this long (after one warm-up)");
 ABSL_FLAG(bool, switches, true, "also measure with each technique switched off");
+ABSL_FLAG(int, rounds, 3, "alternating rounds for the technique-switch table");
 
 namespace {
 
@@ -167,12 +168,10 @@ int main(int argc, char** argv) {
 
   std::printf("| input | patches | decode ms | preprocess ms | encoder ms | TFLOP/s | matmul peak TFLOP/s | of peak |\n");
   std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  std::vector<double> base_ms;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const Prepared& p = inputs[i];
     const double row_peak = measure_peak();
     const double ms = encode_ms(p);
-    base_ms.push_back(ms);
     const double tflops = (*encoder)->CountFlops(p.grids) / (ms * 1e9);
     std::printf("| %s | %lld | %.1f | %.1f | %.1f | %.2f | %.2f | %.0f%% |\n", shapes[i].label.c_str(),
                 static_cast<long long>(p.pixel_values.dim(0)), p.decode_ms, p.preprocess_ms, ms, tflops,
@@ -191,22 +190,38 @@ int main(int argc, char** argv) {
         {"cached cu_seqlens off", {true, true, false}},
         {"all off", {false, false, false}},
     };
-    std::printf("\nencoder ms with each technique switched off (change vs all on):\n");
+    // Configurations alternate within each round, so machine drift hits them alike; the table
+    // shows each configuration's median over the rounds.
+    const int rounds = absl::GetFlag(FLAGS_rounds);
+    std::printf("\nencoder ms with each technique switched off (median of %d alternating rounds; change vs all on):\n", rounds);
     std::printf("| input | all on |");
     for (const auto& c : configs) std::printf(" %s |", c.name);
     std::printf("\n| --- | ---: |");
     for (size_t i = 0; i < configs.size(); ++i) std::printf(" ---: |");
     std::printf("\n");
+    configs.insert(configs.begin(), Config{"all on", {}});
     for (size_t i = 0; i < shapes.size(); ++i) {
-      std::printf("| %s | %.1f |", shapes[i].label.c_str(), base_ms[i]);
-      for (const auto& c : configs) {
-        (*encoder)->set_techniques(c.t);
-        const double ms = encode_ms(inputs[i]);
-        std::printf(" %.1f (%+.1f%%) |", ms, 100.0 * (ms - base_ms[i]) / base_ms[i]);
-        std::fflush(stdout);
+      std::vector<std::vector<double>> ms(configs.size());
+      for (int r = 0; r < rounds; ++r) {
+        for (size_t c = 0; c < configs.size(); ++c) {
+          (*encoder)->set_techniques(configs[c].t);
+          const auto t = Clock::now();
+          (void)*(*encoder)->Forward(inputs[i].pixel_values, inputs[i].grids);
+          ms[c].push_back(1e3 * Seconds(t));
+        }
       }
-      (*encoder)->set_techniques({});
+      std::vector<double> med;
+      for (auto& v : ms) {
+        std::sort(v.begin(), v.end());
+        med.push_back(v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+      }
+      std::printf("| %s | %.1f |", shapes[i].label.c_str(), med[0]);
+      for (size_t c = 1; c < configs.size(); ++c) {
+        std::printf(" %.1f (%+.1f%%) |", med[c], 100.0 * (med[c] - med[0]) / med[0]);
+      }
       std::printf("\n");
+      std::fflush(stdout);
+      (*encoder)->set_techniques({});
     }
   }
 

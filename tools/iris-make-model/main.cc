@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "tools/iris-make-model/checkpoint_writer.h"
+#include "core/command_line.h"
 #include "tools/iris-make-model/presets.h"
 
 ABSL_FLAG(std::string, preset, "", "model preset: tiny, small or 3b (required)");
@@ -49,35 +50,18 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-// Abseil spells flags with underscores; accept the documented dashes too (--vision-only).
-std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i) {
-    std::string& a = args[i];
-    if (a == "--") break;
-    if (a.size() < 3 || a[0] != '-') continue;
-    const size_t start = a[1] == '-' ? 2 : 1;
-    const size_t end = std::min(a.find('='), a.size());
-    for (size_t k = start; k < end; ++k) {
-      if (a[k] == '-') a[k] = '_';
-    }
-  }
-  return args;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(Usage());
-  std::vector<std::string> args = NormalizeFlagNames(argc, argv);
+  std::vector<std::string> args = iris::core::NormalizeFlagNames(argc, argv);
   for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
     if (args[i] == "--help" || args[i] == "-help" || args[i] == "-h") {
       std::printf("iris-make-model: %s", Usage().c_str());
       return 0;
     }
   }
-  std::vector<char*> arg_ptrs;
-  for (std::string& a : args) arg_ptrs.push_back(a.data());
+  std::vector<char*> arg_ptrs = iris::core::ArgvOf(args);
   const std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   if (rest.size() > 1) {
     return Fail(absl::StrCat("unexpected argument \"", rest[1], "\" (see --help)"));
