@@ -20,11 +20,7 @@ using core::DType;
 using core::Tensor;
 
 std::vector<float> Random(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
+  return testing::RandomFloats(n, seed, lo, hi);
 }
 
 // IEEE half from float (round to nearest even), for building F16 weights.

@@ -8,16 +8,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace iris::kernels {
 namespace {
 
 std::vector<float> Random(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
+  return testing::RandomFloats(n, seed, lo, hi);
 }
 
 // Half tables as the models build them: angle = pos * theta^(-2i/d).

@@ -98,18 +98,6 @@ PixelBounds BoundsOf(const nlohmann::json& c) {
   return b;
 }
 
-RgbImage ImageFromTensor(const core::Tensor& t) {
-  RgbImage img;
-  if (t.rank() != 3 || t.dim(2) != 3 || t.dtype() != core::DType::kU8) {
-    ADD_FAILURE() << "not a uint8 HxWx3 array: " << t.ShapeString();
-    return img;
-  }
-  img.height = static_cast<int>(t.dim(0));
-  img.width = static_cast<int>(t.dim(1));
-  img.pixels.assign(t.data<uint8_t>(), t.data<uint8_t>() + t.nbytes());
-  return img;
-}
-
 std::string FileOf(const nlohmann::json& c) { return c["arrays"]["file"].get<std::string>(); }
 
 // Everything the golden records about pixel_values and the grid.
@@ -198,7 +186,7 @@ TEST_P(PreprocessFromFile, MatchesGolden) {
             c["expected"]["resized_rgb_uint8_sha256"].get<std::string>());
   const std::string file = FileOf(c);
   if (Has(c, "resized_rgb")) {
-    const RgbImage want = ImageFromTensor(testing::LoadGolden(file, "resized_rgb"));
+    const RgbImage want = testing::ImageFromTensor(testing::LoadGolden(file, "resized_rgb"));
     EXPECT_TRUE(want.pixels == resized.pixels);
   }
   for (const auto& [name, info] : c["arrays"]["tensors"].items()) {
@@ -206,7 +194,7 @@ TEST_P(PreprocessFromFile, MatchesGolden) {
     const std::string desc = info["desc"].get<std::string>();
     int y0 = 0, x0 = 0;
     ASSERT_TRUE(CropOrigin(desc, &y0, &x0)) << desc;
-    const RgbImage crop = ImageFromTensor(testing::LoadGolden(file, name));
+    const RgbImage crop = testing::ImageFromTensor(testing::LoadGolden(file, name));
     for (int y = 0; y < crop.height; ++y) {
       EXPECT_EQ(std::memcmp(crop.row(y), resized.row(y0 + y) + x0 * 3, crop.width * 3), 0) << name << " row " << y;
     }
@@ -251,7 +239,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, PreprocessErrorCase, ::testing::ValuesIn(CaseNa
 class PreprocessFromDecoded : public ::testing::TestWithParam<std::string> {};
 TEST_P(PreprocessFromDecoded, MatchesGolden) {
   const auto& c = Case(GetParam());
-  const RgbImage img = ImageFromTensor(testing::LoadGolden(FileOf(c), "decoded_rgb"));
+  const RgbImage img = testing::ImageFromTensor(testing::LoadGolden(FileOf(c), "decoded_rgb"));
   auto r = Preprocess(img, CheckpointConfig(), BoundsOf(c));
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectMatchesGolden(c, *r);
@@ -264,7 +252,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, PreprocessFromDecoded,
 class PreprocessFromResized : public ::testing::TestWithParam<std::string> {};
 TEST_P(PreprocessFromResized, MatchesGolden) {
   const auto& c = Case(GetParam());
-  const RgbImage img = ImageFromTensor(testing::LoadGolden(FileOf(c), "resized_rgb"));
+  const RgbImage img = testing::ImageFromTensor(testing::LoadGolden(FileOf(c), "resized_rgb"));
   EXPECT_EQ(core::Sha256Hex(img.pixels.data(), img.pixels.size()),
             c["expected"]["resized_rgb_uint8_sha256"].get<std::string>());
   auto r = Preprocess(img, CheckpointConfig(), BoundsOf(c));

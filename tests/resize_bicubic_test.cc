@@ -25,18 +25,6 @@ bool CropOrigin(const std::string& desc, int* y0, int* x0) {
   return at != std::string::npos && std::sscanf(desc.c_str() + at, "(y,x)=[%d, %d]", y0, x0) == 2;
 }
 
-RgbImage ImageFromTensor(const core::Tensor& t) {
-  RgbImage img;
-  if (t.rank() != 3 || t.dim(2) != 3 || t.dtype() != core::DType::kU8) {
-    ADD_FAILURE() << "not a uint8 HxWx3 array: " << t.ShapeString();
-    return img;
-  }
-  img.height = static_cast<int>(t.dim(0));
-  img.width = static_cast<int>(t.dim(1));
-  img.pixels.assign(t.data<uint8_t>(), t.data<uint8_t>() + t.nbytes());
-  return img;
-}
-
 RgbImage RandomImage(int width, int height, uint32_t seed) {
   std::mt19937 rng(seed);
   RgbImage img{width, height, std::vector<uint8_t>(static_cast<size_t>(width) * height * 3)};
@@ -167,9 +155,9 @@ TEST(ResizeBicubic, MatchesPillowGoldens) {
     SCOPED_TRACE(c["case"].get<std::string>());
     // Images stored in full: the decoded one (when it is) and the resized one (when it is).
     RgbImage resized_full;
-    if (tensors.contains("resized_rgb")) resized_full = ImageFromTensor(testing::LoadGolden(file, "resized_rgb"));
+    if (tensors.contains("resized_rgb")) resized_full = testing::ImageFromTensor(testing::LoadGolden(file, "resized_rgb"));
     if (!tensors.contains("decoded_rgb")) continue;
-    const RgbImage decoded = ImageFromTensor(testing::LoadGolden(file, "decoded_rgb"));
+    const RgbImage decoded = testing::ImageFromTensor(testing::LoadGolden(file, "decoded_rgb"));
     const int oh = c["expected"]["resized_hw"][0].get<int>();
     const int ow = c["expected"]["resized_hw"][1].get<int>();
     const RgbImage got = ResizeBicubic(decoded, oh, ow);
@@ -186,7 +174,7 @@ TEST(ResizeBicubic, MatchesPillowGoldens) {
       int y0 = 0, x0 = 0;
       ASSERT_TRUE(CropOrigin(desc, &y0, &x0)) << desc;
       ++crops;
-      const RgbImage crop = ImageFromTensor(testing::LoadGolden(file, name));
+      const RgbImage crop = testing::ImageFromTensor(testing::LoadGolden(file, name));
       for (int y = 0; y < crop.height; ++y) {
         EXPECT_EQ(std::memcmp(crop.row(y), got.row(y0 + y) + x0 * 3, crop.width * 3), 0) << name << " row " << y;
       }

@@ -1,6 +1,7 @@
 #include "tests/test_util.h"
 
 #include <cmath>
+#include <random>
 
 #include "gtest/gtest.h"
 
@@ -37,6 +38,26 @@ double MaxAbsDiff(const float* a, const float* b, int64_t n) {
   double m = 0;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
   return m;
+}
+
+std::vector<float> RandomFloats(int64_t n, uint32_t seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+vision::RgbImage ImageFromTensor(const core::Tensor& t) {
+  vision::RgbImage img;
+  if (t.rank() != 3 || t.dim(2) != 3 || t.dtype() != core::DType::kU8) {
+    ADD_FAILURE() << "not a uint8 HxWx3 array: " << t.ShapeString();
+    return img;
+  }
+  img.height = static_cast<int>(t.dim(0));
+  img.width = static_cast<int>(t.dim(1));
+  img.pixels.assign(t.data<uint8_t>(), t.data<uint8_t>() + t.nbytes());
+  return img;
 }
 
 }  // namespace iris::testing

@@ -2,10 +2,13 @@
 // safetensors, comparing arrays.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/safetensors.h"
 #include "core/tensor.h"
+#include "vision/image.h"
 
 namespace iris::testing {
 
@@ -20,5 +23,11 @@ core::Tensor LoadGolden(const std::string& relative_file, const std::string& ten
 // ||a - b||_2 / ||b||_2 over float32 arrays of equal size.
 double RelativeL2(const float* a, const float* b, int64_t n);
 double MaxAbsDiff(const float* a, const float* b, int64_t n);
+
+// n floats uniform in [lo, hi) from a seeded generator (the same seed gives the same values).
+std::vector<float> RandomFloats(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f);
+
+// A uint8 [H, W, 3] golden array as an RgbImage (ADD_FAILURE and empty on another shape/dtype).
+vision::RgbImage ImageFromTensor(const core::Tensor& t);
 
 }  // namespace iris::testing
