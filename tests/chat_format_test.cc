@@ -2,8 +2,6 @@
 #include "llm/chat_format.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -38,25 +36,15 @@ const core::ModelConfig& Config() {
 }
 
 const json& Cases() {
-  static const json cases = [] {
-    std::ifstream in(testing::DataPath("model/manifest_tiny.json"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return json::parse(ss.str())["cases"];
-  }();
+  static const json cases = testing::LoadDataJson("model/manifest_tiny.json")["cases"];
   return cases;
-}
-
-std::vector<int64_t> Ints(const core::Tensor& t) {
-  const int64_t* p = t.data<int64_t>();
-  return std::vector<int64_t>(p, p + t.numel());
 }
 
 // The case's messages, with image parts taking the golden image_grid_thw in order.
 std::vector<ChatMessage> Messages(const json& c, const std::string& file) {
   std::vector<std::array<int64_t, 3>> grids;
   if (!c["images"].empty()) {
-    std::vector<int64_t> g = Ints(testing::LoadGolden(file, "image_grid_thw"));
+    std::vector<int64_t> g = testing::Int64Values(testing::LoadGolden(file, "image_grid_thw"));
     for (size_t i = 0; i + 2 < g.size(); i += 3) grids.push_back({g[i], g[i + 1], g[i + 2]});
   }
   size_t next_image = 0;
@@ -91,7 +79,7 @@ TEST(ChatFormatTest, GoldenInputIds) {
     const std::string file = CaseFile(c);
     auto prompt = BuildPrompt(Tok(), Config(), Messages(c, file));
     ASSERT_TRUE(prompt.ok()) << prompt.status();
-    std::vector<int64_t> want = Ints(testing::LoadGolden(file, "input_ids"));
+    std::vector<int64_t> want = testing::Int64Values(testing::LoadGolden(file, "input_ids"));
     std::vector<int64_t> got(prompt->ids.begin(), prompt->ids.end());
     EXPECT_EQ(got, want);
     EXPECT_EQ(static_cast<int64_t>(got.size()), c["prompt_len"].get<int64_t>());

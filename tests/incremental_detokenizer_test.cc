@@ -3,7 +3,6 @@
 // split across tokens are held back until complete).
 #include "llm/incremental_detokenizer.h"
 
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -33,10 +32,7 @@ const Tokenizer& Tiny() {
 }
 
 const json& GoldenCases() {
-  static const json cases = [] {
-    std::ifstream in(testing::DataPath("tokenizer/tokenizer_cases.json"));
-    return json::parse(in)["cases"];
-  }();
+  static const json cases = testing::LoadDataJson("tokenizer/tokenizer_cases.json")["cases"];
   return cases;
 }
 

@@ -52,11 +52,6 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-nlohmann::json LoadManifest(const std::string& relative) {
-  std::ifstream in(iris::testing::DataPath(relative));
-  return nlohmann::json::parse(in);
-}
-
 // A fresh, empty directory under the system temp dir, removed when the test ends.
 class TempDir {
  public:
@@ -98,7 +93,7 @@ RunResult RunTool(const std::string& args) {
 // names, BF16, shapes, the first 8 values and the SHA-256 of all values.
 void ExpectCheckpointMatchesManifest(const std::string& dir, const std::string& manifest_file,
                                      size_t expected_count) {
-  const nlohmann::json manifest = LoadManifest(manifest_file);
+  const nlohmann::json manifest = iris::testing::LoadDataJson(manifest_file);
   auto ckpt = core::Checkpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status() << " (the make_model_* ctest fixtures write " << dir << ")";
   const std::vector<std::string> names = ckpt->Names();
@@ -165,7 +160,7 @@ TEST(SyntheticWeights, TinyKnownAnswers) {
 
 TEST(SyntheticWeights, KindFanInAndBaseMatchManifests) {
   for (const char* file : {"weights/tiny_tensors.json", "weights/vision3b_tensors.json"}) {
-    const nlohmann::json m = LoadManifest(file);
+    const nlohmann::json m = iris::testing::LoadDataJson(file);
     const uint64_t seed = std::stoull(m["seed"].get<std::string>(), nullptr, 16);
     for (const auto& t : m["tensors"]) {
       const std::string name = t["name"].get<std::string>();
@@ -204,7 +199,7 @@ TEST(SyntheticWeights, ParallelFillEqualsElementwise) {
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> ManifestList(const std::string& file) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-  const nlohmann::json manifest = LoadManifest(file);
+  const nlohmann::json manifest = iris::testing::LoadDataJson(file);
   for (const auto& t : manifest["tensors"]) {
     out.emplace_back(t["name"].get<std::string>(), t["shape"].get<std::vector<int64_t>>());
   }
@@ -248,7 +243,7 @@ TEST(Presets, TinyJsonFilesEqualTheGoldenFixture) {
 
 TEST(Presets, ThreeBVisionConfigEqualsGoldenVisionConfig) {
   const nlohmann::json config = nlohmann::json::parse(ConfigJson(*FindPreset("3b")));
-  EXPECT_EQ(config["vision_config"], LoadManifest("vision-3b/vision_config.json"));
+  EXPECT_EQ(config["vision_config"], iris::testing::LoadDataJson("vision-3b/vision_config.json"));
 }
 
 TEST(Presets, ConfigsRoundTripThroughLoadModelConfig) {

@@ -3,8 +3,6 @@
 #include "llm/mrope.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,18 +28,8 @@ const core::ModelConfig& Config() {
 }
 
 const json& Cases() {
-  static const json cases = [] {
-    std::ifstream in(testing::DataPath("model/manifest_tiny.json"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return json::parse(ss.str())["cases"];
-  }();
+  static const json cases = testing::LoadDataJson("model/manifest_tiny.json")["cases"];
   return cases;
-}
-
-std::vector<int64_t> Ints(const core::Tensor& t) {
-  const int64_t* p = t.data<int64_t>();
-  return std::vector<int64_t>(p, p + t.numel());
 }
 
 struct Golden {
@@ -56,15 +44,15 @@ struct Golden {
 Golden LoadCase(const json& c) {
   const std::string file = c["arrays"]["file"].get<std::string>();
   Golden g;
-  for (int64_t id : Ints(testing::LoadGolden(file, "input_ids"))) g.ids.push_back(static_cast<int32_t>(id));
+  for (int64_t id : testing::Int64Values(testing::LoadGolden(file, "input_ids"))) g.ids.push_back(static_cast<int32_t>(id));
   if (!c["images"].empty()) {
-    std::vector<int64_t> v = Ints(testing::LoadGolden(file, "image_grid_thw"));
+    std::vector<int64_t> v = testing::Int64Values(testing::LoadGolden(file, "image_grid_thw"));
     for (size_t i = 0; i + 2 < v.size(); i += 3) g.grids.push_back({v[i], v[i + 1], v[i + 2]});
   }
-  g.position_ids = Ints(testing::LoadGolden(file, "position_ids"));
-  g.rope_delta = Ints(testing::LoadGolden(file, "rope_deltas")).at(0);
-  g.decode_positions = Ints(testing::LoadGolden(file, "decode_position_ids"));
-  g.forced_positions = Ints(testing::LoadGolden(file, "forced_position_ids"));
+  g.position_ids = testing::Int64Values(testing::LoadGolden(file, "position_ids"));
+  g.rope_delta = testing::Int64Values(testing::LoadGolden(file, "rope_deltas")).at(0);
+  g.decode_positions = testing::Int64Values(testing::LoadGolden(file, "decode_position_ids"));
+  g.forced_positions = testing::Int64Values(testing::LoadGolden(file, "forced_position_ids"));
   return g;
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "core/model_config.h"
 #include "gtest/gtest.h"
 
 namespace iris::testing {
@@ -22,6 +23,20 @@ core::Tensor LoadGolden(const std::string& relative_file, const std::string& ten
     return {};
   }
   return t->Clone();
+}
+
+nlohmann::json LoadDataJson(const std::string& relative) {
+  auto j = core::ReadJsonFile(DataPath(relative));
+  if (!j.ok()) {
+    ADD_FAILURE() << j.status();
+    return nullptr;
+  }
+  return *std::move(j);
+}
+
+std::vector<int64_t> Int64Values(const core::Tensor& t) {
+  const int64_t* p = t.data<int64_t>();
+  return std::vector<int64_t>(p, p + t.numel());
 }
 
 double RelativeL2(const float* a, const float* b, int64_t n) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "nlohmann/json.hpp"
 #include "core/tensor.h"
 #include "vision/image.h"
 
@@ -19,6 +20,12 @@ std::string ModelPath(const std::string& name);
 
 // Loads a tensor from a golden safetensors file (aborts the test on failure via ADD_FAILURE).
 core::Tensor LoadGolden(const std::string& relative_file, const std::string& tensor);
+
+// tests/data/<relative> parsed as JSON (ADD_FAILURE and null when missing or invalid).
+nlohmann::json LoadDataJson(const std::string& relative);
+
+// The elements of an I64 tensor.
+std::vector<int64_t> Int64Values(const core::Tensor& t);
 
 // ||a - b||_2 / ||b||_2 over float32 arrays of equal size.
 double RelativeL2(const float* a, const float* b, int64_t n);

@@ -49,11 +49,6 @@ Inputs Prepare(const std::vector<std::string>& images, const core::PreprocessorC
   return in;
 }
 
-nlohmann::json Manifest(const std::string& which) {
-  auto j = core::ReadJsonFile(testing::DataPath("vision/manifest_" + which + ".json"));
-  EXPECT_TRUE(j.ok());
-  return *j;
-}
 
 struct Model {
   core::ModelConfig config;
@@ -109,7 +104,6 @@ double CheckCase(Model& m, const nlohmann::json& c, bool f32) {
       block_err[block] = testing::RelativeL2(hidden, g.data<float>(), rows * hv);
     } else if ((*file_handle)->Find(full + "_row_sums") != nullptr) {
       const Tensor sums = testing::LoadGolden(file, full + "_row_sums");
-      const Tensor sampled = testing::LoadGolden(file, full + "_rows");
       double num = 0, den = 0;
       for (int64_t r = 0; r < rows; ++r) {
         double s = 0;
@@ -118,7 +112,6 @@ double CheckCase(Model& m, const nlohmann::json& c, bool f32) {
         den += sums.data<double>()[r] * sums.data<double>()[r];
       }
       block_err[block] = std::sqrt(num / den);
-      (void)sampled;
     }
   });
   auto out = m.encoder->Forward(in.pixel_values, in.grids);
@@ -167,7 +160,7 @@ TEST_P(TinyEncoder, MatchesEveryGoldenCase) {
   const bool f32 = GetParam() == ComputeType::kF32;
   auto m = LoadModel(testing::ModelPath("tiny"), GetParam());
   ASSERT_NE(m, nullptr);
-  const nlohmann::json manifest = Manifest("tiny");
+  const nlohmann::json manifest = testing::LoadDataJson("vision/manifest_tiny.json");
   ASSERT_EQ(manifest["cases"].size(), 3u);
   for (const auto& c : manifest["cases"]) {
     const double err = CheckCase(*m, c, f32);
@@ -185,7 +178,7 @@ TEST_P(Vision3bEncoder, MatchesEveryGoldenCase) {
   const bool f32 = GetParam() == ComputeType::kF32;
   auto m = LoadModel(testing::ModelPath("vision-3b"), GetParam());
   ASSERT_NE(m, nullptr);
-  const nlohmann::json manifest = Manifest("vision3b");
+  const nlohmann::json manifest = testing::LoadDataJson("vision/manifest_vision3b.json");
   ASSERT_EQ(manifest["cases"].size(), 3u);
   for (const auto& c : manifest["cases"]) {
     const double err = CheckCase(*m, c, f32);

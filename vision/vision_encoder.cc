@@ -143,7 +143,7 @@ float* VisionEncoder::Buffer(int slot, int64_t floats) {
   return t.data<float>();
 }
 
-void VisionEncoder::Attention(const Block& block, const EncoderPlan& plan, bool full, int64_t n) {
+void VisionEncoder::Attention(const EncoderPlan& plan, bool full, int64_t n) {
   const int heads = config_.num_heads, d = config_.head_dim();
   const int64_t hv = config_.hidden_size;
   float* qkv = Buffer(kQkv, n * 3 * hv);
@@ -250,7 +250,7 @@ absl::StatusOr<Tensor> VisionEncoder::Forward(const Tensor& pixel_values, std::s
       kernels::Rotary(q, n, d, cos, sin);
       kernels::Rotary(k, n, d, cos, sin);
     }
-    Attention(b, *layer_plan, config_.IsFullAttention(l), n);
+    Attention(*layer_plan, config_.IsFullAttention(l), n);
     b.proj->Forward(Buffer(kAttn, n * hv), n, hidden, Epilogue::kAccumulate);
     kernels::RmsNorm(hidden, b.norm2.data<float>(), n, hv, config_.rms_norm_eps, normed);
     float* gu = Buffer(kGateUp, n * 2 * ip);

@@ -75,7 +75,7 @@ class VisionEncoder {
  private:
   struct Block;
   VisionEncoder(const core::VisionConfig& config, const EncoderOptions& options);
-  void Attention(const Block& block, const EncoderPlan& plan, bool full, int64_t n);
+  void Attention(const EncoderPlan& plan, bool full, int64_t n);
   float* Buffer(int slot, int64_t floats);
 
   core::VisionConfig config_;
