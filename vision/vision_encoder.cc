@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/weights.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/qkv_pad.h"
@@ -26,31 +27,6 @@ namespace {
 
 enum Slot { kHidden, kNormed, kQkv, kAttn, kGateUp, kAct, kCos, kSin, kPadQ, kPadK, kPadV, kPadOut, kFc1, kNumSlots };
 
-absl::StatusOr<Tensor> GetShaped(const core::Checkpoint& ckpt, const std::string& name,
-                                 std::vector<int64_t> shape) {
-  IRIS_ASSIGN_OR_RETURN(Tensor t, ckpt.Get(name));
-  if (t.shape() != shape) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has shape ", t.ShapeString(),
-                                                   ", the config implies ",
-                                                   Tensor::View(nullptr, t.dtype(), shape, nullptr).ShapeString()));
-  }
-  if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has dtype ", core::DTypeName(t.dtype()),
-                                                   "; expected BF16, F16 or F32"));
-  }
-  return t;
-}
-
-// Copies rows [0, rows) of `src` ([rows, cols]) into `dst` ([*, dst_cols]) at row offset `at`.
-void CopyRows(const Tensor& src, Tensor* dst, int64_t at) {
-  const size_t es = core::DTypeSize(src.dtype());
-  const int64_t rows = src.dim(0), cols = src.numel() / src.dim(0), dst_cols = dst->numel() / dst->dim(0);
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(static_cast<char*>(dst->raw()) + ((at + r) * dst_cols) * es,
-                static_cast<const char*>(src.raw()) + r * cols * es, cols * es);
-  }
-}
-
 int64_t RoundUp(int64_t x, int64_t m) { return m <= 0 ? x : (x + m - 1) / m * m; }
 
 }  // namespace
@@ -68,7 +44,7 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(const core::C
   const int64_t hv = config.hidden_size, iv = config.intermediate_size;
   const int64_t patch_dim = int64_t{config.in_channels} * config.temporal_patch_size *
                             config.patch_size * config.patch_size;
-  IRIS_ASSIGN_OR_RETURN(Tensor pe, GetShaped(ckpt, "visual.patch_embed.proj.weight",
+  IRIS_ASSIGN_OR_RETURN(Tensor pe, core::GetWeight(ckpt, "visual.patch_embed.proj.weight",
                                              {hv, config.in_channels, config.temporal_patch_size,
                                               config.patch_size, config.patch_size}));
   IRIS_ASSIGN_OR_RETURN(enc->patch_embed_, Linear::Create(pe.Reshaped({hv, patch_dim}), nullptr, compute));
@@ -79,39 +55,39 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(const core::C
   for (int i = 0; i < config.depth; ++i) {
     const std::string p = absl::StrCat("visual.blocks.", i, ".");
     Block& b = enc->blocks_[i];
-    IRIS_ASSIGN_OR_RETURN(Tensor n1, GetShaped(ckpt, p + "norm1.weight", {hv}));
-    IRIS_ASSIGN_OR_RETURN(Tensor n2, GetShaped(ckpt, p + "norm2.weight", {hv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor n1, core::GetWeight(ckpt, p + "norm1.weight", {hv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor n2, core::GetWeight(ckpt, p + "norm2.weight", {hv}));
     b.norm1 = n1.ToF32();
     b.norm2 = n2.ToF32();
-    IRIS_ASSIGN_OR_RETURN(Tensor qkv_w, GetShaped(ckpt, p + "attn.qkv.weight", {3 * hv, hv}));
-    IRIS_ASSIGN_OR_RETURN(Tensor qkv_b, GetShaped(ckpt, p + "attn.qkv.bias", {3 * hv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor qkv_w, core::GetWeight(ckpt, p + "attn.qkv.weight", {3 * hv, hv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor qkv_b, core::GetWeight(ckpt, p + "attn.qkv.bias", {3 * hv}));
     Tensor qkv_bias = qkv_b.ToF32();
     IRIS_ASSIGN_OR_RETURN(b.qkv, Linear::Create(qkv_w, &qkv_bias, compute));
-    IRIS_ASSIGN_OR_RETURN(Tensor proj_w, GetShaped(ckpt, p + "attn.proj.weight", {hv, hv}));
-    IRIS_ASSIGN_OR_RETURN(Tensor proj_b, GetShaped(ckpt, p + "attn.proj.bias", {hv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor proj_w, core::GetWeight(ckpt, p + "attn.proj.weight", {hv, hv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor proj_b, core::GetWeight(ckpt, p + "attn.proj.bias", {hv}));
     Tensor proj_bias = proj_b.ToF32();
     IRIS_ASSIGN_OR_RETURN(b.proj, Linear::Create(proj_w, &proj_bias, compute));
 
     // gate and up fused into one [2*ip, hv] projection; rows iv..ip of each half are zero, so
     // silu(0) * 0 = 0 and the padded columns of down add nothing: the result is exact.
-    IRIS_ASSIGN_OR_RETURN(Tensor gate_w, GetShaped(ckpt, p + "mlp.gate_proj.weight", {iv, hv}));
-    IRIS_ASSIGN_OR_RETURN(Tensor gate_b, GetShaped(ckpt, p + "mlp.gate_proj.bias", {iv}));
-    IRIS_ASSIGN_OR_RETURN(Tensor up_w, GetShaped(ckpt, p + "mlp.up_proj.weight", {iv, hv}));
-    IRIS_ASSIGN_OR_RETURN(Tensor up_b, GetShaped(ckpt, p + "mlp.up_proj.bias", {iv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor gate_w, core::GetWeight(ckpt, p + "mlp.gate_proj.weight", {iv, hv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor gate_b, core::GetWeight(ckpt, p + "mlp.gate_proj.bias", {iv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor up_w, core::GetWeight(ckpt, p + "mlp.up_proj.weight", {iv, hv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor up_b, core::GetWeight(ckpt, p + "mlp.up_proj.bias", {iv}));
     if (gate_w.dtype() != up_w.dtype()) {
       return absl::InvalidArgumentError(p + "mlp: gate_proj and up_proj dtypes differ");
     }
     Tensor gu_w = Tensor::Zeros(gate_w.dtype(), {2 * ip, hv});
-    CopyRows(gate_w, &gu_w, 0);
-    CopyRows(up_w, &gu_w, ip);
+    core::CopyRows(gate_w, &gu_w, 0);
+    core::CopyRows(up_w, &gu_w, ip);
     Tensor gu_b = Tensor::Zeros(DType::kF32, {2 * ip});
     Tensor gb = gate_b.ToF32(), ub = up_b.ToF32();
     std::memcpy(gu_b.data<float>(), gb.data<float>(), iv * sizeof(float));
     std::memcpy(gu_b.data<float>() + ip, ub.data<float>(), iv * sizeof(float));
     IRIS_ASSIGN_OR_RETURN(b.gate_up, Linear::Create(gu_w, &gu_b, compute));
 
-    IRIS_ASSIGN_OR_RETURN(Tensor down_w, GetShaped(ckpt, p + "mlp.down_proj.weight", {hv, iv}));
-    IRIS_ASSIGN_OR_RETURN(Tensor down_b, GetShaped(ckpt, p + "mlp.down_proj.bias", {hv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor down_w, core::GetWeight(ckpt, p + "mlp.down_proj.weight", {hv, iv}));
+    IRIS_ASSIGN_OR_RETURN(Tensor down_b, core::GetWeight(ckpt, p + "mlp.down_proj.bias", {hv}));
     Tensor down_pad = Tensor::Zeros(down_w.dtype(), {hv, ip});
     const size_t es = core::DTypeSize(down_w.dtype());
     for (int64_t r = 0; r < hv; ++r) {
@@ -123,14 +99,14 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(const core::C
   }
   const int unit = config.spatial_merge_size * config.spatial_merge_size;
   const int64_t mh = hv * unit;
-  IRIS_ASSIGN_OR_RETURN(Tensor lnq, GetShaped(ckpt, "visual.merger.ln_q.weight", {hv}));
+  IRIS_ASSIGN_OR_RETURN(Tensor lnq, core::GetWeight(ckpt, "visual.merger.ln_q.weight", {hv}));
   enc->merger_norm_ = lnq.ToF32();
-  IRIS_ASSIGN_OR_RETURN(Tensor fc1_w, GetShaped(ckpt, "visual.merger.mlp.0.weight", {mh, mh}));
-  IRIS_ASSIGN_OR_RETURN(Tensor fc1_b, GetShaped(ckpt, "visual.merger.mlp.0.bias", {mh}));
+  IRIS_ASSIGN_OR_RETURN(Tensor fc1_w, core::GetWeight(ckpt, "visual.merger.mlp.0.weight", {mh, mh}));
+  IRIS_ASSIGN_OR_RETURN(Tensor fc1_b, core::GetWeight(ckpt, "visual.merger.mlp.0.bias", {mh}));
   Tensor fc1_bias = fc1_b.ToF32();
   IRIS_ASSIGN_OR_RETURN(enc->merger_fc1_, Linear::Create(fc1_w, &fc1_bias, compute));
-  IRIS_ASSIGN_OR_RETURN(Tensor fc2_w, GetShaped(ckpt, "visual.merger.mlp.2.weight", {config.out_hidden_size, mh}));
-  IRIS_ASSIGN_OR_RETURN(Tensor fc2_b, GetShaped(ckpt, "visual.merger.mlp.2.bias", {config.out_hidden_size}));
+  IRIS_ASSIGN_OR_RETURN(Tensor fc2_w, core::GetWeight(ckpt, "visual.merger.mlp.2.weight", {config.out_hidden_size, mh}));
+  IRIS_ASSIGN_OR_RETURN(Tensor fc2_b, core::GetWeight(ckpt, "visual.merger.mlp.2.bias", {config.out_hidden_size}));
   Tensor fc2_bias = fc2_b.ToF32();
   IRIS_ASSIGN_OR_RETURN(enc->merger_fc2_, Linear::Create(fc2_w, &fc2_bias, compute));
   enc->buffers_.resize(kNumSlots);

@@ -120,7 +120,24 @@ class CpuLinear final : public Linear {
   int64_t out_features() const override { return out_; }
   ComputeType compute() const override { return compute_; }
 
+  // Row counts vary from call to call (decoder steps); a primitive per exact M would grow without
+  // bound. Up to kExactRows every M gets its own; above, M is split into a multiple of kExactRows
+  // and a remainder, which bounds the cache.
   void Forward(const float* x, int64_t m, float* y, Epilogue epilogue) const override {
+    if (m > kExactRows && m % kExactRows != 0) {
+      const int64_t main = m / kExactRows * kExactRows;
+      ForwardRows(x, main, y, epilogue);
+      ForwardRows(x + main * in_, m - main, y + main * out_, epilogue);
+      return;
+    }
+    ForwardRows(x, m, y, epilogue);
+  }
+
+ private:
+  static constexpr int64_t kProbeM = 256;
+  static constexpr int64_t kExactRows = 64;
+
+  void ForwardRows(const float* x, int64_t m, float* y, Epilogue epilogue) const {
     if (m <= 0) return;
     const dnnl::matmul prim = GetPrimitive(m, epilogue);
     const bool bf16 = compute_ == ComputeType::kBF16;
@@ -146,9 +163,6 @@ class CpuLinear final : public Linear {
                      {DNNL_ARG_DST, dst_mem}});
     s.wait();
   }
-
- private:
-  static constexpr int64_t kProbeM = 256;
 
   dnnl::matmul GetPrimitive(int64_t m, Epilogue epilogue) const {
     const int64_t key = m * 4 + static_cast<int64_t>(epilogue);
