@@ -1,0 +1,391 @@
+#include "llm/sampler.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace iris::llm {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kPosInf = std::numeric_limits<float>::infinity();
+
+// Top-p compares a cumulative sum with top_p * total. Both come from float logits, so a nucleus
+// that is exactly top_p on paper (0.5 + 0.3 for top_p 0.8) may sum to 0.79999995; this slack
+// (relative to the total) keeps such a boundary token out, as the exact arithmetic would.
+constexpr double kTopPSlack = 1e-6;
+
+// Larger value first; the lower id first among equal values (a total order, so results do not
+// depend on the sort algorithm).
+bool Before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// The first index of the largest value; NaN never wins. 0 when every value is NaN or -inf.
+int32_t Argmax(const float* logits, int64_t vocab) {
+  int64_t best = 0;
+  float best_value = kNegInf;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (logits[i] > best_value) {
+      best_value = logits[i];
+      best = i;
+    }
+  }
+  return static_cast<int32_t>(best);
+}
+
+float NanToNegInf(float v) { return std::isnan(v) ? kNegInf : v; }
+
+// A float's bits mapped so that unsigned order is value order (-inf lowest, +inf highest).
+uint32_t OrderedKey(float v) {
+  const auto u = std::bit_cast<uint32_t>(v);
+  return (u >> 31) != 0 ? ~u : (u | 0x80000000u);
+}
+
+// The largest 32-bit key v such that the weight of the items with key >= v reaches `need`
+// (0 when even all of them fall short), in two passes of 16-bit histograms: O(n), no sort.
+template <typename W, typename KeyFn, typename WeightFn>
+uint32_t RadixSelect(int64_t n, KeyFn key, WeightFn weight, W need, std::vector<W>& hist) {
+  constexpr uint32_t kTop = 0xFFFF;
+  W above = 0;  // weight of the keys above the current bucket
+  uint32_t high = 0;
+  for (int level = 0; level < 2; ++level) {
+    hist.assign(size_t{kTop} + 1, W{0});
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t k = key(i);
+      if (level == 0) {
+        hist[k >> 16] += weight(i);
+      } else if ((k >> 16) == high) {
+        hist[k & kTop] += weight(i);
+      }
+    }
+    uint32_t b = kTop;
+    for (;; --b) {
+      if (above + hist[b] >= need || b == 0) break;
+      above += hist[b];
+    }
+    if (level == 0) {
+      high = b;
+    } else {
+      return (high << 16) | b;
+    }
+  }
+  return 0;
+}
+
+// The inverse of OrderedKey.
+float FromOrderedKey(uint32_t key) {
+  return std::bit_cast<float>((key >> 31) != 0 ? (key & 0x7FFFFFFFu) : ~key);
+}
+
+// Top-k up to this size selects with a heap in one pass; larger k with histograms.
+constexpr int64_t kMaxHeapTopK = 1024;
+
+}  // namespace
+
+absl::Status SamplingParams::Validate() const {
+  if (!(temperature >= 0.f && temperature <= 100.f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature must be in [0, 100], got ", temperature, " (0 = greedy)"));
+  }
+  if (top_k < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", top_k, " (0 = off)"));
+  }
+  if (!(top_p > 0.f && top_p <= 1.f)) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p, " (1 = off)"));
+  }
+  if (!(repetition_penalty > 0.f && repetition_penalty <= 10.f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be in (0, 10], got ", repetition_penalty, " (1 = off)"));
+  }
+  if (max_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be >= 1, got ", max_tokens));
+  }
+  for (size_t i = 0; i < stop_token_ids.size(); ++i) {
+    if (stop_token_ids[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop_token_ids[", i, "] must be >= 0, got ", stop_token_ids[i]));
+    }
+  }
+  if (stop_strings.size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(absl::StrCat("stop_strings: at most ", kMaxStopStrings,
+                                                   " stop strings are allowed, got ", stop_strings.size()));
+  }
+  for (size_t i = 0; i < stop_strings.size(); ++i) {
+    if (stop_strings[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("stop_strings[", i, "] must not be empty"));
+    }
+    if (stop_strings[i].size() > kMaxStopStringBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("stop_strings[", i, "] must be at most ",
+                                                     kMaxStopStringBytes, " bytes, got ",
+                                                     stop_strings[i].size()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "";
+}
+
+// ---- Sampler ----
+
+Sampler::Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt_ids) : params_(params) {
+  if (params_.seed.has_value()) {
+    rng_.seed(*params_.seed);
+  } else {
+    std::random_device rd;
+    const uint64_t hi = rd(), lo = rd();
+    rng_.seed((hi << 32) ^ lo);
+  }
+  if (params_.repetition_penalty != 1.f) seen_.insert(prompt_ids.begin(), prompt_ids.end());
+}
+
+double Sampler::Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+int32_t Sampler::Sample(float* logits, int64_t vocab) {
+  assert(vocab > 0);
+  const float penalty = params_.repetition_penalty;
+  if (penalty != 1.f) {
+    // HF RepetitionPenaltyLogitsProcessor: each id once, however often it occurred.
+    for (const int32_t id : seen_) {
+      if (id < 0 || id >= vocab) continue;
+      float& s = logits[id];
+      s = s < 0.f ? s * penalty : s / penalty;
+    }
+  }
+  int32_t token;
+  if (params_.greedy()) {
+    token = Argmax(logits, vocab);
+  } else {
+    const float t = params_.temperature;
+    for (int64_t i = 0; i < vocab; ++i) logits[i] /= t;
+    token = SampleFiltered(logits, vocab);
+  }
+  if (penalty != 1.f) seen_.insert(token);
+  return token;
+}
+
+int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
+  float max_value = kNegInf;
+  for (int64_t i = 0; i < vocab; ++i) max_value = std::max(max_value, NanToNegInf(logits[i]));
+  // Degenerate rows: all -inf/NaN (nothing to draw from) or some +inf (all the mass there).
+  if (max_value == kNegInf || max_value == kPosInf) return Argmax(logits, vocab);
+
+  const bool use_top_p = params_.top_p < 1.f;
+  const int64_t k = params_.top_k > 0 ? std::min<int64_t>(params_.top_k, vocab) : vocab;
+
+  // `scratch_` ends up holding the candidates (unnormalized probability, id) to draw from, in
+  // the order the draw walks them.
+  scratch_.clear();
+  if (k < vocab) {
+    // The k-th largest logit, exactly, in O(vocab). HF and vLLM mask only values below it, so
+    // ties with it stay.
+    const float kth = KthLargest(logits, vocab, k);
+    for (int64_t i = 0; i < vocab; ++i) {
+      const float v = NanToNegInf(logits[i]);
+      if (v >= kth) scratch_.emplace_back(std::exp(v - max_value), static_cast<int32_t>(i));
+    }
+    if (use_top_p) {
+      std::sort(scratch_.begin(), scratch_.end(), Before);
+      KeepNucleus(0, 0.0);
+    }
+  } else {
+    probs_.resize(static_cast<size_t>(vocab));
+    double total = 0.0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      const float p = std::exp(NanToNegInf(logits[i]) - max_value);
+      probs_[i] = p;
+      total += p;
+    }
+    if (!use_top_p) {
+      // Plain softmax draw over the whole vocabulary, in id order: no candidate list needed.
+      const double target = Uniform() * total;
+      double cum = 0.0;
+      int64_t last_nonzero = 0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (probs_[i] == 0.f) continue;
+        cum += probs_[i];
+        last_nonzero = i;
+        if (target < cum) return static_cast<int32_t>(i);
+      }
+      return static_cast<int32_t>(last_nonzero);
+    }
+    const double need = NucleusMass(total);
+    // Usually the nucleus is a few likely tokens: those with p >= 2^-10 (relative to the most
+    // likely) are a prefix of the descending order, so once they carry the mass, sorting them
+    // is enough.
+    constexpr float kLikely = 0x1.0p-10f;
+    constexpr size_t kMaxLikely = 4096;
+    double likely_mass = 0.0;
+    for (int64_t i = 0; i < vocab && scratch_.size() <= kMaxLikely; ++i) {
+      if (probs_[i] >= kLikely) {
+        scratch_.emplace_back(probs_[i], static_cast<int32_t>(i));
+        likely_mass += probs_[i];
+      }
+    }
+    if (scratch_.size() <= kMaxLikely && likely_mass >= need) {
+      std::sort(scratch_.begin(), scratch_.end(), Before);
+      KeepNucleus(0, total);
+    } else {
+      // A flat distribution: find the probability of the nucleus's last token by mass, without
+      // sorting. Tokens above it are in the nucleus whatever their order; tokens equal to it
+      // follow in id order (the descending order's tie rule) until the mass reaches top_p.
+      scratch_.clear();
+      const auto key = [this](int64_t i) { return std::bit_cast<uint32_t>(probs_[i]); };
+      const uint32_t last = RadixSelect<double>(
+          vocab, key, [this](int64_t i) { return static_cast<double>(probs_[i]); }, need, mass_);
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (key(i) > last) scratch_.emplace_back(probs_[i], static_cast<int32_t>(i));
+      }
+      const size_t above = scratch_.size();
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (key(i) == last) scratch_.emplace_back(probs_[i], static_cast<int32_t>(i));
+      }
+      KeepNucleus(above, total);
+    }
+  }
+
+  double total = 0.0;
+  for (const auto& c : scratch_) total += c.first;
+  const double target = Uniform() * total;
+  double cum = 0.0;
+  int32_t last_nonzero = scratch_.front().second;
+  for (const auto& c : scratch_) {
+    if (c.first == 0.f) continue;
+    cum += c.first;
+    last_nonzero = c.second;
+    if (target < cum) return c.second;
+  }
+  return last_nonzero;  // only when rounding put the target at the very end
+}
+
+float Sampler::KthLargest(const float* logits, int64_t vocab, int64_t k) {
+  if (k <= kMaxHeapTopK) {
+    // One pass with a heap of the best k so far (worst on top): for logits in no particular
+    // order only a few hundred tokens ever enter it.
+    scratch_.clear();
+    for (int64_t i = 0; i < vocab; ++i) {
+      const float v = NanToNegInf(logits[i]);
+      if (static_cast<int64_t>(scratch_.size()) < k) {
+        scratch_.emplace_back(v, static_cast<int32_t>(i));
+        std::push_heap(scratch_.begin(), scratch_.end(), Before);
+      } else if (v > scratch_.front().first) {
+        std::pop_heap(scratch_.begin(), scratch_.end(), Before);
+        scratch_.back() = {v, static_cast<int32_t>(i)};
+        std::push_heap(scratch_.begin(), scratch_.end(), Before);
+      }
+    }
+    const float kth = scratch_.front().first;
+    scratch_.clear();
+    return kth;
+  }
+  const uint32_t key = RadixSelect<int64_t>(
+      vocab, [logits](int64_t i) { return OrderedKey(NanToNegInf(logits[i])); },
+      [](int64_t) { return int64_t{1}; }, k, counts_);
+  return FromOrderedKey(key);
+}
+
+double Sampler::NucleusMass(double total) const {
+  return (static_cast<double>(params_.top_p) - kTopPSlack) * total;
+}
+
+void Sampler::KeepNucleus(size_t always, double total) {
+  if (total <= 0.0) {
+    for (const auto& c : scratch_) total += c.first;
+  }
+  const double need = NucleusMass(total);
+  double cum = 0.0;
+  for (size_t i = 0; i < scratch_.size(); ++i) {
+    cum += scratch_[i].first;
+    if (i + 1 >= always && cum >= need) {
+      scratch_.resize(std::max<size_t>(i + 1, 1));
+      return;
+    }
+  }
+}
+
+// ---- StopChecker ----
+
+StopChecker::StopChecker(const SamplingParams& params, std::vector<int32_t> eos_ids)
+    : params_(params), eos_ids_(std::move(eos_ids)) {}
+
+StopChecker::Step StopChecker::Push(int32_t id, std::string_view text, int64_t num_generated) {
+  Step step;
+  const bool stop_id =
+      std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), id) != params_.stop_token_ids.end() ||
+      (!params_.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end());
+  if (stop_id) {
+    // The stop token's own text is dropped; a held-back partial stop string can no longer
+    // complete, so it is ordinary text now.
+    step.text = std::move(held_);
+    held_.clear();
+    step.finish = FinishReason::kStop;
+    return step;
+  }
+
+  std::string buf = std::move(held_);
+  held_.clear();
+  buf.append(text);
+
+  // `buf` never has a whole stop string before the new text (it would have stopped), and what was
+  // emitted earlier cannot start one (the longest candidate suffix was held), so a search in
+  // `buf` finds every match. The earliest wins; among equal starts, the first listed.
+  size_t best_pos = std::string::npos;
+  const std::string* best = nullptr;
+  for (const std::string& s : params_.stop_strings) {
+    if (s.empty()) continue;
+    const size_t pos = buf.find(s);
+    if (pos != std::string::npos && (best == nullptr || pos < best_pos)) {
+      best_pos = pos;
+      best = &s;
+    }
+  }
+  if (best != nullptr) {
+    buf.resize(best_pos);
+    step.text = std::move(buf);
+    step.finish = FinishReason::kStop;
+    step.matched_stop = *best;
+    return step;
+  }
+
+  if (num_generated >= params_.max_tokens) {
+    step.text = std::move(buf);
+    step.finish = FinishReason::kLength;
+    return step;
+  }
+
+  // Hold back the longest suffix of `buf` that is a proper prefix of some stop string.
+  size_t hold = 0;
+  for (const std::string& s : params_.stop_strings) {
+    for (size_t len = std::min(s.size() - (s.empty() ? 0 : 1), buf.size()); len > hold; --len) {
+      if (buf.compare(buf.size() - len, len, s, 0, len) == 0) {
+        hold = len;
+        break;
+      }
+    }
+  }
+  held_.assign(buf, buf.size() - hold, hold);
+  buf.resize(buf.size() - hold);
+  step.text = std::move(buf);
+  return step;
+}
+
+std::string StopChecker::Flush() {
+  std::string out = std::move(held_);
+  held_.clear();
+  return out;
+}
+
+}  // namespace iris::llm

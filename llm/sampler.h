@@ -1,0 +1,109 @@
+// Next-token selection for one request: greedy or sampled (temperature, top-k, top-p) with a
+// per-request seed, HF's repetition penalty, and the stop rules (stop ids, stop strings,
+// max_tokens, ignore_eos) that end a generation with a reported finish reason.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace iris::llm {
+
+struct SamplingParams {
+  // temperature 0 (or top_k 1) = greedy. Otherwise logits / temperature, then top-k, then top-p
+  // (the smallest set of most likely tokens whose probability reaches top_p), then one draw.
+  float temperature = 0.f;
+  int top_k = 0;        // 0 = off
+  float top_p = 1.f;    // 1 = off
+  std::optional<uint64_t> seed;  // same seed + same logits = same tokens; unset = random
+  // HF's rule: for every id present in the prompt or generated so far,
+  // score < 0 ? score * penalty : score / penalty. 1 = off.
+  float repetition_penalty = 1.f;
+  int64_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids (unless ignore_eos)
+  std::vector<std::string> stop_strings;
+  bool ignore_eos = false;
+
+  static constexpr size_t kMaxStopStrings = 16;
+  static constexpr size_t kMaxStopStringBytes = 256;
+
+  // INVALID_ARGUMENT naming the field and its range: temperature in [0, 100], top_k >= 0,
+  // top_p in (0, 1], repetition_penalty in (0, 10], max_tokens >= 1, stop_token_ids >= 0, at most
+  // kMaxStopStrings stop strings, each non-empty and at most kMaxStopStringBytes bytes.
+  absl::Status Validate() const;
+  bool greedy() const { return temperature == 0.f || top_k == 1; }
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+const char* FinishReasonName(FinishReason reason);  // "stop", "length", "cancelled", "error", ""
+
+class Sampler {
+ public:
+  // `prompt_ids` seed the repetition-penalty set (image pads included, as HF does).
+  Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt_ids);
+
+  // Picks the next token from `logits` (vocab > 0 floats; modified in place by the penalty and
+  // temperature) and records it as generated. Order as HF generate: repetition penalty, then
+  // argmax if greedy (lowest id wins ties), else temperature, top-k (ties with the k-th value are
+  // kept, as HF and vLLM do), top-p (on the softmax of what top-k kept), softmax, one draw
+  // u = (rng() >> 11) * 2^-53 from the request's generator. NaN logits count as -inf.
+  int32_t Sample(float* logits, int64_t vocab);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  int32_t SampleFiltered(const float* logits, int64_t vocab);
+  // Cuts `scratch_` to the top-p nucleus: its first `always` entries are kept, the rest are in
+  // descending order; `total` is the candidates' mass (<= 0: the sum of `scratch_`).
+  void KeepNucleus(size_t always, double total);
+  double NucleusMass(double total) const;  // the mass top-p must reach
+  float KthLargest(const float* logits, int64_t vocab, int64_t k);  // NaN as -inf; uses scratch_
+  double Uniform();  // [0, 1), the same on every standard library
+
+  SamplingParams params_;
+  absl::flat_hash_set<int32_t> seen_;  // prompt + generated ids (kept only with a penalty)
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> scratch_;  // candidates (value, id), reused per call
+  std::vector<float> probs_;                        // unnormalized probabilities, reused per call
+  std::vector<int64_t> counts_;                     // top-k histograms of logit bits
+  std::vector<double> mass_;                        // top-p histograms of probability mass
+};
+
+// Decides when a generation ends. Fed each generated id and the text it completed (from the
+// incremental detokenizer); returns the text to emit for that step, which is cut before a stop
+// string and held back while the tail might still be the start of one (so a stop string never
+// reaches the client, as in vLLM).
+class StopChecker {
+ public:
+  // `eos_ids`: the model's end ids (generation_config.json's eos_token_id list).
+  StopChecker(const SamplingParams& params, std::vector<int32_t> eos_ids);
+
+  struct Step {
+    std::string text;                  // safe to emit now
+    FinishReason finish = FinishReason::kNone;
+    std::string matched_stop;          // the stop string or "" (stop by id or length)
+  };
+  // `num_generated` counts this token. A stop id ends the generation and contributes no text
+  // (text held back so far is released in that step). A stop string may span several pushes;
+  // the earliest match wins. Reaching max_tokens without a stop finishes kLength and releases
+  // the held text.
+  Step Push(int32_t id, std::string_view text, int64_t num_generated);
+  // At the end (finish by length or cancel): whatever was held back.
+  std::string Flush();
+
+ private:
+  SamplingParams params_;
+  std::vector<int32_t> eos_ids_;
+  std::string held_;
+};
+
+}  // namespace iris::llm

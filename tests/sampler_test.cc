@@ -1,0 +1,570 @@
+// Sampler (greedy, HF repetition penalty, temperature, top-k, top-p, seeds) against hand-computed
+// cases and empirical frequencies, SamplingParams::Validate messages, and the StopChecker's
+// stop ids / stop strings / max_tokens rules.
+#include "llm/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace iris::llm {
+namespace {
+
+using ::testing::HasSubstr;
+
+SamplingParams Sampled(float temperature, uint64_t seed) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.seed = seed;
+  return p;
+}
+
+// Draws `n` tokens with a fresh copy of `logits` each time (Sample modifies them in place).
+std::vector<int32_t> Draw(Sampler& sampler, const std::vector<float>& logits, int n) {
+  std::vector<int32_t> out;
+  out.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> copy = logits;
+    out.push_back(sampler.Sample(copy.data(), static_cast<int64_t>(copy.size())));
+  }
+  return out;
+}
+
+std::vector<double> Frequencies(const std::vector<int32_t>& draws, size_t vocab) {
+  std::vector<double> f(vocab, 0.0);
+  for (int32_t t : draws) {
+    EXPECT_GE(t, 0);
+    EXPECT_LT(static_cast<size_t>(t), vocab);
+    if (t >= 0 && static_cast<size_t>(t) < vocab) f[t] += 1.0;
+  }
+  for (double& x : f) x /= static_cast<double>(draws.size());
+  return f;
+}
+
+std::vector<double> Softmax(const std::vector<double>& x) {
+  const double m = *std::max_element(x.begin(), x.end());
+  std::vector<double> p(x.size());
+  double s = 0;
+  for (size_t i = 0; i < x.size(); ++i) s += p[i] = std::exp(x[i] - m);
+  for (double& v : p) v /= s;
+  return p;
+}
+
+// ---- greedy ----
+
+TEST(SamplerTest, GreedyPicksArgmaxLowestIdOnTies) {
+  Sampler s(SamplingParams{}, {});
+  std::vector<float> logits = {1.f, 3.f, 3.f, 2.f, -5.f};
+  EXPECT_EQ(s.Sample(logits.data(), 5), 1);
+  std::vector<float> last = {0.f, 0.f, 0.f, 7.f};
+  EXPECT_EQ(s.Sample(last.data(), 4), 3);
+  std::vector<float> all_equal(10, -2.f);
+  EXPECT_EQ(s.Sample(all_equal.data(), 10), 0);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> with_nan = {nan, -1.f, 4.f, nan};
+  EXPECT_EQ(s.Sample(with_nan.data(), 4), 2);
+}
+
+TEST(SamplerTest, TopKOneIsGreedyAtAnyTemperature) {
+  SamplingParams p = Sampled(1.5f, 7);
+  p.top_k = 1;
+  EXPECT_TRUE(p.greedy());
+  Sampler s(p, {});
+  std::vector<float> logits = {0.f, 2.f, 2.f, 1.9f};
+  for (int32_t t : Draw(s, logits, 200)) ASSERT_EQ(t, 1);
+}
+
+// ---- repetition penalty (HF: score < 0 ? score * p : score / p, for prompt + generated ids) ----
+
+TEST(SamplerTest, RepetitionPenaltyDividesPositiveScores) {
+  SamplingParams p;
+  p.repetition_penalty = 1.2f;
+  const std::vector<int32_t> prompt = {0, 0, 3};
+  Sampler s(p, prompt);
+  // 2.0 / 1.2 = 1.667 < 1.9: the decision flips from 0 to 1.
+  std::vector<float> logits = {2.0f, 1.9f, 1.0f, 0.5f};
+  EXPECT_EQ(s.Sample(logits.data(), 4), 1);
+  EXPECT_EQ(logits[0], 2.0f / 1.2f);  // applied once although 0 occurs twice
+  EXPECT_EQ(logits[1], 1.9f);
+  EXPECT_EQ(logits[3], 0.5f / 1.2f);
+}
+
+TEST(SamplerTest, RepetitionPenaltyMultipliesNegativeScores) {
+  SamplingParams p;
+  p.repetition_penalty = 1.2f;
+  Sampler s(p, std::vector<int32_t>{0});
+  // -1.0 * 1.2 = -1.2 < -1.1 -> 1 wins. (Dividing would give -0.83 and keep 0.)
+  std::vector<float> logits = {-1.0f, -1.1f, -3.0f};
+  EXPECT_EQ(s.Sample(logits.data(), 3), 1);
+  EXPECT_EQ(logits[0], -1.0f * 1.2f);
+}
+
+TEST(SamplerTest, RepetitionPenaltyBelowOneFavoursSeenTokens) {
+  SamplingParams p;
+  p.repetition_penalty = 0.5f;
+  Sampler s(p, std::vector<int32_t>{0, 2});
+  std::vector<float> logits = {1.0f, 1.5f, -1.0f};  // 1.0 / 0.5 = 2.0 > 1.5
+  EXPECT_EQ(s.Sample(logits.data(), 3), 0);
+  EXPECT_EQ(logits[2], -0.5f);
+}
+
+TEST(SamplerTest, RepetitionPenaltyCoversGeneratedTokens) {
+  SamplingParams p;
+  p.repetition_penalty = 1.2f;
+  Sampler s(p, std::vector<int32_t>{100000});  // an id outside the vocab is ignored
+  const std::vector<float> logits = {2.0f, 1.9f, 1.0f};
+  // 1st: nothing seen -> 0. 2nd: 0 -> 1.667 < 1.9 -> 1. 3rd: 0 -> 1.667, 1 -> 1.583 -> 0.
+  EXPECT_EQ(Draw(s, logits, 3), (std::vector<int32_t>{0, 1, 0}));
+}
+
+TEST(SamplerTest, RepetitionPenaltyOffLeavesLogits) {
+  Sampler s(SamplingParams{}, std::vector<int32_t>{0, 1});
+  std::vector<float> logits = {2.0f, -1.0f};
+  EXPECT_EQ(s.Sample(logits.data(), 2), 0);
+  EXPECT_EQ(logits, (std::vector<float>{2.0f, -1.0f}));
+}
+
+// ---- seeds ----
+
+TEST(SamplerTest, SameSeedSameTokensDifferentSeedDifferentTokens) {
+  const std::vector<float> flat(1000, 0.f);
+  Sampler a(Sampled(1.f, 1234), {}), b(Sampled(1.f, 1234), {}), c(Sampled(1.f, 1235), {});
+  const auto ta = Draw(a, flat, 50), tb = Draw(b, flat, 50), tc = Draw(c, flat, 50);
+  EXPECT_EQ(ta, tb);
+  EXPECT_NE(ta, tc);
+  // Not a constant sequence either.
+  EXPECT_GT(std::set<int32_t>(ta.begin(), ta.end()).size(), 30u);
+}
+
+TEST(SamplerTest, SeededDrawsArePortable) {
+  // mt19937_64 and the (rng() >> 11) * 2^-53 formula are fully specified: with seed 5489 (the
+  // standard's default) the first u is 14514284786278117030 >> 11 * 2^-53 = 0.78682..., which on a
+  // flat 1000-token distribution is token 786. Pins the draw so a library change cannot alter it.
+  std::mt19937_64 ref(5489);
+  ASSERT_EQ(ref(), 14514284786278117030ull);
+  Sampler s(Sampled(1.f, 5489), {});
+  std::vector<float> flat(1000, 0.f);
+  EXPECT_EQ(s.Sample(flat.data(), 1000), 786);
+}
+
+TEST(SamplerTest, UnseededSamplersDiffer) {
+  const std::vector<float> flat(1000, 0.f);
+  SamplingParams p;
+  p.temperature = 1.f;
+  Sampler a(p, {}), b(p, {});
+  EXPECT_NE(Draw(a, flat, 50), Draw(b, flat, 50));
+}
+
+// ---- distributions ----
+
+TEST(SamplerTest, EmpiricalDistributionMatchesSoftmax) {
+  const std::vector<double> x = {1.0, 0.0, -1.0, 2.0, 0.5, -3.0};
+  const std::vector<float> logits(x.begin(), x.end());
+  const auto want = Softmax(x);
+  Sampler s(Sampled(1.f, 99), {});
+  const int n = 20000;
+  const auto f = Frequencies(Draw(s, logits, n), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double sigma = std::sqrt(want[i] * (1 - want[i]) / n);
+    EXPECT_NEAR(f[i], want[i], 5 * sigma + 1e-4) << "token " << i;
+  }
+}
+
+TEST(SamplerTest, TemperatureScalesLogits) {
+  const std::vector<float> logits = {1.f, 0.f};
+  const int n = 20000;
+  for (const float t : {0.5f, 1.f, 2.f}) {
+    Sampler s(Sampled(t, 5), {});
+    std::vector<float> once = logits;
+    s.Sample(once.data(), 2);
+    EXPECT_FLOAT_EQ(once[0], 1.f / t);  // divided in place
+    const auto f = Frequencies(Draw(s, logits, n), 2);
+    const double want = 1.0 / (1.0 + std::exp(-1.0 / t));  // 0.881, 0.731, 0.622
+    EXPECT_NEAR(f[0], want, 0.015) << "temperature " << t;
+  }
+}
+
+TEST(SamplerTest, TopKNeverLeavesTheTopK) {
+  SamplingParams p = Sampled(1.f, 3);
+  p.top_k = 2;
+  Sampler s(p, {});
+  const std::vector<float> logits = {0.1f, 0.5f, 0.4f, 0.3f, 0.45f, -1.f};  // top 2: ids 1, 4
+  const auto f = Frequencies(Draw(s, logits, 5000), logits.size());
+  EXPECT_EQ(f[0] + f[2] + f[3] + f[5], 0.0);
+  // Renormalized over the two kept: e^0.5 / (e^0.5 + e^0.45) = 0.5125.
+  EXPECT_NEAR(f[1], 1.0 / (1.0 + std::exp(-0.05)), 0.03);
+}
+
+TEST(SamplerTest, TopKKeepsTiesWithTheKthValue) {
+  // HF/vLLM mask only values below the k-th largest: with k = 2 and a tie for second place,
+  // all three tied-or-better tokens stay.
+  SamplingParams p = Sampled(1.f, 4);
+  p.top_k = 2;
+  Sampler s(p, {});
+  const auto f = Frequencies(Draw(s, {1.f, 0.f, 0.f, -0.5f}, 4000), 4);
+  EXPECT_GT(f[1], 0.1);
+  EXPECT_GT(f[2], 0.1);
+  EXPECT_EQ(f[3], 0.0);
+}
+
+std::vector<float> LogProbs(const std::vector<double>& p) {
+  std::vector<float> out;
+  for (double v : p) out.push_back(static_cast<float>(std::log(v)));
+  return out;
+}
+
+TEST(SamplerTest, TopPKeepsExactlyTheNucleus) {
+  // Shuffled so the sort matters: probabilities 0.15, 0.5, 0.05, 0.3.
+  const auto logits = LogProbs({0.15, 0.5, 0.05, 0.3});
+  const int n = 10000;
+  {
+    SamplingParams p = Sampled(1.f, 11);
+    p.top_p = 0.8f;  // 0.5 + 0.3 reaches 0.8: ids 1 and 3 only
+    Sampler s(p, {});
+    const auto f = Frequencies(Draw(s, logits, n), 4);
+    EXPECT_EQ(f[0], 0.0);
+    EXPECT_EQ(f[2], 0.0);
+    EXPECT_NEAR(f[1], 0.5 / 0.8, 0.02);
+    EXPECT_NEAR(f[3], 0.3 / 0.8, 0.02);
+  }
+  {
+    SamplingParams p = Sampled(1.f, 12);
+    p.top_p = 0.81f;  // needs the third: 0.95
+    Sampler s(p, {});
+    const auto f = Frequencies(Draw(s, logits, n), 4);
+    EXPECT_EQ(f[2], 0.0);
+    EXPECT_NEAR(f[0], 0.15 / 0.95, 0.015);
+    EXPECT_NEAR(f[1], 0.5 / 0.95, 0.02);
+    EXPECT_NEAR(f[3], 0.3 / 0.95, 0.02);
+  }
+  {
+    SamplingParams p = Sampled(1.f, 13);
+    p.top_p = 0.01f;  // at least one token: the most likely
+    Sampler s(p, {});
+    for (int32_t t : Draw(s, logits, 500)) ASSERT_EQ(t, 1);
+  }
+}
+
+TEST(SamplerTest, TopPAppliesAfterTopK) {
+  // Top-k 3 keeps 0.5, 0.3, 0.15, renormalized to 0.526, 0.316, 0.158. Top-p 0.82 on those
+  // needs two (0.842); on the raw probabilities it would need three (0.8 < 0.82).
+  const auto logits = LogProbs({0.15, 0.5, 0.05, 0.3});
+  SamplingParams p = Sampled(1.f, 21);
+  p.top_k = 3;
+  p.top_p = 0.82f;
+  Sampler s(p, {});
+  auto f = Frequencies(Draw(s, logits, 5000), 4);
+  EXPECT_EQ(f[0] + f[2], 0.0);
+  EXPECT_GT(f[3], 0.3);
+  p.top_p = 0.85f;  // now all three top-k survivors, never the fourth
+  Sampler s2(p, {});
+  f = Frequencies(Draw(s2, logits, 5000), 4);
+  EXPECT_GT(f[0], 0.1);
+  EXPECT_EQ(f[2], 0.0);
+}
+
+// Full-size vocabulary: every draw must lie in the nucleus computed the slow way (full sort).
+TEST(SamplerTest, LargeVocabDrawsStayInReferenceSet) {
+  const int64_t vocab = 151936;
+  auto base = testing::RandomFloats(vocab, 77, -8.f, 8.f);
+  base[5] = 14.f;  // a few dominant tokens, as in real logits
+  base[77777] = 13.5f;
+  base[151935] = 13.f;
+  for (int64_t i = 1000; i < 1100; ++i) base[i] = 9.f;  // ties that straddle some boundaries
+  struct Case { int top_k; float top_p; float temperature; };
+  for (const Case c : {Case{50, 1.f, 1.f}, Case{0, 0.9f, 1.f}, Case{0, 0.95f, 2.f}, Case{40, 0.7f, 0.8f},
+                       Case{0, 0.999f, 1.f}, Case{0, 0.5f, 1.f}, Case{60, 1.f, 1.f}, Case{0, 0.3f, 0.5f},
+                       Case{100000, 1.f, 1.f}, Case{2000, 0.9f, 1.f}, Case{1024, 1.f, 3.f}, Case{0, 0.99f, 0.3f}}) {
+    // Reference nucleus.
+    std::vector<std::pair<double, int32_t>> sorted;
+    for (int64_t i = 0; i < vocab; ++i) sorted.emplace_back(base[i] / c.temperature, static_cast<int32_t>(i));
+    std::sort(sorted.begin(), sorted.end(),
+              [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    if (c.top_k > 0) {  // ties with the k-th value stay
+      const double kth = sorted[c.top_k - 1].first;
+      sorted.erase(std::find_if(sorted.begin(), sorted.end(), [kth](auto& e) { return e.first < kth; }),
+                   sorted.end());
+    }
+    double z = 0;
+    for (auto& e : sorted) z += std::exp(e.first - sorted[0].first);
+    std::set<int32_t> allowed;
+    double cum = 0;
+    for (auto& e : sorted) {
+      allowed.insert(e.second);
+      cum += std::exp(e.first - sorted[0].first) / z;
+      if (cum >= c.top_p) break;
+    }
+    SamplingParams p = Sampled(c.temperature, 8);
+    p.top_k = c.top_k;
+    p.top_p = c.top_p;
+    Sampler s(p, {});
+    std::set<int32_t> drawn;
+    for (int32_t t : Draw(s, base, 100)) {
+      ASSERT_TRUE(allowed.count(t)) << "token " << t << " top_k " << c.top_k << " top_p " << c.top_p;
+      drawn.insert(t);
+    }
+    if (allowed.size() > 1) {
+      EXPECT_GT(drawn.size(), 1u);
+    }
+  }
+}
+
+TEST(SamplerTest, TopPOnTiesTakesLowestIdsFirst) {
+  // A flat distribution: the descending order breaks ties by id, so top_p 0.25 keeps the first
+  // quarter of the vocabulary (ids < 37984) and top_k 1000 the first 1000.
+  const int64_t vocab = 151936;
+  const std::vector<float> flat(vocab, 0.5f);
+  SamplingParams p = Sampled(1.f, 31);
+  p.top_p = 0.25f;
+  Sampler s(p, {});
+  int32_t max_id = 0;
+  for (int32_t t : Draw(s, flat, 200)) max_id = std::max(max_id, t);
+  EXPECT_LT(max_id, 37984);
+  EXPECT_GT(max_id, 30000);
+  // With top-k the k-th value ties with everything, and HF keeps ties: the whole vocabulary.
+  p.top_p = 1.f;
+  p.top_k = 1000;
+  Sampler k(p, {});
+  max_id = 0;
+  for (int32_t t : Draw(k, flat, 200)) max_id = std::max(max_id, t);
+  EXPECT_GT(max_id, 100000);
+}
+
+TEST(SamplerTest, DegenerateRows) {
+  const float inf = std::numeric_limits<float>::infinity();
+  Sampler s(Sampled(1.f, 1), {});
+  std::vector<float> one_inf = {0.f, inf, 3.f};
+  EXPECT_EQ(s.Sample(one_inf.data(), 3), 1);
+  std::vector<float> masked = {-inf, -inf, 0.f, -inf};
+  for (int i = 0; i < 20; ++i) {
+    std::vector<float> copy = masked;
+    ASSERT_EQ(s.Sample(copy.data(), 4), 2);
+  }
+}
+
+// ---- Validate ----
+
+TEST(SamplingParamsTest, DefaultsAreValid) { EXPECT_TRUE(SamplingParams{}.Validate().ok()); }
+
+void ExpectInvalid(const SamplingParams& p, const std::string& field, const std::string& range) {
+  const absl::Status st = p.Validate();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << field;
+  EXPECT_THAT(std::string(st.message()), HasSubstr(field));
+  EXPECT_THAT(std::string(st.message()), HasSubstr(range));
+}
+
+TEST(SamplingParamsTest, MessagesNameTheFieldAndRange) {
+  SamplingParams p;
+  p.temperature = -0.1f;
+  ExpectInvalid(p, "temperature", "[0, 100]");
+  p.temperature = 101.f;
+  ExpectInvalid(p, "temperature", "got 101");
+  p.temperature = std::numeric_limits<float>::quiet_NaN();
+  ExpectInvalid(p, "temperature", "[0, 100]");
+  p = {};
+  p.top_k = -1;
+  ExpectInvalid(p, "top_k", ">= 0");
+  p = {};
+  p.top_p = 1.5f;
+  ExpectInvalid(p, "top_p", "(0, 1], got 1.5");
+  p.top_p = 0.f;
+  ExpectInvalid(p, "top_p", "(0, 1]");
+  p = {};
+  p.repetition_penalty = 0.f;
+  ExpectInvalid(p, "repetition_penalty", "(0, 10]");
+  p.repetition_penalty = 10.5f;
+  ExpectInvalid(p, "repetition_penalty", "(0, 10]");
+  p = {};
+  p.max_tokens = 0;
+  ExpectInvalid(p, "max_tokens", ">= 1");
+  p = {};
+  p.stop_token_ids = {2, -3};
+  ExpectInvalid(p, "stop_token_ids[1]", ">= 0");
+  p = {};
+  p.stop_strings = {"a", ""};
+  ExpectInvalid(p, "stop_strings[1]", "empty");
+  p = {};
+  p.stop_strings.assign(17, "x");
+  ExpectInvalid(p, "stop_strings", "16");
+  p.stop_strings.assign(16, "x");
+  EXPECT_TRUE(p.Validate().ok());
+  p.stop_strings[3] = std::string(257, 'y');
+  ExpectInvalid(p, "stop_strings[3]", "256 bytes");
+  p.stop_strings[3] = std::string(256, 'y');
+  EXPECT_TRUE(p.Validate().ok());
+  p = {};
+  p.temperature = 100.f;
+  p.top_p = 1.f;
+  p.repetition_penalty = 10.f;
+  p.max_tokens = 1;
+  EXPECT_TRUE(p.Validate().ok());
+}
+
+TEST(FinishReasonTest, Names) {
+  EXPECT_STREQ(FinishReasonName(FinishReason::kNone), "");
+  EXPECT_STREQ(FinishReasonName(FinishReason::kStop), "stop");
+  EXPECT_STREQ(FinishReasonName(FinishReason::kLength), "length");
+  EXPECT_STREQ(FinishReasonName(FinishReason::kCancelled), "cancelled");
+  EXPECT_STREQ(FinishReasonName(FinishReason::kError), "error");
+}
+
+// ---- StopChecker ----
+
+constexpr int32_t kEos = 151645;
+
+SamplingParams WithStops(std::vector<std::string> stops, int64_t max_tokens = 100) {
+  SamplingParams p;
+  p.stop_strings = std::move(stops);
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+TEST(StopCheckerTest, StopStringAcrossThreePushesIsNeverEmitted) {
+  StopChecker c(WithStops({"STOP"}), {kEos});
+  auto s1 = c.Push(1, "Hello S", 1);
+  EXPECT_EQ(s1.text, "Hello ");
+  EXPECT_EQ(s1.finish, FinishReason::kNone);
+  auto s2 = c.Push(2, "TO", 2);
+  EXPECT_EQ(s2.text, "");
+  EXPECT_EQ(s2.finish, FinishReason::kNone);
+  auto s3 = c.Push(3, "P world", 3);
+  EXPECT_EQ(s3.text, "");
+  EXPECT_EQ(s3.finish, FinishReason::kStop);
+  EXPECT_EQ(s3.matched_stop, "STOP");
+  EXPECT_EQ(c.Flush(), "");
+}
+
+TEST(StopCheckerTest, StopStringInsideOnePush) {
+  StopChecker c(WithStops({"\n\n", "###"}), {});
+  EXPECT_EQ(c.Push(1, "ab", 1).text, "ab");
+  auto s = c.Push(2, "c###d\n\ne", 2);
+  EXPECT_EQ(s.text, "c");
+  EXPECT_EQ(s.finish, FinishReason::kStop);
+  EXPECT_EQ(s.matched_stop, "###");
+}
+
+TEST(StopCheckerTest, EarliestStopStringWins) {
+  StopChecker c(WithStops({"world", "lo"}), {});
+  auto s = c.Push(1, "hello world", 1);
+  EXPECT_EQ(s.text, "hel");
+  EXPECT_EQ(s.matched_stop, "lo");
+}
+
+TEST(StopCheckerTest, HeldPrefixReleasedWhenItDoesNotMatch) {
+  StopChecker c(WithStops({"abc"}), {});
+  auto s1 = c.Push(1, "xa", 1);
+  EXPECT_EQ(s1.text, "x");
+  auto s2 = c.Push(2, "b", 2);
+  EXPECT_EQ(s2.text, "");
+  auto s3 = c.Push(3, "d", 3);
+  EXPECT_EQ(s3.text, "abd");
+  EXPECT_EQ(s3.finish, FinishReason::kNone);
+  EXPECT_EQ(c.Flush(), "");
+}
+
+TEST(StopCheckerTest, OverlappingPrefixReleasesOnlyWhatCannotMatch) {
+  // Full text "aaab" with stop "aab": the stop starts at 1, so only "a" may ever be emitted.
+  StopChecker c(WithStops({"aab"}), {});
+  std::string emitted;
+  emitted += c.Push(1, "aa", 1).text;
+  EXPECT_EQ(emitted, "");
+  emitted += c.Push(2, "a", 2).text;
+  EXPECT_EQ(emitted, "a");
+  auto s = c.Push(3, "b", 3);
+  emitted += s.text;
+  EXPECT_EQ(emitted, "a");
+  EXPECT_EQ(s.finish, FinishReason::kStop);
+}
+
+TEST(StopCheckerTest, EosStopsUnlessIgnored) {
+  {
+    StopChecker c(WithStops({}), {kEos, 151643});
+    EXPECT_EQ(c.Push(10, "hi", 1).text, "hi");
+    auto s = c.Push(151643, "<|endoftext|>", 2);
+    EXPECT_EQ(s.finish, FinishReason::kStop);
+    EXPECT_EQ(s.text, "");
+    EXPECT_EQ(s.matched_stop, "");
+  }
+  {
+    SamplingParams p;
+    p.ignore_eos = true;
+    p.stop_token_ids = {7};
+    StopChecker c(p, {kEos});
+    auto s = c.Push(kEos, "<|im_end|>", 1);
+    EXPECT_EQ(s.finish, FinishReason::kNone);
+    EXPECT_EQ(s.text, "<|im_end|>");
+    auto s7 = c.Push(7, "seven", 2);  // stop_token_ids stop even with ignore_eos
+    EXPECT_EQ(s7.finish, FinishReason::kStop);
+    EXPECT_EQ(s7.text, "");
+  }
+}
+
+TEST(StopCheckerTest, StopIdNotEmittedButHeldTextIs) {
+  SamplingParams p = WithStops({"END"});
+  p.stop_token_ids = {42};
+  StopChecker c(p, {});
+  auto s1 = c.Push(1, "the E", 1);
+  EXPECT_EQ(s1.text, "the ");
+  auto s2 = c.Push(42, "<stop>", 2);
+  EXPECT_EQ(s2.finish, FinishReason::kStop);
+  EXPECT_EQ(s2.text, "E");
+  EXPECT_EQ(s2.matched_stop, "");
+  EXPECT_EQ(c.Flush(), "");
+}
+
+TEST(StopCheckerTest, MaxTokensFinishesWithLengthAndFlushesHeldText) {
+  StopChecker c(WithStops({"END"}, 3), {});
+  EXPECT_EQ(c.Push(1, "a", 1).text, "a");
+  auto s2 = c.Push(2, " E", 2);
+  EXPECT_EQ(s2.text, " ");
+  EXPECT_EQ(s2.finish, FinishReason::kNone);
+  auto s3 = c.Push(3, "N", 3);
+  EXPECT_EQ(s3.finish, FinishReason::kLength);
+  EXPECT_EQ(s3.text, "EN");
+  EXPECT_EQ(s3.matched_stop, "");
+  EXPECT_EQ(c.Flush(), "");
+}
+
+TEST(StopCheckerTest, StopBeatsLengthOnTheLastToken) {
+  StopChecker c(WithStops({"END"}, 2), {kEos});
+  c.Push(1, "xE", 1);
+  auto s = c.Push(2, "ND", 2);
+  EXPECT_EQ(s.finish, FinishReason::kStop);
+  EXPECT_EQ(s.matched_stop, "END");
+  EXPECT_EQ(s.text, "");
+  StopChecker d(WithStops({}, 1), {kEos});
+  EXPECT_EQ(d.Push(kEos, "", 1).finish, FinishReason::kStop);
+}
+
+TEST(StopCheckerTest, FlushReturnsHeldTextOnce) {
+  StopChecker c(WithStops({"</answer>"}), {});
+  EXPECT_EQ(c.Push(1, "42 </ans", 1).text, "42 ");
+  EXPECT_EQ(c.Flush(), "</ans");
+  EXPECT_EQ(c.Flush(), "");
+}
+
+TEST(StopCheckerTest, NoStopStringsEmitsEverything) {
+  StopChecker c(WithStops({}), {});
+  EXPECT_EQ(c.Push(1, "abc", 1).text, "abc");
+  EXPECT_EQ(c.Push(2, "", 2).text, "");
+  EXPECT_EQ(c.Flush(), "");
+}
+
+TEST(StopCheckerTest, MultiByteStopString) {
+  StopChecker c(WithStops({"。\n"}), {});  // 3 + 1 bytes
+  auto s1 = c.Push(1, "好。", 1);
+  EXPECT_EQ(s1.text, "好");
+  auto s2 = c.Push(2, "\n下", 2);
+  EXPECT_EQ(s2.text, "");
+  EXPECT_EQ(s2.matched_stop, "。\n");
+}
+
+}  // namespace
+}  // namespace iris::llm
