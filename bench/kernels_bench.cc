@@ -3,7 +3,7 @@
 // encoder techniques that live in kernels/ (fused rotary q/k, one-pass q/k/v padding) are timed
 // against their unfused paths in the same run.
 //
-//   kernels_bench [--filter=peak,linear,padding,attention,elementwise,techniques] [--min-time=0.3]
+//   kernels_bench [--filter=peak,linear,padding,attention,paged,elementwise,techniques] [--min-time=0.3]
 //                 [--tokens=3520]
 // GCC 12's AVX-512 headers warn about their own _mm512_undefined_*() (GCC bug 105593).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
+#include "kernels/paged_attention.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -256,6 +258,75 @@ void BenchAttention(int64_t tokens) {
   }
 }
 
+// Paged attention on the 3B decoder's shapes (16 q heads / 2 kv heads x 128, block size 16, block
+// tables shuffled over the pool). Decode is bound by reading K and V: it is reported in GB/s next
+// to a plain 2-thread streaming read of a buffer of the same size, measured in the same run.
+void BenchPagedCase(bool bf16, int batch, int context, int q_len, int heads, int kv_heads, int hd, double stream_bw) {
+  const int bs = 16;
+  const int64_t blocks_per_seq = (context + bs - 1) / bs;
+  const int64_t num_blocks = batch * blocks_per_seq;
+  const int64_t row = static_cast<int64_t>(kv_heads) * hd;
+  const std::vector<float> k = Random(num_blocks * bs * row, 11), v = Random(num_blocks * bs * row, 12);
+  std::vector<int32_t> ids(num_blocks);
+  for (int64_t i = 0; i < num_blocks; ++i) ids[i] = static_cast<int32_t>(i);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(13));
+  std::vector<PagedSequence> seqs(batch);
+  for (int s = 0; s < batch; ++s) {
+    seqs[s].block_table = std::span<const int32_t>(ids).subspan(s * blocks_per_seq, blocks_per_seq);
+    seqs[s].context_len = context;
+    seqs[s].q_begin = static_cast<int64_t>(s) * q_len;
+    seqs[s].q_len = q_len;
+  }
+  const int64_t rows = static_cast<int64_t>(batch) * q_len;
+  const std::vector<float> q = Random(rows * heads * hd, 14);
+  std::vector<float> out(rows * heads * hd);
+  PagedAttentionArgs a;
+  a.q = q.data();
+  a.q_row_stride = static_cast<int64_t>(heads) * hd;
+  a.out = out.data();
+  a.out_row_stride = static_cast<int64_t>(heads) * hd;
+  a.num_heads = heads;
+  a.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  a.layer = {const_cast<float*>(k.data()), const_cast<float*>(v.data()), num_blocks, bs, kv_heads, hd};
+  a.sequences = seqs;
+  a.bf16 = bf16;
+  const double t = Time([&] { PagedAttention(a); });
+  const double kv_bytes = 2.0 * batch * context * row * 4;
+  // q row i of a sequence sees context - q_len + i + 1 keys.
+  const double pairs = static_cast<double>(batch) * q_len * (context - q_len) + batch * q_len * (q_len + 1) / 2.0;
+  const double flops = 4.0 * pairs * hd * heads;
+  std::printf("  %s batch %2d x context %5d, q_len %4d, %2d/%d heads x %d: %8.3f ms  K+V %6.1f GB/s (%3.0f%% of stream)  "
+              "%6.1f GFLOP/s (%3.0f%% of %s peak)\n",
+              bf16 ? "bf16" : "f32 ", batch, context, q_len, heads, kv_heads, hd, t * 1e3, kv_bytes / t * 1e-9,
+              100 * kv_bytes / t / stream_bw, flops / t * 1e-9, 100 * flops / t / (bf16 ? g_peak_bf16 : g_peak_f32),
+              bf16 ? "bf16" : "f32");
+}
+
+void BenchPaged() {
+  // Streaming read bandwidth of 64 MiB (twice the L3 of the development machine), all threads.
+  const int64_t n = int64_t{16} << 20;
+  const std::vector<float> buf = Random(n, 15);
+  float sink = 0;
+  const double t_read = Time([&] {
+    float total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int64_t c = 0; c < n; c += 4096) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t i = c; i < c + 4096; i += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(buf.data() + i));
+      total += _mm512_reduce_add_ps(acc);
+    }
+    sink += total;
+  });
+  const double stream_bw = n * 4.0 / t_read;
+  std::printf("\nPagedAttention (streaming read of 64 MiB: %.1f GB/s%s)\n", stream_bw * 1e-9, sink == 0.5f ? " " : "");
+  for (bool bf16 : {false, true}) {
+    BenchPagedCase(bf16, 32, 1024, 1, 16, 2, 128, stream_bw);  // decode (64 MiB of K+V)
+    BenchPagedCase(bf16, 1, 4096, 1, 16, 2, 128, stream_bw);   // one long decode
+    BenchPagedCase(bf16, 1, 1000, 1000, 8, 2, 128, stream_bw);  // prefill of a 1000-token prompt
+    BenchPagedCase(bf16, 1, 1024, 1024, 16, 2, 128, stream_bw);  // as VarlenAttention's 3B prefill case
+  }
+}
+
 void BenchElementwise(int64_t tokens) {
   std::printf("\nElement-wise (GB/s = bytes read + written / time)\n");
   const int64_t dim = 1280, inter = 3420;
@@ -319,7 +390,7 @@ int main(int argc, char** argv) {
     } else if (arg.rfind("--tokens=", 0) == 0) {
       tokens = std::stoll(arg.substr(9));
     } else {
-      std::fprintf(stderr, "usage: %s [--filter=peak,linear,padding,attention,elementwise,techniques] [--min-time=S] [--tokens=T]\n",
+      std::fprintf(stderr, "usage: %s [--filter=peak,linear,padding,attention,paged,elementwise,techniques] [--min-time=S] [--tokens=T]\n",
                    argv[0]);
       return 2;
     }
@@ -335,6 +406,7 @@ int main(int argc, char** argv) {
   if (Enabled(filter, "linear")) BenchLinear(tokens);
   if (Enabled(filter, "padding")) BenchPadding(tokens);
   if (Enabled(filter, "attention")) BenchAttention(tokens);
+  if (Enabled(filter, "paged")) BenchPaged();
   if (Enabled(filter, "elementwise")) BenchElementwise(tokens);
   if (Enabled(filter, "techniques")) BenchTechniques(tokens);
   // The machine may be shared: a peak that moved during the run means the ratios above are off.

@@ -1,0 +1,117 @@
+// The engine: one thread that owns the model and the KV cache and runs continuous batching.
+// Requests enter a queue (Submit, any thread); every step the scheduler picks images to encode
+// (batched across requests into one encoder forward, within an encoder budget, skipping images
+// found in the encoder cache), prefill chunks and decode tokens within a token budget, and
+// preempts (by recompute) when KV blocks run out. Outputs stream through each request's callback.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/encoder_cache.h"
+#include "engine/model.h"
+#include "engine/request.h"
+#include "llm/kv_cache.h"
+
+namespace iris::engine {
+
+struct EngineOptions {
+  int64_t kv_cache_bytes = 1ll << 30;   // K and V pools, all layers
+  int kv_block_size = 16;               // tokens per block
+  int64_t max_num_batched_tokens = 2048;  // decoder rows per step (prefill chunks + decodes)
+  int max_num_seqs = 64;                // sequences running at once
+  int64_t max_encoder_patches_per_step = 16384;  // vision patches per encoder forward (one image may exceed it alone)
+  int64_t encoder_cache_bytes = 256ll << 20;
+  int64_t max_queue = 1024;             // waiting requests before Submit says RESOURCE_EXHAUSTED
+  int64_t max_model_len = 0;            // prompt + max_tokens; 0 = the model's max_position_embeddings
+};
+
+struct EngineStats {
+  int64_t waiting = 0;
+  int64_t running = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t encoder_cache_hits = 0;
+  int64_t encoder_cache_misses = 0;
+  int64_t encoder_cache_entries = 0;
+  int64_t images_encoded = 0;
+  int64_t encoder_forwards = 0;
+  int64_t steps = 0;
+  int64_t preemptions = 0;
+  int64_t prompt_tokens_computed = 0;  // prefill rows run (recomputed ones included)
+  int64_t tokens_generated = 0;
+  int64_t requests_finished = 0;
+  double last_step_ms = 0;
+  double total_step_ms = 0;
+  double total_encoder_ms = 0;
+};
+
+class Engine {
+ public:
+  // Takes the model; sizes the KV cache from options.kv_cache_bytes and starts the engine thread.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Model> model, const EngineOptions& options);
+  ~Engine();  // Shutdown()
+
+  // Queues a request. INVALID_ARGUMENT for bad sampling parameters, an empty prompt, or
+  // prompt + max_tokens over max_model_len / the KV cache's capacity; ALREADY_EXISTS for an id in
+  // flight; RESOURCE_EXHAUSTED when the queue is full; UNAVAILABLE after Shutdown began.
+  // On OK the callback will be called until an output with finished = true.
+  absl::Status Submit(Request request);
+
+  // Cancels a request in flight (no-op for unknown ids): its blocks are freed at the next step and
+  // its last output has finish_reason kCancelled.
+  void Cancel(const std::string& request_id);
+
+  // Stops accepting, cancels what is in flight (each gets its final output) and joins the thread.
+  void Shutdown();
+
+  EngineStats stats() const;
+  const Model& model() const { return *model_; }
+  const EngineOptions& options() const { return options_; }
+  int64_t max_model_len() const { return max_model_len_; }
+
+ private:
+  struct Sequence;
+  Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::KvCache cache);
+  void Loop();
+  bool Step();  // false when idle
+  void TakeIncoming();
+  void EncodeImages(std::vector<Sequence*>& admit);
+  void Finish(Sequence* seq, llm::FinishReason reason, absl::Status status = absl::OkStatus());
+  void Preempt(Sequence* seq);
+  absl::Status RunDecoder(const std::vector<std::pair<Sequence*, int64_t>>& work);
+
+  std::unique_ptr<Model> model_;
+  EngineOptions options_;
+  int64_t max_model_len_ = 0;
+  llm::KvCache cache_;
+  EncoderCache encoder_cache_;
+
+  // Shared with other threads.
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<Sequence>> incoming_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> cancels_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+
+  // Engine thread only.
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;
+  bool progressed_ = true;  // the last step ran something
+  std::thread thread_;
+};
+
+// Runs one request to the end on `engine` and returns everything it produced merged into one
+// output (ids, text, final reason, usage, timings, prompt logits). For tools and tests.
+absl::StatusOr<RequestOutput> GenerateBlocking(Engine& engine, Request request);
+
+}  // namespace iris::engine

@@ -1,0 +1,156 @@
+#include "llm/kv_cache.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace iris::llm {
+
+int64_t KvCacheShape::BytesPerBlock() const {
+  return 2 * static_cast<int64_t>(num_layers) * block_size * num_kv_heads * head_dim *
+         static_cast<int64_t>(sizeof(float));
+}
+
+int64_t KvCacheShape::BlocksForBytes(int64_t bytes, int num_layers, int num_kv_heads, int head_dim,
+                                     int block_size) {
+  KvCacheShape s;
+  s.num_layers = num_layers;
+  s.num_kv_heads = num_kv_heads;
+  s.head_dim = head_dim;
+  s.block_size = block_size;
+  if (bytes <= 0 || num_layers <= 0 || num_kv_heads <= 0 || head_dim <= 0 || block_size <= 0) return 0;
+  return bytes / s.BytesPerBlock();
+}
+
+BlockAllocator::BlockAllocator(int64_t num_blocks)
+    : num_blocks_(num_blocks < 0 ? 0 : num_blocks), in_use_(static_cast<size_t>(num_blocks_), 0) {
+  // Popped from the back: block 0 goes out first.
+  free_.reserve(static_cast<size_t>(num_blocks_));
+  for (int64_t b = num_blocks_ - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+}
+
+absl::Status BlockAllocator::Allocate(int64_t n, std::vector<int32_t>* out) {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("cannot allocate ", n, " blocks"));
+  if (n > num_free()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache: ", n, " blocks needed, ", num_free(), " of ", num_blocks_, " free"));
+  }
+  out->reserve(out->size() + static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t b = free_.back();
+    free_.pop_back();
+    in_use_[b] = 1;
+    out->push_back(b);
+  }
+  return absl::OkStatus();
+}
+
+void BlockAllocator::Free(const std::vector<int32_t>& blocks) {
+  // Pushed in reverse, so that the next allocation hands them out again in the same order.
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+    const int32_t b = *it;
+    if (b < 0 || b >= num_blocks_ || !in_use_[b]) {
+      std::fprintf(stderr, "iris BlockAllocator: freeing block %d, which is not in use\n", b);
+      std::abort();
+    }
+    in_use_[b] = 0;
+    free_.push_back(b);
+  }
+}
+
+KvCache::KvCache(const KvCacheShape& shape, core::Tensor k, core::Tensor v)
+    : shape_(shape), k_(std::move(k)), v_(std::move(v)), allocator_(shape.num_blocks) {}
+
+absl::StatusOr<KvCache> KvCache::Create(const KvCacheShape& shape) {
+  auto positive = [](const char* field, int64_t value) -> absl::Status {
+    if (value > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("KV cache shape: ", field, " must be positive, got ", value));
+  };
+  for (auto [field, value] : {std::pair<const char*, int64_t>{"num_layers", shape.num_layers},
+                              {"num_kv_heads", shape.num_kv_heads},
+                              {"head_dim", shape.head_dim},
+                              {"block_size", shape.block_size},
+                              {"num_blocks", shape.num_blocks}}) {
+    if (absl::Status s = positive(field, value); !s.ok()) return s;
+  }
+  if (shape.num_blocks > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache shape: num_blocks ", shape.num_blocks, " does not fit the int32 block ids"));
+  }
+  // Bytes of one pool, checked against overflow.
+  int64_t pool_bytes = sizeof(float);
+  for (int64_t d : {static_cast<int64_t>(shape.num_layers), shape.num_blocks, static_cast<int64_t>(shape.block_size),
+                    static_cast<int64_t>(shape.num_kv_heads), static_cast<int64_t>(shape.head_dim)}) {
+    if (__builtin_mul_overflow(pool_bytes, d, &pool_bytes) || pool_bytes > (int64_t{1} << 60)) {
+      return absl::InvalidArgumentError("KV cache shape: the pools would exceed the address space");
+    }
+  }
+  const std::vector<int64_t> dims = {shape.num_layers, shape.num_blocks, shape.block_size, shape.num_kv_heads,
+                                     shape.head_dim};
+  try {
+    core::Tensor k = core::Tensor::Empty(core::DType::kF32, dims);
+    core::Tensor v = core::Tensor::Empty(core::DType::kF32, dims);
+    return KvCache(shape, std::move(k), std::move(v));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache: cannot allocate 2 x ", pool_bytes,
+                                                     " bytes for ", shape.num_blocks, " blocks"));
+  }
+}
+
+int64_t KvCache::BlocksFor(int64_t tokens) const {
+  if (tokens <= 0) return 0;
+  return (tokens + shape_.block_size - 1) / shape_.block_size;
+}
+
+absl::Status KvCache::Reserve(BlockTable* table, int64_t new_num_tokens) {
+  if (new_num_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache: cannot reserve ", new_num_tokens, " tokens"));
+  }
+  const int64_t need = BlocksFor(new_num_tokens) - static_cast<int64_t>(table->blocks.size());
+  if (need > 0) {
+    // Allocate appends only on success: the table is unchanged on RESOURCE_EXHAUSTED.
+    if (absl::Status s = allocator_.Allocate(need, &table->blocks); !s.ok()) return s;
+  }
+  // A smaller count keeps the blocks (they go back on Release).
+  table->num_tokens = new_num_tokens;
+  return absl::OkStatus();
+}
+
+void KvCache::Release(BlockTable* table) {
+  allocator_.Free(table->blocks);
+  table->blocks.clear();
+  table->num_tokens = 0;
+}
+
+int64_t KvCache::Slot(const BlockTable& table, int64_t i) const {
+  const int64_t bs = shape_.block_size;
+  if (i < 0 || i / bs >= static_cast<int64_t>(table.blocks.size())) {
+    std::fprintf(stderr, "iris KvCache::Slot: token %lld is beyond the table's %zu blocks\n",
+                 static_cast<long long>(i), table.blocks.size());
+    std::abort();
+  }
+  return table.blocks[i / bs] * bs + i % bs;
+}
+
+kernels::PagedKvLayer KvCache::layer(int l) {
+  if (l < 0 || l >= shape_.num_layers) {
+    std::fprintf(stderr, "iris KvCache::layer: layer %d out of range [0, %d)\n", l, shape_.num_layers);
+    std::abort();
+  }
+  const int64_t per_layer = shape_.num_blocks * shape_.block_size * shape_.num_kv_heads * shape_.head_dim;
+  kernels::PagedKvLayer out;
+  out.k = k_.data<float>() + l * per_layer;
+  out.v = v_.data<float>() + l * per_layer;
+  out.num_blocks = shape_.num_blocks;
+  out.block_size = shape_.block_size;
+  out.num_kv_heads = shape_.num_kv_heads;
+  out.head_dim = shape_.head_dim;
+  return out;
+}
+
+}  // namespace iris::llm

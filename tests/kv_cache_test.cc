@@ -1,0 +1,249 @@
+// The KV cache's block allocator (allocation, LIFO reuse, exhaustion that takes nothing), block
+// tables (all-or-nothing growth, release, slot mapping), sizing, shape validation and the
+// per-layer pool views.
+#include "llm/kv_cache.h"
+
+#include <set>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace iris::llm {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(BlockAllocatorTest, AllocatesDistinctBlocksAndFreesThem) {
+  BlockAllocator a(8);
+  EXPECT_EQ(a.num_blocks(), 8);
+  EXPECT_EQ(a.num_free(), 8);
+  std::vector<int32_t> got;
+  ASSERT_TRUE(a.Allocate(3, &got).ok());
+  ASSERT_TRUE(a.Allocate(5, &got).ok());  // appends
+  ASSERT_EQ(got.size(), 8u);
+  EXPECT_EQ(std::set<int32_t>(got.begin(), got.end()), (std::set<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(a.num_free(), 0);
+  EXPECT_EQ(a.num_used(), 8);
+  a.Free(got);
+  EXPECT_EQ(a.num_free(), 8);
+  EXPECT_EQ(a.num_used(), 0);
+  std::vector<int32_t> none;
+  EXPECT_TRUE(a.Allocate(0, &none).ok());
+  EXPECT_TRUE(none.empty());
+}
+
+TEST(BlockAllocatorTest, ReusesFreedBlocksFirst) {
+  BlockAllocator a(10);
+  std::vector<int32_t> x, y;
+  ASSERT_TRUE(a.Allocate(4, &x).ok());
+  ASSERT_TRUE(a.Allocate(2, &y).ok());
+  a.Free({x[1], x[3]});
+  std::vector<int32_t> z;
+  ASSERT_TRUE(a.Allocate(2, &z).ok());
+  EXPECT_THAT(z, ElementsAre(x[1], x[3]));  // the freed ones, in the order they were freed
+  std::vector<int32_t> w;
+  a.Free({y[0]});
+  ASSERT_TRUE(a.Allocate(1, &w).ok());
+  EXPECT_THAT(w, ElementsAre(y[0]));  // last freed, first reused
+}
+
+TEST(BlockAllocatorTest, ExhaustionTakesNothing) {
+  BlockAllocator a(5);
+  std::vector<int32_t> got = {99};  // existing contents are kept
+  ASSERT_TRUE(a.Allocate(3, &got).ok());
+  const std::vector<int32_t> before = got;
+  const absl::Status s = a.Allocate(3, &got);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(got, before);
+  EXPECT_EQ(a.num_free(), 2);
+  std::vector<int32_t> rest;
+  EXPECT_TRUE(a.Allocate(2, &rest).ok());
+  EXPECT_EQ(a.num_free(), 0);
+  EXPECT_EQ(a.Allocate(1, &rest).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(a.Allocate(-1, &rest).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BlockAllocatorDeathTest, FreeingABlockNotInUseAborts) {
+  BlockAllocator a(4);
+  std::vector<int32_t> got;
+  ASSERT_TRUE(a.Allocate(1, &got).ok());
+  a.Free(got);
+  EXPECT_DEATH(a.Free(got), "not in use");           // double free
+  EXPECT_DEATH(a.Free({3}), "not in use");           // never allocated
+  EXPECT_DEATH(a.Free({4}), "not in use");           // out of range
+}
+
+KvCacheShape SmallShape(int64_t num_blocks = 10) {
+  KvCacheShape s;
+  s.num_layers = 3;
+  s.num_kv_heads = 2;
+  s.head_dim = 16;
+  s.block_size = 4;
+  s.num_blocks = num_blocks;
+  return s;
+}
+
+TEST(KvCacheTest, CreateRejectsBadShapesNamingTheField) {
+  struct Case {
+    const char* field;
+    void (*mutate)(KvCacheShape*);
+  };
+  const Case cases[] = {
+      {"num_layers", [](KvCacheShape* s) { s->num_layers = 0; }},
+      {"num_kv_heads", [](KvCacheShape* s) { s->num_kv_heads = -1; }},
+      {"head_dim", [](KvCacheShape* s) { s->head_dim = 0; }},
+      {"block_size", [](KvCacheShape* s) { s->block_size = 0; }},
+      {"num_blocks", [](KvCacheShape* s) { s->num_blocks = 0; }},
+      {"num_blocks", [](KvCacheShape* s) { s->num_blocks = int64_t{1} << 33; }},  // beyond int32 ids
+  };
+  for (const Case& c : cases) {
+    KvCacheShape s = SmallShape();
+    c.mutate(&s);
+    const auto cache = KvCache::Create(s);
+    ASSERT_FALSE(cache.ok()) << c.field;
+    EXPECT_EQ(cache.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(cache.status().message(), HasSubstr(c.field));
+  }
+  KvCacheShape huge = SmallShape();
+  huge.num_layers = 1 << 30;
+  huge.num_kv_heads = 1 << 30;
+  huge.head_dim = 1 << 30;
+  EXPECT_EQ(KvCache::Create(huge).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(KvCacheTest, PoolsAndLayerViews) {
+  auto cache = KvCache::Create(SmallShape());
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ(cache->allocator().num_blocks(), 10);
+  EXPECT_EQ(cache->allocator().num_free(), 10);
+  const int64_t per_layer = 10 * 4 * 2 * 16;
+  const kernels::PagedKvLayer l0 = cache->layer(0), l2 = cache->layer(2);
+  EXPECT_EQ(l0.num_blocks, 10);
+  EXPECT_EQ(l0.block_size, 4);
+  EXPECT_EQ(l0.num_kv_heads, 2);
+  EXPECT_EQ(l0.head_dim, 16);
+  EXPECT_EQ(l2.k - l0.k, 2 * per_layer);
+  EXPECT_EQ(l2.v - l0.v, 2 * per_layer);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(l0.k) % 64, 0u);
+  // The whole of each pool is writable and K and V do not overlap.
+  for (int l = 0; l < 3; ++l) {
+    const kernels::PagedKvLayer pl = cache->layer(l);
+    for (int64_t i = 0; i < per_layer; ++i) {
+      pl.k[i] = static_cast<float>(l);
+      pl.v[i] = -static_cast<float>(l) - 1;
+    }
+  }
+  for (int l = 0; l < 3; ++l) {
+    const kernels::PagedKvLayer pl = cache->layer(l);
+    EXPECT_EQ(pl.k[0], static_cast<float>(l));
+    EXPECT_EQ(pl.k[per_layer - 1], static_cast<float>(l));
+    EXPECT_EQ(pl.v[per_layer - 1], -static_cast<float>(l) - 1);
+  }
+  EXPECT_EQ(cache->shape().BytesPerBlock(), 2 * 3 * 4 * 2 * 16 * 4);
+}
+
+TEST(KvCacheTest, ReserveGrowsAllOrNothing) {
+  auto cache = KvCache::Create(SmallShape(5));  // 5 blocks of 4 tokens
+  ASSERT_TRUE(cache.ok());
+  EXPECT_EQ(cache->BlocksFor(0), 0);
+  EXPECT_EQ(cache->BlocksFor(1), 1);
+  EXPECT_EQ(cache->BlocksFor(4), 1);
+  EXPECT_EQ(cache->BlocksFor(5), 2);
+
+  BlockTable a;
+  ASSERT_TRUE(cache->Reserve(&a, 3).ok());
+  EXPECT_EQ(a.blocks.size(), 1u);
+  EXPECT_EQ(a.num_tokens, 3);
+  ASSERT_TRUE(cache->Reserve(&a, 4).ok());  // still fits in the first block
+  EXPECT_EQ(a.blocks.size(), 1u);
+  ASSERT_TRUE(cache->Reserve(&a, 9).ok());  // two more
+  EXPECT_EQ(a.blocks.size(), 3u);
+  EXPECT_EQ(a.num_tokens, 9);
+  EXPECT_EQ(cache->allocator().num_free(), 2);
+
+  BlockTable b;
+  ASSERT_TRUE(cache->Reserve(&b, 4).ok());
+  const BlockTable b_before = b;
+  const absl::Status s = cache->Reserve(&b, 13);  // needs 3 more blocks, 1 free
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(b.blocks, b_before.blocks);
+  EXPECT_EQ(b.num_tokens, 4);
+  EXPECT_EQ(cache->allocator().num_free(), 1);
+  EXPECT_TRUE(cache->Reserve(&b, 8).ok());  // exactly the last block
+  EXPECT_EQ(cache->allocator().num_free(), 0);
+  EXPECT_EQ(cache->Reserve(&a, 13).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(a.blocks.size(), 3u);
+  EXPECT_EQ(a.num_tokens, 9);
+
+  std::set<int32_t> all(a.blocks.begin(), a.blocks.end());
+  all.insert(b.blocks.begin(), b.blocks.end());
+  EXPECT_EQ(all.size(), 5u) << "two tables share a block";
+}
+
+TEST(KvCacheTest, ReleaseReturnsAllBlocks) {
+  auto cache = KvCache::Create(SmallShape(6));
+  ASSERT_TRUE(cache.ok());
+  BlockTable a, b;
+  ASSERT_TRUE(cache->Reserve(&a, 10).ok());  // 3 blocks
+  ASSERT_TRUE(cache->Reserve(&b, 12).ok());  // 3 blocks
+  EXPECT_EQ(cache->allocator().num_free(), 0);
+  const std::vector<int32_t> a_blocks = a.blocks;
+  cache->Release(&a);
+  EXPECT_TRUE(a.blocks.empty());
+  EXPECT_EQ(a.num_tokens, 0);
+  EXPECT_EQ(cache->allocator().num_free(), 3);
+  BlockTable c;
+  ASSERT_TRUE(cache->Reserve(&c, 12).ok());
+  EXPECT_EQ(c.blocks, a_blocks);  // the freed blocks, reused in the same order
+  cache->Release(&b);
+  cache->Release(&c);
+  EXPECT_EQ(cache->allocator().num_free(), 6);
+  BlockTable empty;
+  cache->Release(&empty);  // nothing to free
+  EXPECT_EQ(cache->allocator().num_free(), 6);
+}
+
+TEST(KvCacheTest, SlotMapping) {
+  auto cache = KvCache::Create(SmallShape(8));
+  ASSERT_TRUE(cache.ok());
+  BlockTable t;
+  t.blocks = {5, 2, 7};
+  t.num_tokens = 10;
+  EXPECT_EQ(cache->Slot(t, 0), 20);
+  EXPECT_EQ(cache->Slot(t, 3), 23);
+  EXPECT_EQ(cache->Slot(t, 4), 8);
+  EXPECT_EQ(cache->Slot(t, 7), 11);
+  EXPECT_EQ(cache->Slot(t, 8), 28);
+  EXPECT_EQ(cache->Slot(t, 11), 31);  // within the reserved blocks
+}
+
+TEST(KvCacheDeathTest, SlotBeyondTheTableAborts) {
+  auto cache = KvCache::Create(SmallShape(8));
+  ASSERT_TRUE(cache.ok());
+  BlockTable t;
+  t.blocks = {1};
+  EXPECT_DEATH(cache->Slot(t, 4), "beyond");
+}
+
+TEST(KvCacheShapeTest, BlocksForBytes) {
+  // 2 layers, 2 kv heads, 128 dims, 16 tokens: 2 * 2 * 16 * 2 * 128 * 4 = 65536 bytes per block.
+  KvCacheShape s;
+  s.num_layers = 2;
+  s.num_kv_heads = 2;
+  s.head_dim = 128;
+  s.block_size = 16;
+  EXPECT_EQ(s.BytesPerBlock(), 65536);
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(65536 * 10, 2, 2, 128, 16), 10);
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(65536 * 10 + 65535, 2, 2, 128, 16), 10);
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(65535, 2, 2, 128, 16), 0);
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(0, 2, 2, 128, 16), 0);
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(-5, 2, 2, 128, 16), 0);
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(1 << 20, 0, 2, 128, 16), 0);
+  // Qwen2.5-VL-3B: 36 layers, 2 kv heads x 128, 16 tokens: 1 GiB holds 910 blocks of 1.125 MiB.
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(int64_t{1} << 30, 36, 2, 128, 16), 910);
+}
+
+}  // namespace
+}  // namespace iris::llm
