@@ -366,6 +366,10 @@ void Engine::EncodeImages(std::vector<Sequence*>& admit) {
       }
     }
   }
+  const absl::Time start = absl::Now();
+  for (Sequence* seq : admit) {
+    if (seq->first_scheduled == absl::InfinitePast()) seq->first_scheduled = start;  // queue time ends here
+  }
   absl::flat_hash_map<std::string, std::shared_ptr<const Tensor>> fresh;
   absl::Status status;
   double encode_ms = 0;
@@ -412,7 +416,6 @@ void Engine::EncodeImages(std::vector<Sequence*>& admit) {
         break;
       }
     }
-    if (seq->first_scheduled == absl::InfinitePast()) seq->first_scheduled = absl::Now();
     if (in_batch) seq->encode_ms += encode_ms;
     if (!seq->images_ready()) {
       Finish(seq, llm::FinishReason::kError,
