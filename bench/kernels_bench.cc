@@ -266,7 +266,12 @@ void BenchPagedCase(bool bf16, int batch, int context, int q_len, int heads, int
   const int64_t blocks_per_seq = (context + bs - 1) / bs;
   const int64_t num_blocks = batch * blocks_per_seq;
   const int64_t row = static_cast<int64_t>(kv_heads) * hd;
-  const std::vector<float> k = Random(num_blocks * bs * row, 11), v = Random(num_blocks * bs * row, 12);
+  // 64-byte aligned pools, as KvCache allocates them.
+  core::Tensor k = core::Tensor::Empty(core::DType::kF32, {num_blocks * bs * row});
+  core::Tensor v = core::Tensor::Empty(core::DType::kF32, {num_blocks * bs * row});
+  const std::vector<float> kr = Random(num_blocks * bs * row, 11), vr = Random(num_blocks * bs * row, 12);
+  std::copy(kr.begin(), kr.end(), k.data<float>());
+  std::copy(vr.begin(), vr.end(), v.data<float>());
   std::vector<int32_t> ids(num_blocks);
   for (int64_t i = 0; i < num_blocks; ++i) ids[i] = static_cast<int32_t>(i);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(13));
@@ -287,7 +292,7 @@ void BenchPagedCase(bool bf16, int batch, int context, int q_len, int heads, int
   a.out_row_stride = static_cast<int64_t>(heads) * hd;
   a.num_heads = heads;
   a.scale = 1.f / std::sqrt(static_cast<float>(hd));
-  a.layer = {const_cast<float*>(k.data()), const_cast<float*>(v.data()), num_blocks, bs, kv_heads, hd};
+  a.layer = {k.data<float>(), v.data<float>(), num_blocks, bs, kv_heads, hd};
   a.sequences = seqs;
   a.bf16 = bf16;
   const double t = Time([&] { PagedAttention(a); });

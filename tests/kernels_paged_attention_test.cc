@@ -201,13 +201,14 @@ void Check(const Problem& p, uint32_t seed) {
   const std::vector<float> out = RunPaged(st);
   const Errors e = Compare(st, out, Reference(st));
   if (p.bf16) {
-    // bf16 products: ~2^-9 relative per operand.
+    // bf16 products: ~2^-9 relative per operand. (Measured: rel 2e-3, 7e-3 for the peaky case.)
     EXPECT_LE(e.rel_l2, 2e-2);
     EXPECT_LE(e.max_err, 1e-1 * e.max_ref) << "max_ref " << e.max_ref;
 #if defined(__AVX512BF16__)
     EXPECT_GE(e.rel_l2, 1e-5) << "the bf16 path did not run";
 #endif
   } else {
+    // (Measured: max error 1e-7 to 6e-7 of the largest output, relative L2 5e-8 to 3e-7.)
     EXPECT_LE(e.max_err, 1e-5 * e.max_ref) << "max_ref " << e.max_ref;
     EXPECT_LE(e.rel_l2, 2e-6);
   }
@@ -336,6 +337,7 @@ TEST(PagedAttentionTest, EmptyStepAndZeroLengthQueriesWriteNothing) {
 }
 
 TEST(PagedAttentionDeathTest, RejectsHeadsNotAMultipleOfKvHeads) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   Step st = Build({{{4, 4}}, 4, 2, 16, 4}, 21);
   std::vector<float> out(st.rows * st.out_stride);
   PagedAttentionArgs a = st.Args(out.data());
@@ -344,6 +346,7 @@ TEST(PagedAttentionDeathTest, RejectsHeadsNotAMultipleOfKvHeads) {
 }
 
 TEST(PagedAttentionDeathTest, RejectsShortBlockTable) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   Step st = Build({{{20, 4}}, 2, 2, 16, 4}, 22);
   st.seqs[0].block_table = std::span<const int32_t>(st.tables[0]).first(4);  // 5 needed
   std::vector<float> out(st.rows * st.out_stride);
@@ -383,6 +386,7 @@ TEST(WritePagedKvTest, PlacesRowsInTheirSlots) {
 }
 
 TEST(WritePagedKvDeathTest, RejectsSlotOutOfRange) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::vector<float> kpool(2 * 4 * 16), vpool(kpool.size()), src(16);
   PagedKvLayer layer{kpool.data(), vpool.data(), 2, 4, 1, 16};
   const std::vector<int64_t> slots = {8};
