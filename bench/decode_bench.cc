@@ -1,0 +1,353 @@
+// Text-decoder benchmark: decode steps/s for several batch sizes over a filled KV cache, the
+// weight bytes a step reads per second as a share of this machine's memory read bandwidth
+// (measured by this binary in the same run), and prefill tokens/s and TFLOP/s against the matmul
+// peak (also measured here). A decode step reads every weight once, so at batch 1 its time is
+// bounded below by weight bytes / bandwidth.
+//   decode_bench --model DIR [--dtype bf16|f32] [--batches 1,8,32] [--context 512] [--steps 16]
+//                [--chunk 512] [--prompt 512] [--linears=false]
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "core/model_config.h"
+#include "core/safetensors.h"
+#include "core/tensor.h"
+#include "kernels/linear.h"
+#include "kernels/memory_bandwidth.h"
+#include "llm/decoder.h"
+#include "llm/kv_cache.h"
+
+ABSL_FLAG(std::string, model, "build/models/3b", "model folder (made by iris-make-model --preset small|3b)");
+ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 or f32");
+ABSL_FLAG(std::string, batches, "1,8,32", "decode batch sizes (sequences per step)");
+ABSL_FLAG(int, context, 512, "tokens already in the cache per sequence before the timed steps");
+ABSL_FLAG(int, steps, 16, "timed decode steps per batch size (after 2 warm-up steps)");
+ABSL_FLAG(int, chunk, 512, "prefill chunk (rows per step) used to fill the cache");
+ABSL_FLAG(int, prompt, 512, "prompt length of the one-step prefill measurement");
+ABSL_FLAG(int, prompt_repeats, 3, "repeats of the one-step prefill (best is reported)");
+ABSL_FLAG(bool, linears, true,
+          "also time each Linear of the model's shapes alone at M = each batch size (weights from DRAM)");
+
+namespace {
+
+using namespace iris;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown CPU";
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double a = 0, b = 0, c = 0;
+  in >> a >> b >> c;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f %.2f %.2f", a, b, c);
+  return buf;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Random rows scaled like token embeddings (~0.02 std).
+std::vector<float> RandomEmbeddings(int64_t rows, int64_t hidden, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, 0.02f);
+  std::vector<float> x(static_cast<size_t>(rows * hidden));
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "decode_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// One step over `seqs` (each with its table already holding its new tokens): text positions
+// (the same on the three M-RoPE axes), logits for every sequence's last new token.
+double RunStep(llm::Decoder& dec, llm::KvCache& cache, const std::vector<llm::BlockTable*>& tables,
+               const std::vector<int64_t>& num_new, const float* embeds) {
+  int64_t rows = 0;
+  for (int64_t n : num_new) rows += n;
+  std::vector<int64_t> positions(3 * rows);
+  std::vector<llm::DecoderSequence> seqs(tables.size());
+  int64_t r = 0;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    seqs[i].table = tables[i];
+    seqs[i].num_new = num_new[i];
+    seqs[i].want_logits = true;
+    for (int64_t j = 0; j < num_new[i]; ++j, ++r) {
+      const int64_t pos = tables[i]->num_tokens - num_new[i] + j;
+      for (int axis = 0; axis < 3; ++axis) positions[axis * rows + r] = pos;
+    }
+  }
+  llm::DecoderStep step;
+  step.input_embeds = embeds;
+  step.positions = positions;
+  step.sequences = seqs;
+  const auto t = Clock::now();
+  auto logits = dec.Forward(step, &cache);
+  const double s = Seconds(t);
+  if (!logits.ok()) Die(std::string(logits.status().message()));
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string dir = absl::GetFlag(FLAGS_model);
+  const bool bf16 = absl::GetFlag(FLAGS_dtype) != "f32";
+  const int context = absl::GetFlag(FLAGS_context);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  const int chunk = std::max(1, absl::GetFlag(FLAGS_chunk));
+  const int prompt = absl::GetFlag(FLAGS_prompt);
+  constexpr int kWarmup = 2;
+  std::vector<int> batches;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',', absl::SkipEmpty())) {
+    int b = 0;
+    if (!absl::SimpleAtoi(s, &b) || b <= 0) Die("bad --batches entry: " + std::string(s));
+    batches.push_back(b);
+  }
+  if (batches.empty() || context < 1 || steps < 1) Die("need --batches, --context >= 1 and --steps >= 1");
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+
+  auto config = core::LoadModelConfig(dir);
+  auto ckpt = core::Checkpoint::Open(dir);
+  if (!config.ok() || !ckpt.ok() || !config->has_text) {
+    std::fprintf(stderr, "decode_bench: cannot load the text model of %s (%s). Make it with:\n"
+                 "  iris-make-model --preset 3b --out %s\n", dir.c_str(),
+                 !config.ok() ? std::string(config.status().message()).c_str()
+                 : !ckpt.ok() ? std::string(ckpt.status().message()).c_str()
+                              : "vision-only config",
+                 dir.c_str());
+    return 1;
+  }
+  const core::TextConfig& tc = config->text;
+  llm::DecoderOptions options;
+  options.compute = bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
+  const auto load_start = Clock::now();
+  auto loaded = llm::Decoder::Load(*ckpt, tc, options);
+  if (!loaded.ok()) Die(std::string(loaded.status().message()));
+  llm::Decoder& dec = **loaded;
+  const double load_s = Seconds(load_start);
+  const int64_t h = tc.hidden_size;
+
+  const int threads = omp_get_max_threads();
+  std::printf("machine: %s, %d OpenMP threads (%u hardware threads); load average at start %s\n",
+              CpuName().c_str(), threads, std::thread::hardware_concurrency(), LoadAverage().c_str());
+  std::printf("model: %s (text: %d layers, hidden %d, %d heads / %d kv heads x %d, intermediate %d, vocab %lld), "
+              "compute %s, loaded in %.1f s\n",
+              dir.c_str(), tc.num_hidden_layers, tc.hidden_size, tc.num_attention_heads, tc.num_key_value_heads,
+              tc.head_dim(), tc.intermediate_size, static_cast<long long>(tc.vocab_size), bf16 ? "bf16" : "f32",
+              load_s);
+  // Both references are measured again around every row, each row using the better of its
+  // before/after values, so that a ratio compares numbers taken under the same conditions.
+  // 10 passes of 1 GiB (~0.2 s): the best pass is the one least disturbed by other work.
+  auto measure_bw = [] { return kernels::MeasureMemoryReadBandwidth(int64_t{1} << 30, 10); };
+  auto measure_peak = [&] { return kernels::MeasureMatmulPeakFlops(options.compute, 2048, 5); };
+  const double bw0 = measure_bw();
+  const double peak0 = measure_peak();
+  std::printf("memory read bandwidth (%d threads, 1 GiB, same run): %.1f GB/s; matmul peak (oneDNN %s, "
+              "2048x2048x2048, same run): %.2f TFLOP/s\n\n",
+              threads, bw0 / 1e9, bf16 ? "bf16" : "f32", peak0 / 1e12);
+  std::fflush(stdout);
+
+  // KV cache: max_batch sequences of context + warm-up + timed tokens, plus the prompt.
+  const int block_size = 16;
+  const int64_t per_seq = context + kWarmup + steps;
+  const int64_t blocks = max_batch * ((per_seq + block_size - 1) / block_size) + (prompt + block_size - 1) / block_size + 1;
+  auto cache_or = llm::KvCache::Create(dec.CacheShape(blocks, block_size));
+  if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
+  llm::KvCache& cache = *cache_or;
+
+  // Fill: each sequence's `context` tokens as a prefill of random-embedding rows in chunks.
+  std::vector<llm::BlockTable> tables(max_batch);
+  const std::vector<float> rows_in = RandomEmbeddings(std::max(chunk, prompt), h, 1);
+  double fill_s = 0;
+  int64_t fill_tokens = 0, fill_steps = 0;
+  for (int s = 0; s < max_batch; ++s) {
+    for (int64_t done = 0; done < context;) {
+      const int64_t n = std::min<int64_t>(chunk, context - done);
+      if (auto st = cache.Reserve(&tables[s], done + n); !st.ok()) Die(std::string(st.message()));
+      fill_s += RunStep(dec, cache, {&tables[s]}, {n}, rows_in.data());
+      fill_tokens += n;
+      ++fill_steps;
+      done += n;
+    }
+  }
+
+  // Prefill of one prompt as a single step (its matmuls are compute-bound: TFLOP/s vs the peak).
+  std::vector<double> prompt_s;
+  double prompt_peak = 0;
+  if (prompt > 0) {
+    prompt_peak = measure_peak();
+    for (int r = 0; r < std::max(1, absl::GetFlag(FLAGS_prompt_repeats)); ++r) {
+      llm::BlockTable t;
+      if (auto st = cache.Reserve(&t, prompt); !st.ok()) Die(std::string(st.message()));
+      prompt_s.push_back(RunStep(dec, cache, {&t}, {prompt}, rows_in.data()));
+      cache.Release(&t);
+    }
+    prompt_peak = std::max(prompt_peak, measure_peak());
+  }
+  std::printf("prefill (load average %s):\n", LoadAverage().c_str());
+  std::printf("| prefill | tokens | steps | ms/step | tokens/s | matmul TFLOP/s | matmul peak TFLOP/s | of peak |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| cache fill, chunks of %d | %lld | %lld | %.1f | %.0f | %.2f | | |\n", chunk,
+              static_cast<long long>(fill_tokens), static_cast<long long>(fill_steps), 1e3 * fill_s / fill_steps,
+              fill_tokens / fill_s, dec.MatmulFlops(fill_tokens, fill_steps) / fill_s / 1e12);
+  if (prompt > 0) {
+    const double best = *std::min_element(prompt_s.begin(), prompt_s.end());
+    const double tflops = dec.MatmulFlops(prompt, 1) / best / 1e12;
+    std::printf("| %d-token prompt, one step (best of %zu) | %d | 1 | %.1f | %.0f | %.2f | %.2f | %.0f%% |\n", prompt,
+                prompt_s.size(), prompt, 1e3 * best, prompt / best, tflops, prompt_peak / 1e12,
+                100.0 * tflops * 1e12 / prompt_peak);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+
+  // Decode: `b` sequences, one new token each per step, after kWarmup untimed steps.
+  const double weight_bytes = static_cast<double>(dec.WeightBytesPerStep());
+  const double kv_bytes_per_token = 2.0 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim() * 4;
+  const std::vector<float> decode_in = RandomEmbeddings(max_batch, h, 2);
+  std::printf("decode, context %d per sequence (load average %s; ms/step is the median of %d steps; KV = the "
+              "f32 K and V rows attended to, on average over the timed steps):\n",
+              context, LoadAverage().c_str(), steps);
+  std::printf("| batch | ms/step | best ms | steps/s | tokens/s | weights GB/step | weights GB/s | of bandwidth | KV MB/step "
+              "| (weights+KV) GB/s | of bandwidth | bandwidth GB/s | matmul TFLOP/s |\n");
+  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::fflush(stdout);
+  std::vector<double> step_ms;  // median ms/step per entry of `batches`
+  for (int b : batches) {
+    std::vector<llm::BlockTable*> tp;
+    for (int s = 0; s < b; ++s) tp.push_back(&tables[s]);
+    const std::vector<int64_t> ones(b, 1);
+    double bw = measure_bw();
+    std::vector<double> times;
+    double kv_tokens = 0;  // cached tokens attended to, summed over the timed steps
+    for (int i = 0; i < kWarmup + steps; ++i) {
+      for (llm::BlockTable* t : tp) {
+        if (auto st = cache.Reserve(t, t->num_tokens + 1); !st.ok()) Die(std::string(st.message()));
+      }
+      const double s = RunStep(dec, cache, tp, ones, decode_in.data());
+      if (i >= kWarmup) {
+        times.push_back(s);
+        for (const llm::BlockTable* t : tp) kv_tokens += static_cast<double>(t->num_tokens);
+      }
+    }
+    bw = std::max(bw, measure_bw());
+    // Back to `context` tokens (the blocks stay), so every batch size sees the same cache.
+    for (llm::BlockTable* t : tp) {
+      if (auto st = cache.Reserve(t, context); !st.ok()) Die(std::string(st.message()));
+    }
+    const double med = Median(times);
+    const double best = *std::min_element(times.begin(), times.end());
+    const double kv_bytes = kv_tokens / steps * kv_bytes_per_token;
+    std::printf("| %d | %.2f | %.2f | %.2f | %.1f | %.3f | %.1f | %.0f%% | %.1f | %.1f | %.0f%% | %.1f | %.3f |\n", b,
+                1e3 * med, 1e3 * best, 1.0 / med, b / med, weight_bytes / 1e9, weight_bytes / med / 1e9,
+                100.0 * weight_bytes / med / bw, kv_bytes / 1e6, (weight_bytes + kv_bytes) / med / 1e9,
+                100.0 * (weight_bytes + kv_bytes) / med / bw, bw / 1e9, dec.MatmulFlops(b, b) / med / 1e12);
+    std::fflush(stdout);
+    step_ms.push_back(1e3 * med);
+  }
+
+  // Each Linear of the model's shapes alone at M = each batch size, with random weights cycled
+  // through enough copies (>= 256 MB) that every call reads its weights from DRAM, as in a step.
+  if (absl::GetFlag(FLAGS_linears)) {
+    const int64_t d = tc.head_dim(), nh = tc.num_attention_heads, nkv = tc.num_key_value_heads;
+    struct Shape {
+      const char* name;
+      int64_t out, in;
+      int per_step;
+    };
+    const std::vector<Shape> shapes = {
+        {"qkv", (nh + 2 * nkv) * d, h, tc.num_hidden_layers},
+        {"o", h, nh * d, tc.num_hidden_layers},
+        {"gate_up", 2 * int64_t{tc.intermediate_size}, h, tc.num_hidden_layers},
+        {"down", h, tc.intermediate_size, tc.num_hidden_layers},
+        {"lm_head", tc.vocab_size, h, 1},
+    };
+    const int64_t es = bf16 ? 2 : 4;
+    std::printf("\nLinear alone at M = batch (oneDNN, random weights read from DRAM; load average %s):\n",
+                LoadAverage().c_str());
+    std::printf("| M | linear | out x in | MB | us/call | GB/s | of bandwidth | TFLOP/s | per step | ms/step "
+                "| share of the step |\n");
+    std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    const double bw = measure_bw();
+    const std::vector<float> x = RandomEmbeddings(max_batch, std::max<int64_t>(h, tc.intermediate_size), 3);
+    std::vector<double> sum_ms(batches.size(), 0.0);
+    std::vector<std::vector<std::string>> lines(batches.size());
+    for (const Shape& s : shapes) {
+      const int64_t bytes = s.out * s.in * es;
+      const int copies = static_cast<int>(std::max<int64_t>(1, ((int64_t{256} << 20) + bytes - 1) / bytes));
+      std::vector<std::unique_ptr<kernels::Linear>> lins;
+      {
+        core::Tensor w = core::Tensor::Empty(core::DType::kF32, {s.out, s.in});
+        std::mt19937 rng(4);
+        std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+        float* wp = w.data<float>();
+        for (int64_t i = 0; i < s.out * s.in; ++i) wp[i] = dist(rng);
+        for (int c = 0; c < copies; ++c) {
+          auto lin = kernels::Linear::Create(w, nullptr, options.compute);
+          if (!lin.ok()) Die(std::string(lin.status().message()));
+          lins.push_back(std::move(*lin));
+        }
+      }
+      std::vector<float> y(static_cast<size_t>(max_batch * s.out));
+      for (size_t bi = 0; bi < batches.size(); ++bi) {
+        const int m = batches[bi];
+        for (int c = 0; c < copies; ++c) lins[c]->Forward(x.data(), m, y.data());  // primitives, warm-up
+        std::vector<double> t;
+        const int calls = std::max(2 * copies, 16);
+        for (int i = 0; i < calls; ++i) {
+          const auto t0 = Clock::now();
+          lins[i % copies]->Forward(x.data(), m, y.data());
+          t.push_back(Seconds(t0));
+        }
+        const double med = Median(t);
+        const double ms = 1e3 * med * s.per_step;
+        sum_ms[bi] += ms;
+        char line[512];
+        std::snprintf(line, sizeof line, "| %d | %s | %lld x %lld | %.1f | %.0f | %.1f | %.0f%% | %.3f | %d | %.1f | %.0f%% |",
+                      m, s.name, static_cast<long long>(s.out), static_cast<long long>(s.in), bytes / 1e6, 1e6 * med,
+                      bytes / med / 1e9, 100.0 * bytes / med / bw, 2.0 * m * s.out * s.in / med / 1e12, s.per_step, ms,
+                      100.0 * ms / step_ms[bi]);
+        lines[bi].push_back(line);
+      }
+    }
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      for (const std::string& l : lines[bi]) std::printf("%s\n", l.c_str());
+      const double s = sum_ms[bi] / 1e3;
+      std::printf("| %d | all linears of a step | | %.1f | | %.1f | %.0f%% | %.3f | | %.1f | %.0f%% |\n", batches[bi],
+                  weight_bytes / 1e6, weight_bytes / s / 1e9, 100.0 * weight_bytes / s / bw,
+                  dec.MatmulFlops(batches[bi], batches[bi]) / s / 1e12, sum_ms[bi], 100.0 * sum_ms[bi] / step_ms[bi]);
+    }
+    std::printf("(memory read bandwidth for this table: %.1f GB/s; share of the step = of that batch's median decode step)\n",
+                bw / 1e9);
+  }
+  std::printf("\nload average at the end: %s\n", LoadAverage().c_str());
+  return 0;
+}
