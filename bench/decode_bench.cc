@@ -2,7 +2,8 @@
 // weight bytes a step reads per second as a share of this machine's memory read bandwidth
 // (measured by this binary in the same run), and prefill tokens/s and TFLOP/s against the matmul
 // peak (also measured here). A decode step reads every weight once, so at batch 1 its time is
-// bounded below by weight bytes / bandwidth.
+// bounded below by weight bytes / bandwidth. Then each Linear of the model's shapes alone at
+// M = batch, to show how much of a step the matmuls take and how close they come to the bandwidth.
 //   decode_bench --model DIR [--dtype bf16|f32] [--batches 1,8,32] [--context 512] [--steps 16]
 //                [--chunk 512] [--prompt 512] [--linears=false]
 #include <omp.h>
@@ -164,14 +165,20 @@ int main(int argc, char** argv) {
               dir.c_str(), tc.num_hidden_layers, tc.hidden_size, tc.num_attention_heads, tc.num_key_value_heads,
               tc.head_dim(), tc.intermediate_size, static_cast<long long>(tc.vocab_size), bf16 ? "bf16" : "f32",
               load_s);
-  // Both references are measured again around every row, each row using the better of its
-  // before/after values, so that a ratio compares numbers taken under the same conditions.
-  // 10 passes of 1 GiB (~0.2 s): the best pass is the one least disturbed by other work.
-  auto measure_bw = [] { return kernels::MeasureMemoryReadBandwidth(int64_t{1} << 30, 10); };
+  // The memory bandwidth is a peak like the matmul peak: measured again before and after every
+  // decode row and the Linear table (10 passes of 1 GiB each time), and the best of all the
+  // measurements of the run is the reference for every bandwidth ratio. On a shared machine other
+  // work lowers single measurements (by up to half here); the best is what this machine can do.
+  // The matmul peak for the prefill row is the better of its before/after measurements.
+  std::vector<double> bw_all;
+  auto measure_bw = [&bw_all] {
+    bw_all.push_back(kernels::MeasureMemoryReadBandwidth(int64_t{1} << 30, 10));
+    return bw_all.back();
+  };
   auto measure_peak = [&] { return kernels::MeasureMatmulPeakFlops(options.compute, 2048, 5); };
   const double bw0 = measure_bw();
   const double peak0 = measure_peak();
-  std::printf("memory read bandwidth (%d threads, 1 GiB, same run): %.1f GB/s; matmul peak (oneDNN %s, "
+  std::printf("memory read bandwidth (%d threads, 1 GiB, same run, first measurement): %.1f GB/s; matmul peak (oneDNN %s, "
               "2048x2048x2048, same run): %.2f TFLOP/s\n\n",
               threads, bw0 / 1e9, bf16 ? "bf16" : "f32", peak0 / 1e12);
   std::fflush(stdout);
@@ -233,19 +240,19 @@ int main(int argc, char** argv) {
   const double weight_bytes = static_cast<double>(dec.WeightBytesPerStep());
   const double kv_bytes_per_token = 2.0 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim() * 4;
   const std::vector<float> decode_in = RandomEmbeddings(max_batch, h, 2);
-  std::printf("decode, context %d per sequence (load average %s; ms/step is the median of %d steps; KV = the "
-              "f32 K and V rows attended to, on average over the timed steps):\n",
-              context, LoadAverage().c_str(), steps);
-  std::printf("| batch | ms/step | best ms | steps/s | tokens/s | weights GB/step | weights GB/s | of bandwidth | KV MB/step "
-              "| (weights+KV) GB/s | of bandwidth | bandwidth GB/s | matmul TFLOP/s |\n");
-  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  std::fflush(stdout);
+  struct DecodeRow {
+    int batch;
+    double med, best, kv_bytes;
+  };
+  std::vector<DecodeRow> decode_rows;
   std::vector<double> step_ms;  // median ms/step per entry of `batches`
+  const std::string decode_load = LoadAverage();
+  std::fprintf(stderr, "decode_bench: decode steps...\n");
   for (int b : batches) {
     std::vector<llm::BlockTable*> tp;
     for (int s = 0; s < b; ++s) tp.push_back(&tables[s]);
     const std::vector<int64_t> ones(b, 1);
-    double bw = measure_bw();
+    measure_bw();
     std::vector<double> times;
     double kv_tokens = 0;  // cached tokens attended to, summed over the timed steps
     for (int i = 0; i < kWarmup + steps; ++i) {
@@ -258,48 +265,44 @@ int main(int argc, char** argv) {
         for (const llm::BlockTable* t : tp) kv_tokens += static_cast<double>(t->num_tokens);
       }
     }
-    bw = std::max(bw, measure_bw());
+    measure_bw();
     // Back to `context` tokens (the blocks stay), so every batch size sees the same cache.
     for (llm::BlockTable* t : tp) {
       if (auto st = cache.Reserve(t, context); !st.ok()) Die(std::string(st.message()));
     }
     const double med = Median(times);
     const double best = *std::min_element(times.begin(), times.end());
-    const double kv_bytes = kv_tokens / steps * kv_bytes_per_token;
-    std::printf("| %d | %.2f | %.2f | %.2f | %.1f | %.3f | %.1f | %.0f%% | %.1f | %.1f | %.0f%% | %.1f | %.3f |\n", b,
-                1e3 * med, 1e3 * best, 1.0 / med, b / med, weight_bytes / 1e9, weight_bytes / med / 1e9,
-                100.0 * weight_bytes / med / bw, kv_bytes / 1e6, (weight_bytes + kv_bytes) / med / 1e9,
-                100.0 * (weight_bytes + kv_bytes) / med / bw, bw / 1e9, dec.MatmulFlops(b, b) / med / 1e12);
-    std::fflush(stdout);
+    decode_rows.push_back({b, med, best, kv_tokens / steps * kv_bytes_per_token});
     step_ms.push_back(1e3 * med);
   }
 
   // Each Linear of the model's shapes alone at M = each batch size, with random weights cycled
   // through enough copies (>= 256 MB) that every call reads its weights from DRAM, as in a step.
+  struct Shape {
+    const char* name;
+    int64_t out, in;
+    int per_step;
+  };
+  const int64_t d = tc.head_dim(), nh = tc.num_attention_heads, nkv = tc.num_key_value_heads;
+  const std::vector<Shape> shapes = {
+      {"qkv", (nh + 2 * nkv) * d, h, tc.num_hidden_layers},
+      {"o", h, nh * d, tc.num_hidden_layers},
+      {"gate_up", 2 * int64_t{tc.intermediate_size}, h, tc.num_hidden_layers},
+      {"down", h, tc.intermediate_size, tc.num_hidden_layers},
+      {"lm_head", tc.vocab_size, h, 1},
+  };
+  const int64_t es = bf16 ? 2 : 4;
+  struct LinearRow {
+    int m;
+    std::string name, shape;
+    double bytes, sec, flops;
+    int per_step;
+  };
+  std::vector<std::vector<LinearRow>> linear_rows(batches.size());
+  const std::string linear_load = LoadAverage();
   if (absl::GetFlag(FLAGS_linears)) {
-    const int64_t d = tc.head_dim(), nh = tc.num_attention_heads, nkv = tc.num_key_value_heads;
-    struct Shape {
-      const char* name;
-      int64_t out, in;
-      int per_step;
-    };
-    const std::vector<Shape> shapes = {
-        {"qkv", (nh + 2 * nkv) * d, h, tc.num_hidden_layers},
-        {"o", h, nh * d, tc.num_hidden_layers},
-        {"gate_up", 2 * int64_t{tc.intermediate_size}, h, tc.num_hidden_layers},
-        {"down", h, tc.intermediate_size, tc.num_hidden_layers},
-        {"lm_head", tc.vocab_size, h, 1},
-    };
-    const int64_t es = bf16 ? 2 : 4;
-    std::printf("\nLinear alone at M = batch (oneDNN, random weights read from DRAM; load average %s):\n",
-                LoadAverage().c_str());
-    std::printf("| M | linear | out x in | MB | us/call | GB/s | of bandwidth | TFLOP/s | per step | ms/step "
-                "| share of the step |\n");
-    std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    const double bw = measure_bw();
+    std::fprintf(stderr, "decode_bench: Linear alone...\n");
     const std::vector<float> x = RandomEmbeddings(max_batch, std::max<int64_t>(h, tc.intermediate_size), 3);
-    std::vector<double> sum_ms(batches.size(), 0.0);
-    std::vector<std::vector<std::string>> lines(batches.size());
     for (const Shape& s : shapes) {
       const int64_t bytes = s.out * s.in * es;
       const int copies = static_cast<int>(std::max<int64_t>(1, ((int64_t{256} << 20) + bytes - 1) / bytes));
@@ -327,26 +330,49 @@ int main(int argc, char** argv) {
           lins[i % copies]->Forward(x.data(), m, y.data());
           t.push_back(Seconds(t0));
         }
-        const double med = Median(t);
-        const double ms = 1e3 * med * s.per_step;
-        sum_ms[bi] += ms;
-        char line[512];
-        std::snprintf(line, sizeof line, "| %d | %s | %lld x %lld | %.1f | %.0f | %.1f | %.0f%% | %.3f | %d | %.1f | %.0f%% |",
-                      m, s.name, static_cast<long long>(s.out), static_cast<long long>(s.in), bytes / 1e6, 1e6 * med,
-                      bytes / med / 1e9, 100.0 * bytes / med / bw, 2.0 * m * s.out * s.in / med / 1e12, s.per_step, ms,
-                      100.0 * ms / step_ms[bi]);
-        lines[bi].push_back(line);
+        linear_rows[bi].push_back({m, s.name, std::to_string(s.out) + " x " + std::to_string(s.in),
+                                   static_cast<double>(bytes), Median(t), 2.0 * m * s.out * s.in, s.per_step});
       }
     }
+    measure_bw();
+  }
+
+  // The tables, against the best bandwidth of the run.
+  const double bw = *std::max_element(bw_all.begin(), bw_all.end());
+  const double bw_min = *std::min_element(bw_all.begin(), bw_all.end());
+  std::printf("memory read bandwidth, the reference for the ratios below: %.1f GB/s (best of %zu measurements "
+              "through this run, each the best of 10 passes over 1 GiB; they ranged %.1f-%.1f GB/s)\n\n",
+              bw / 1e9, bw_all.size(), bw_min / 1e9, bw / 1e9);
+  std::printf("decode, context %d per sequence (load average %s; ms/step is the median of %d steps; KV = the "
+              "f32 K and V rows attended to, on average over the timed steps):\n",
+              context, decode_load.c_str(), steps);
+  std::printf("| batch | ms/step | best ms | steps/s | tokens/s | weights GB/step | weights GB/s | of bandwidth | KV MB/step "
+              "| (weights+KV) GB/s | of bandwidth | matmul TFLOP/s |\n");
+  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const DecodeRow& r : decode_rows) {
+    std::printf("| %d | %.2f | %.2f | %.2f | %.1f | %.3f | %.1f | %.0f%% | %.1f | %.1f | %.0f%% | %.3f |\n", r.batch,
+                1e3 * r.med, 1e3 * r.best, 1.0 / r.med, r.batch / r.med, weight_bytes / 1e9, weight_bytes / r.med / 1e9,
+                100.0 * weight_bytes / r.med / bw, r.kv_bytes / 1e6, (weight_bytes + r.kv_bytes) / r.med / 1e9,
+                100.0 * (weight_bytes + r.kv_bytes) / r.med / bw, dec.MatmulFlops(r.batch, r.batch) / r.med / 1e12);
+  }
+  if (absl::GetFlag(FLAGS_linears)) {
+    std::printf("\nLinear alone at M = batch (oneDNN, random weights read from DRAM; median call; load average %s; "
+                "share = of that batch's median decode step):\n", linear_load.c_str());
+    std::printf("| M | linear | out x in | MB | us/call | GB/s | of bandwidth | TFLOP/s | per step | ms/step | share of the step |\n");
+    std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (size_t bi = 0; bi < batches.size(); ++bi) {
-      for (const std::string& l : lines[bi]) std::printf("%s\n", l.c_str());
-      const double s = sum_ms[bi] / 1e3;
+      double sum = 0;
+      for (const LinearRow& r : linear_rows[bi]) {
+        const double ms = 1e3 * r.sec * r.per_step;
+        sum += ms;
+        std::printf("| %d | %s | %s | %.1f | %.0f | %.1f | %.0f%% | %.3f | %d | %.1f | %.0f%% |\n", r.m, r.name.c_str(),
+                    r.shape.c_str(), r.bytes / 1e6, 1e6 * r.sec, r.bytes / r.sec / 1e9, 100.0 * r.bytes / r.sec / bw,
+                    r.flops / r.sec / 1e12, r.per_step, ms, 100.0 * ms / step_ms[bi]);
+      }
       std::printf("| %d | all linears of a step | | %.1f | | %.1f | %.0f%% | %.3f | | %.1f | %.0f%% |\n", batches[bi],
-                  weight_bytes / 1e6, weight_bytes / s / 1e9, 100.0 * weight_bytes / s / bw,
-                  dec.MatmulFlops(batches[bi], batches[bi]) / s / 1e12, sum_ms[bi], 100.0 * sum_ms[bi] / step_ms[bi]);
+                  weight_bytes / 1e6, weight_bytes / (sum / 1e3) / 1e9, 100.0 * weight_bytes / (sum / 1e3) / bw,
+                  dec.MatmulFlops(batches[bi], batches[bi]) / (sum / 1e3) / 1e12, sum, 100.0 * sum / step_ms[bi]);
     }
-    std::printf("(memory read bandwidth for this table: %.1f GB/s; share of the step = of that batch's median decode step)\n",
-                bw / 1e9);
   }
   std::printf("\nload average at the end: %s\n", LoadAverage().c_str());
   return 0;
