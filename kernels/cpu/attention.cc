@@ -33,7 +33,9 @@
 namespace iris::kernels {
 namespace {
 
+using cpu::PrefetchL2;
 using cpu::TailMask;
+using cpu::Transpose16;
 
 constexpr int kBlock = 64;  // keys per key block, queries per unit
 constexpr int kRows = 4;    // query rows per micro-tile
@@ -55,10 +57,6 @@ struct UnitGeom {
   const float* vh;
   float* oh;
 };
-
-// prefetcht1 as a volatile asm: GCC's IPA pure-const analysis takes a function that only
-// prefetches for side-effect free and deletes its calls (seen with GCC 12).
-inline void PrefetchL2(const char* p) { asm volatile("prefetcht1 %0" : : "m"(*p)); }
 
 // Rows to prefetch into L2, issued in slices spread over the tiles of a key block.
 struct Prefetch {
@@ -93,36 +91,6 @@ struct Prefetch {
   }
 };
 
-// In-register transpose of 16 rows of 16 floats.
-inline void Transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-  }
-  // r[4i + k] now holds, in each 128-bit lane L, element k of rows 4i..4i+3 for columns 4L..4L+3.
-  for (int i = 0; i < 4; ++i) {
-    // Combine across groups of 4 rows: 128-bit lane shuffles.
-    const __m512 a = r[i], b = r[4 + i], c = r[8 + i], d = r[12 + i];
-    const __m512 ab_lo = _mm512_shuffle_f32x4(a, b, 0x44);  // a.L0 a.L1 b.L0 b.L1
-    const __m512 ab_hi = _mm512_shuffle_f32x4(a, b, 0xEE);  // a.L2 a.L3 b.L2 b.L3
-    const __m512 cd_lo = _mm512_shuffle_f32x4(c, d, 0x44);
-    const __m512 cd_hi = _mm512_shuffle_f32x4(c, d, 0xEE);
-    t[i] = _mm512_shuffle_f32x4(ab_lo, cd_lo, 0x88);       // a.L0 b.L0 c.L0 d.L0
-    t[4 + i] = _mm512_shuffle_f32x4(ab_lo, cd_lo, 0xDD);   // a.L1 b.L1 c.L1 d.L1
-    t[8 + i] = _mm512_shuffle_f32x4(ab_hi, cd_hi, 0x88);   // L2
-    t[12 + i] = _mm512_shuffle_f32x4(ab_hi, cd_hi, 0xDD);  // L3
-  }
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
 
 // Packs keys [0, kn) of one head (key j at k0 + j * row_stride) into kt[d * 64 + j] for
 // j < 16 * ceil(kn / 16), zero for j >= kn.
@@ -279,8 +247,7 @@ __attribute__((noinline)) void QkTile(const float* q0, const float* q1, const fl
 
 #if defined(__AVX512BF16__)
 constexpr bool kHaveBf16 = true;
-
-inline __m512bh AsBh(__m512i x) { return reinterpret_cast<__m512bh>(x); }
+using cpu::AsBh;
 
 // Packs keys [0, kn) of one head as bf16 pairs of dims: word kt[p * 64 + j] holds
 // (k[j][2p], k[j][2p+1]) for p < ceil(head_dim/2), j < 16 * ceil(kn/16); zero for j >= kn.

@@ -69,7 +69,7 @@ double MeasureMemoryReadBandwidth(int64_t bytes, int repeats) {
     for (int t = 0; t < std::min(threads, 256); ++t) sink += partial[t * 16];
   }
   // The sums are used, so no pass can be optimised away.
-  static volatile float g_sink;
+  [[maybe_unused]] static volatile float g_sink;
   g_sink = sink;
   return static_cast<double>(total) * sizeof(float) / best;
 }

@@ -45,7 +45,9 @@
 namespace iris::kernels {
 namespace {
 
+using cpu::PrefetchL2;
 using cpu::TailMask;
+using cpu::Transpose16;
 
 constexpr int kChunk = 64;       // keys per online-softmax step
 constexpr int kRows = 4;         // q vectors per micro-tile
@@ -59,9 +61,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   std::fprintf(stderr, "iris PagedAttention: %s\n", what);
   std::abort();
 }
-
-// prefetcht1 as a volatile asm (GCC's IPA would otherwise drop calls of a prefetch-only function).
-inline void PrefetchL2(const void* p) { asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p))); }
 
 // The next chunk's K and V rows, prefetched a few cache lines at a time from inside the compute
 // loops of the current chunk (QkTile's d loop, PvChunk's key loop) when an item has few tiles, or
@@ -114,34 +113,6 @@ struct Prefetcher {
   }
 };
 
-// In-register transpose of 16 rows of 16 floats.
-inline void Transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512 a = r[i], b = r[4 + i], c = r[8 + i], d = r[12 + i];
-    const __m512 ab_lo = _mm512_shuffle_f32x4(a, b, 0x44);
-    const __m512 ab_hi = _mm512_shuffle_f32x4(a, b, 0xEE);
-    const __m512 cd_lo = _mm512_shuffle_f32x4(c, d, 0x44);
-    const __m512 cd_hi = _mm512_shuffle_f32x4(c, d, 0xEE);
-    t[i] = _mm512_shuffle_f32x4(ab_lo, cd_lo, 0x88);
-    t[4 + i] = _mm512_shuffle_f32x4(ab_lo, cd_lo, 0xDD);
-    t[8 + i] = _mm512_shuffle_f32x4(ab_hi, cd_hi, 0x88);
-    t[12 + i] = _mm512_shuffle_f32x4(ab_hi, cd_hi, 0xDD);
-  }
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
 
 // Packs keys [0, kn) (key j at rows[j]) into kt[d * 64 + j] for j < 16 * ceil(kn / 16), zero
 // for j >= kn.
@@ -266,8 +237,7 @@ __attribute__((noinline)) void PvChunk(__mmask16 tail, const float* const* vrows
 
 #if defined(__AVX512BF16__)
 constexpr bool kHaveBf16 = true;
-
-inline __m512bh AsBh(__m512i x) { return reinterpret_cast<__m512bh>(x); }
+using cpu::AsBh;
 
 // Packs keys [0, kn) as bf16 pairs of dims: word kt[p * 64 + j] holds (k[j][2p], k[j][2p+1])
 // for p < ceil(head_dim/2), j < 16 * ceil(kn/16); zero for j >= kn.
