@@ -1,6 +1,7 @@
 #include "core/command_line.h"
 
 #include <algorithm>
+#include <string_view>
 
 namespace iris::core {
 
@@ -17,6 +18,28 @@ std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
     }
   }
   return args;
+}
+
+std::vector<std::string> TakeRepeatedFlag(int* argc, char** argv, const std::string& name) {
+  const std::string bare = "--" + name, with_value = bare + "=";
+  std::vector<std::string> values;
+  int w = 1;
+  for (int r = 1; r < *argc; ++r) {
+    const std::string_view a = argv[r];
+    if (a == "--") {
+      while (r < *argc) argv[w++] = argv[r++];
+      break;
+    }
+    if (a == bare && r + 1 < *argc) {
+      values.push_back(argv[++r]);
+    } else if (a.starts_with(with_value)) {
+      values.emplace_back(a.substr(with_value.size()));
+    } else {
+      argv[w++] = argv[r];
+    }
+  }
+  *argc = w;
+  return values;
 }
 
 std::vector<char*> ArgvOf(std::vector<std::string>& args) {

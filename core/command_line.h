@@ -10,6 +10,11 @@ namespace iris::core {
 // arguments with dashes inside flag names (before any '=') turned into underscores, up to "--".
 std::vector<std::string> NormalizeFlagNames(int argc, char** argv);
 
+// Removes every `--<name> VALUE` and `--<name>=VALUE` from argv (up to "--") and returns the values
+// in order. For repeatable flags whose values may contain commas (file names), which an Abseil
+// vector flag would split and a plain flag would overwrite.
+std::vector<std::string> TakeRepeatedFlag(int* argc, char** argv, const std::string& name);
+
 // Pointers into `args` for APIs that take argc/argv (valid while `args` lives).
 std::vector<char*> ArgvOf(std::vector<std::string>& args);
 

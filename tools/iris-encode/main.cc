@@ -38,23 +38,6 @@ double Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Pulls every "--image X" / "--image=X" out of argv (absl keeps only the last of a repeated flag).
-std::vector<std::string> TakeImages(int* argc, char** argv) {
-  std::vector<std::string> images;
-  int w = 1;
-  for (int r = 1; r < *argc; ++r) {
-    if (std::strcmp(argv[r], "--image") == 0 && r + 1 < *argc) {
-      images.push_back(argv[++r]);
-    } else if (std::strncmp(argv[r], "--image=", 8) == 0) {
-      images.push_back(argv[r] + 8);
-    } else {
-      argv[w++] = argv[r];
-    }
-  }
-  *argc = w;
-  return images;
-}
-
 absl::Status Run(const std::vector<std::string>& images) {
   using namespace iris;
   const std::string dir = absl::GetFlag(FLAGS_model);
@@ -130,7 +113,7 @@ int main(int argc, char** argv) {
       "encodes images with a Qwen2.5-VL vision tower\n"
       "  iris-encode --model DIR --image FILE [--image FILE...] [--dtype f32|bf16]\n"
       "              [--min-pixels N] [--max-pixels N] --out OUT.safetensors");
-  std::vector<std::string> images = TakeImages(&argc, argv);
+  std::vector<std::string> images = iris::core::TakeRepeatedFlag(&argc, argv, "image");
   std::vector<std::string> normalized = iris::core::NormalizeFlagNames(argc, argv);
   std::vector<char*> args = iris::core::ArgvOf(normalized);
   argc = static_cast<int>(args.size());

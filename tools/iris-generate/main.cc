@@ -65,28 +65,6 @@ double Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Pulls every "--image X" / "--image=X" out of argv: absl keeps only the last of a repeated
-// flag and would split a file name at commas.
-std::vector<std::string> TakeImages(int* argc, char** argv) {
-  std::vector<std::string> images;
-  int w = 1;
-  for (int r = 1; r < *argc; ++r) {
-    if (std::strcmp(argv[r], "--") == 0) {
-      while (r < *argc) argv[w++] = argv[r++];
-      break;
-    }
-    if (std::strcmp(argv[r], "--image") == 0 && r + 1 < *argc) {
-      images.push_back(argv[++r]);
-    } else if (std::strncmp(argv[r], "--image=", 8) == 0) {
-      images.push_back(argv[r] + 8);
-    } else {
-      argv[w++] = argv[r];
-    }
-  }
-  *argc = w;
-  return images;
-}
-
 absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
@@ -337,7 +315,7 @@ int main(int argc, char** argv) {
       "                [--max-tokens N] [--greedy | --temperature T [--top-p P] [--top-k K] [--seed S]]\n"
       "                [--repetition-penalty R] [--dtype f32|bf16] [--min-pixels N] [--max-pixels N]\n"
       "                [--dump OUT.safetensors] [--stream]");
-  std::vector<std::string> images = TakeImages(&argc, argv);
+  std::vector<std::string> images = iris::core::TakeRepeatedFlag(&argc, argv, "image");
   std::vector<std::string> normalized = iris::core::NormalizeFlagNames(argc, argv);
   std::vector<char*> args = iris::core::ArgvOf(normalized);
   argc = static_cast<int>(args.size());
