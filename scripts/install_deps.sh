@@ -10,7 +10,7 @@ PACKAGES=(
   libjpeg62-turbo-dev libpng-dev libopencv-core-dev libopencv-imgcodecs-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev libgrpc-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  grpc-proto python3-grpcio python3-protobuf python3-numpy
+  grpc-proto python3-grpcio python3-protobuf python3-numpy python3-pil openssl
 )
 
 missing=()
