@@ -1,0 +1,72 @@
+// The iris.v1.Iris gRPC service on the callback API: authentication, validation, admission
+// (queue limit, duplicate ids, draining), the calls in flight, and the model/engine info RPCs.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "iris/v1/iris.grpc.pb.h"
+#include "server/request_conversion.h"
+#include "server/server_options.h"
+
+namespace iris::server {
+
+class CallReactorOps;
+class GenerateCall;
+
+class IrisService final : public v1::Iris::CallbackService {
+ public:
+  IrisService(engine::Engine* engine, core::ThreadPool* workers, const ServerOptions& options);
+  ~IrisService() override;
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
+                                                           const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GenerateUnary(grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
+                                          v1::GenerateReply* reply) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context, const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* info) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
+                                     v1::ServerStats* stats) override;
+
+  // New calls are refused with UNAVAILABLE from now on; calls in flight go on.
+  void StartDraining();
+  bool draining() const { return draining_.load(); }
+  // Waits until no call is in flight or the deadline passes; true when none is left.
+  bool WaitForIdle(absl::Time deadline);
+  // Ends calls still preprocessing (after the engine shut down, the rest end through it).
+  void AbortAll(const std::string& reason);
+  int64_t in_flight() const;
+
+ private:
+  friend class GenerateCall;
+
+  // OK, or the status a new call is refused with (auth, draining).
+  grpc::Status Admit(const grpc::CallbackServerContext& context) const;
+  // Admits, validates and registers a call and starts it; on error the status to finish with
+  // (already logged).
+  grpc::Status StartCall(const grpc::CallbackServerContext& context, const v1::GenerateRequest& request,
+                         bool streaming, CallReactorOps* ops, std::shared_ptr<GenerateCall>* call);
+  void Unregister(const std::string& request_id);
+  void LogRejected(const std::string& request_id, const grpc::Status& status) const;
+
+  engine::Engine* const engine_;
+  core::ThreadPool* const workers_;
+  const ServerOptions options_;
+  v1::ModelInfo model_info_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> preprocessing_{0};
+  std::atomic<int64_t> requests_failed_{0};
+  std::atomic<uint64_t> next_id_{1};
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::weak_ptr<GenerateCall>> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace iris::server

@@ -1,0 +1,228 @@
+// iris-server: serves one Qwen2.5-VL checkpoint over gRPC (iris.v1.Iris, grpc.health.v1, server
+// reflection) until SIGTERM or SIGINT, then shuts down gracefully and exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/command_line.h"
+#include "core/status_macros.h"
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "server/server.h"
+#include "server/server_options.h"
+#include "vision/pixel_bounds.h"
+
+ABSL_FLAG(std::string, model, "", "model folder (config.json, tokenizer.json, *.safetensors, ...)");
+ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 (fast, the default) or f32");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for every interface)");
+ABSL_FLAG(int32_t, port, 50051, "port to listen on (0 = any free port, printed when ready)");
+ABSL_FLAG(int32_t, max_num_seqs, 64, "sequences decoded together at most");
+ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "decoder rows per engine step (prefill chunks + decodes)");
+ABSL_FLAG(int64_t, kv_cache_bytes, 1ll << 30, "KV cache size in bytes (all layers, K and V)");
+ABSL_FLAG(int32_t, kv_block_size, 16, "tokens per KV cache block");
+ABSL_FLAG(int64_t, encoder_cache_bytes, 256ll << 20, "image embeddings kept for reuse, in bytes");
+ABSL_FLAG(int64_t, max_encoder_patches_per_step, 16384, "vision patches per encoder forward");
+ABSL_FLAG(int64_t, max_queue, 1024, "requests waiting (being prepared or queued) before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, max_images_per_request, 16, "images in one request");
+ABSL_FLAG(int64_t, max_image_bytes, 20ll << 20, "encoded size of one image, in bytes");
+ABSL_FLAG(int64_t, max_image_pixels, 64ll << 20, "decoded width * height of one image (checked from its header)");
+ABSL_FLAG(int64_t, max_prompt_tokens, 32768, "prompt tokens, image tokens included");
+ABSL_FLAG(int64_t, max_tokens, 4096, "largest sampling.max_tokens a request may ask for");
+ABSL_FLAG(int64_t, default_max_tokens, 16, "tokens generated when a request does not set sampling.max_tokens");
+ABSL_FLAG(int64_t, max_model_len, 0, "prompt + max_tokens (0 = the model's max_position_embeddings)");
+ABSL_FLAG(int64_t, max_message_bytes, 64ll << 20, "size of one request message, in bytes");
+ABSL_FLAG(int64_t, min_pixels, 0, "smallest resize target per image (0 = the checkpoint's); requests may only raise it");
+ABSL_FLAG(int64_t, max_pixels, 0, "largest resize target per image (0 = the checkpoint's); requests may only lower it");
+ABSL_FLAG(int32_t, workers, 0, "threads decoding images and building prompts (0 = one per core)");
+ABSL_FLAG(double, grace_period_s, 30, "seconds in-flight requests get to finish after SIGTERM/SIGINT");
+ABSL_FLAG(std::string, auth_token_file, "", "file holding a bearer token every call must send");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls-key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls-cert");
+ABSL_FLAG(bool, fused_rotary, true, "encoder technique: rotary q/k fused in one pass, tables once per forward");
+ABSL_FLAG(bool, parallel_qkv_padding, true, "encoder technique: q/k/v padded in one parallel pass");
+ABSL_FLAG(bool, cached_cu_seqlens, true, "encoder technique: cu_seqlens and window plans cached per grid");
+
+namespace iris {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read \"", path, "\""));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::Status CheckPositive(int64_t value, const char* flag) {
+  if (value <= 0) return absl::InvalidArgumentError(absl::StrCat(flag, " must be positive, got ", value));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<server::ServerOptions> ServerOptionsFromFlags() {
+  server::ServerOptions o;
+  o.host = absl::GetFlag(FLAGS_host);
+  o.port = absl::GetFlag(FLAGS_port);
+  if (o.port < 0 || o.port > 65535) return absl::InvalidArgumentError(absl::StrCat("--port must be in [0, 65535], got ", o.port));
+  o.dtype = absl::GetFlag(FLAGS_dtype);
+  if (o.dtype != "bf16" && o.dtype != "f32") {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype must be bf16 or f32, got \"", o.dtype, "\""));
+  }
+  server::RequestLimits& l = o.limits;
+  l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  l.max_image_bytes = absl::GetFlag(FLAGS_max_image_bytes);
+  l.max_image_pixels = absl::GetFlag(FLAGS_max_image_pixels);
+  l.max_images_per_request = absl::GetFlag(FLAGS_max_images_per_request);
+  l.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  l.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  l.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+  IRIS_RETURN_IF_ERROR(CheckPositive(l.max_message_bytes, "--max-message-bytes"));
+  IRIS_RETURN_IF_ERROR(CheckPositive(l.max_image_bytes, "--max-image-bytes"));
+  IRIS_RETURN_IF_ERROR(CheckPositive(l.max_image_pixels, "--max-image-pixels"));
+  if (l.max_images_per_request < 0) return absl::InvalidArgumentError("--max-images-per-request must be >= 0");
+  IRIS_RETURN_IF_ERROR(CheckPositive(l.max_prompt_tokens, "--max-prompt-tokens"));
+  IRIS_RETURN_IF_ERROR(CheckPositive(l.max_tokens, "--max-tokens"));
+  IRIS_RETURN_IF_ERROR(CheckPositive(l.default_max_tokens, "--default-max-tokens"));
+  o.workers = absl::GetFlag(FLAGS_workers);
+  if (o.workers < 0) return absl::InvalidArgumentError("--workers must be >= 0");
+  if (o.workers == 0) o.workers = std::max(1u, std::thread::hardware_concurrency());
+  const double grace = absl::GetFlag(FLAGS_grace_period_s);
+  if (!(grace >= 0)) return absl::InvalidArgumentError("--grace-period-s must be >= 0");
+  o.grace_period = absl::Seconds(grace);
+  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
+    IRIS_ASSIGN_OR_RETURN(std::string token, ReadFile(absl::GetFlag(FLAGS_auth_token_file), "--auth-token-file"));
+    o.auth_token = std::string(absl::StripAsciiWhitespace(token));
+    if (o.auth_token.empty()) return absl::InvalidArgumentError("--auth-token-file: the file is empty");
+  }
+  if (absl::GetFlag(FLAGS_tls_cert).empty() != absl::GetFlag(FLAGS_tls_key).empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (!absl::GetFlag(FLAGS_tls_cert).empty()) {
+    IRIS_ASSIGN_OR_RETURN(o.tls_cert_pem, ReadFile(absl::GetFlag(FLAGS_tls_cert), "--tls-cert"));
+    IRIS_ASSIGN_OR_RETURN(o.tls_key_pem, ReadFile(absl::GetFlag(FLAGS_tls_key), "--tls-key"));
+  }
+  return o;
+}
+
+absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags() {
+  engine::EngineOptions e;
+  e.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  e.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  e.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  e.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  e.max_encoder_patches_per_step = absl::GetFlag(FLAGS_max_encoder_patches_per_step);
+  e.encoder_cache_bytes = absl::GetFlag(FLAGS_encoder_cache_bytes);
+  e.max_queue = absl::GetFlag(FLAGS_max_queue);
+  e.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  IRIS_RETURN_IF_ERROR(CheckPositive(e.kv_cache_bytes, "--kv-cache-bytes"));
+  IRIS_RETURN_IF_ERROR(CheckPositive(e.kv_block_size, "--kv-block-size"));
+  IRIS_RETURN_IF_ERROR(CheckPositive(e.max_num_batched_tokens, "--max-num-batched-tokens"));
+  IRIS_RETURN_IF_ERROR(CheckPositive(e.max_num_seqs, "--max-num-seqs"));
+  IRIS_RETURN_IF_ERROR(CheckPositive(e.max_encoder_patches_per_step, "--max-encoder-patches-per-step"));
+  IRIS_RETURN_IF_ERROR(CheckPositive(e.max_queue, "--max-queue"));
+  if (e.encoder_cache_bytes < 0) return absl::InvalidArgumentError("--encoder-cache-bytes must be >= 0");
+  if (e.max_model_len < 0) return absl::InvalidArgumentError("--max-model-len must be >= 0");
+  return e;
+}
+
+// The server's --min-pixels/--max-pixels tighten the checkpoint's bounds for every request.
+absl::Status ApplyPixelBounds(engine::Model& model) {
+  std::optional<int64_t> min_px, max_px;
+  if (absl::GetFlag(FLAGS_min_pixels) > 0) min_px = absl::GetFlag(FLAGS_min_pixels);
+  if (absl::GetFlag(FLAGS_max_pixels) > 0) max_px = absl::GetFlag(FLAGS_max_pixels);
+  if (absl::GetFlag(FLAGS_min_pixels) < 0 || absl::GetFlag(FLAGS_max_pixels) < 0) {
+    return absl::InvalidArgumentError("--min-pixels and --max-pixels must be >= 0 (0 = the checkpoint's)");
+  }
+  absl::StatusOr<vision::ResolvedPixelBounds> bounds = vision::ResolvePixelBounds(model.preprocessor, min_px, max_px);
+  if (!bounds.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--min-pixels/--max-pixels: ", bounds.status().message()));
+  }
+  model.preprocessor.min_pixels = bounds->min_pixels;
+  model.preprocessor.max_pixels = bounds->max_pixels;
+  return absl::OkStatus();
+}
+
+absl::Status Run(const sigset_t& stop_signals) {
+  const std::string dir = absl::GetFlag(FLAGS_model);
+  if (dir.empty()) return absl::InvalidArgumentError("--model is required");
+  IRIS_ASSIGN_OR_RETURN(server::ServerOptions options, ServerOptionsFromFlags());
+  IRIS_ASSIGN_OR_RETURN(engine::EngineOptions engine_options, EngineOptionsFromFlags());
+
+  const absl::Time t0 = absl::Now();
+  engine::ModelOptions model_options;
+  model_options.compute = options.dtype == "f32" ? kernels::ComputeType::kF32 : kernels::ComputeType::kBF16;
+  model_options.techniques.fused_rotary = absl::GetFlag(FLAGS_fused_rotary);
+  model_options.techniques.parallel_qkv_padding = absl::GetFlag(FLAGS_parallel_qkv_padding);
+  model_options.techniques.cached_cu_seqlens = absl::GetFlag(FLAGS_cached_cu_seqlens);
+  IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::LoadModel(dir, model_options));
+  if (!model->config.has_text) return absl::InvalidArgumentError(absl::StrCat("--model: ", dir, " has no text model (vision-only checkpoint)"));
+  IRIS_RETURN_IF_ERROR(ApplyPixelBounds(*model));
+  IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
+                        engine::Engine::Create(std::move(model), engine_options));
+  const engine::EngineStats stats = engine->stats();
+  const int64_t max_model_len = engine->max_model_len();
+  IRIS_ASSIGN_OR_RETURN(std::unique_ptr<server::Server> server, server::Server::Start(std::move(engine), options));
+  std::fprintf(stderr,
+               "iris-server: model %s (%s), %lld KV blocks of %d tokens, max_model_len %lld, %d workers, "
+               "loaded in %.1f s%s%s\n",
+               dir.c_str(), options.dtype.c_str(), static_cast<long long>(stats.kv_blocks_total),
+               engine_options.kv_block_size, static_cast<long long>(max_model_len), options.workers,
+               absl::ToDoubleSeconds(absl::Now() - t0), options.tls_cert_pem.empty() ? "" : ", TLS",
+               options.auth_token.empty() ? "" : ", bearer token required");
+  std::fprintf(stderr, "iris-server: listening on %s:%d\n", options.host.c_str(), server->port());
+  std::fflush(stderr);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  std::fprintf(stderr, "iris-server: %s received, draining (grace period %.0f s)\n",
+               signal_number == SIGINT ? "SIGINT" : "SIGTERM", absl::ToDoubleSeconds(options.grace_period));
+  const int64_t cancelled = server->Shutdown();
+  std::fprintf(stderr, "iris-server: stopped (%lld request(s) cancelled at the end of the grace period)\n",
+               static_cast<long long>(cancelled));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace iris
+
+int main(int argc, char** argv) {
+  // Block the stop signals before any thread starts, so every thread inherits the mask and only
+  // the sigwait in Run() sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::SetProgramUsageMessage(
+      "serves a Qwen2.5-VL checkpoint over gRPC (iris.v1.Iris, grpc.health.v1, reflection)\n"
+      "  iris-server --model DIR [--dtype bf16|f32] [--host 127.0.0.1] [--port 50051] [limits...]");
+  std::vector<std::string> normalized = iris::core::NormalizeFlagNames(argc, argv);
+  std::vector<char*> args = iris::core::ArgvOf(normalized);
+  argc = static_cast<int>(args.size());
+  argv = args.data();
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "iris-server: unexpected argument \"%s\"\n", rest[1]);
+    return 1;
+  }
+  absl::Status status = iris::Run(stop_signals);
+  if (!status.ok()) {
+    std::fprintf(stderr, "iris-server: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,85 @@
+#include "server/server.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace iris::server {
+namespace {
+
+constexpr char kServiceName[] = "iris.v1.Iris";
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(std::unique_ptr<engine::Engine> engine,
+                                                      const ServerOptions& options) {
+  if (options.limits.max_message_bytes <= 0 || options.limits.max_message_bytes > (1ll << 31) - 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-message-bytes must be in [1, 2147483647], got ",
+                                                   options.limits.max_message_bytes));
+  }
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  std::unique_ptr<Server> server(new Server());
+  server->options_ = options;
+  server->engine_ = std::move(engine);
+  server->workers_ = std::make_unique<core::ThreadPool>(options.workers);
+  server->service_ = std::make_unique<IrisService>(server->engine_.get(), server->workers_.get(), options);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (!options.tls_cert_pem.empty()) {
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+    credentials = grpc::SslServerCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureServerCredentials();
+  }
+  grpc::ServerBuilder builder;
+  // Bracket IPv6 literals ("::1" -> "[::1]:port").
+  const std::string host =
+      options.host.find(':') != std::string::npos && options.host.front() != '[' ? absl::StrCat("[", options.host, "]")
+                                                                                : options.host;
+  builder.AddListeningPort(absl::StrCat(host, ":", options.port), credentials, &server->port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.limits.max_message_bytes));
+  builder.RegisterService(server->service_.get());
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr || server->port_ == 0) {
+    server->engine_->Shutdown();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", options.port,
+                                               " (address in use, or not a local address?)"));
+  }
+  grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
+  health->SetServingStatus(kServiceName, true);
+  health->SetServingStatus(true);
+  return server;
+}
+
+Server::~Server() { Shutdown(); }
+
+int64_t Server::Shutdown() {
+  if (shut_down_) return 0;
+  shut_down_ = true;
+  if (grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService()) {
+    health->SetServingStatus(kServiceName, false);
+    health->SetServingStatus(false);
+  }
+  service_->StartDraining();
+  const bool idle = service_->WaitForIdle(absl::Now() + options_.grace_period);
+  const int64_t cancelled = idle ? 0 : service_->in_flight();
+  // What is still in flight ends with UNAVAILABLE: prompts still being built here, the rest by
+  // the engine's shutdown.
+  service_->AbortAll("the server is shutting down");
+  engine_->Shutdown();
+  // Finished calls may still be writing their last message; give them a moment.
+  grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  workers_.reset();
+  return cancelled;
+}
+
+}  // namespace iris::server
