@@ -1,0 +1,1 @@
+"""iris-bench: the serving benchmark of iris (see bench/iris-bench and DESIGN.md)."""

@@ -1,0 +1,179 @@
+"""Fake servers for the iris-bench tests, on 127.0.0.1 port 0, each in its own thread:
+
+* FakeOpenAIServer: an OpenAI-compatible /v1/chat/completions that streams SSE events in a
+  chunked HTTP/1.1 response (one event per chunk, `chunk_gap_s` apart), then a usage event
+  and [DONE]; requests whose text contains `fail_marker` get HTTP 500.
+* FakeIrisServer: Iris.Generate from the generated stubs (sync grpc server): streams
+  `max_tokens` tokens, one GenerateResponse each, then a final message with usage.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import os
+import sys
+import threading
+import time
+from concurrent import futures
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BENCH_DIR = os.path.join(REPO, "bench")
+IRIS_BENCH = os.path.join(BENCH_DIR, "iris-bench")
+ABLATION = os.path.join(BENCH_DIR, "ablation")
+
+sys.dont_write_bytecode = True
+if BENCH_DIR not in sys.path:
+    sys.path.insert(0, BENCH_DIR)
+
+
+def bench_env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra)
+    return env
+
+
+class _OpenAIHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small timed chunks must leave at once
+
+    def log_message(self, fmt, *args):  # quiet
+        pass
+
+    def _send_json(self, status: int, obj: dict) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            self._send_json(200, {"object": "list", "data": [{"id": self.server.model, "object": "model"}]})
+        else:
+            self._send_json(404, {"error": {"message": "not found"}})
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def do_POST(self):
+        srv = self.server
+        length = int(self.headers.get("Content-Length", "0"))
+        req = json.loads(self.rfile.read(length))
+        with srv.lock:
+            srv.requests.append(req)
+        if self.path != "/v1/chat/completions":
+            self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        content = req["messages"][0]["content"]
+        text = "".join(p.get("text", "") for p in content if p.get("type") == "text")
+        images = [p for p in content if p.get("type") == "image_url"]
+        for p in images:  # the image must be a decodable data URL
+            url = p["image_url"]["url"]
+            head, _, b64 = url.partition(",")
+            assert head.startswith("data:image/") and head.endswith(";base64"), head
+            base64.b64decode(b64, validate=True)
+        if srv.fail_marker and srv.fail_marker in text:
+            self._send_json(500, {"error": {"message": "fake failure", "type": "server_error"}})
+            return
+        n = int(req.get("max_completion_tokens") or req.get("max_tokens") or 16)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": srv.model}
+        # vLLM-style first event: the role, no content (must not count as the first token).
+        self._chunk(b"data: " + json.dumps(dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}}])).encode() + b"\n\n")
+        for i in range(n):
+            time.sleep(srv.chunk_gap_s)
+            ev = dict(base, choices=[{"index": 0, "delta": {"content": f"w{i} "},
+                                      "finish_reason": "length" if i == n - 1 else None}])
+            self._chunk(b"data: " + json.dumps(ev).encode() + b"\n\n")
+        prompt_tokens = 10 + len(text.split()) + 64 * len(images)
+        usage = dict(base, choices=[], usage={"prompt_tokens": prompt_tokens, "completion_tokens": n,
+                                              "total_tokens": prompt_tokens + n})
+        self._chunk(b": keep-alive comment\n\n")
+        self._chunk(b"data: " + json.dumps(usage).encode() + b"\n\n")
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")  # the terminating zero-length chunk
+
+
+class FakeOpenAIServer:
+    def __init__(self, chunk_gap_s: float = 0.002, fail_marker: str = "", model: str = "fake-vl"):
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OpenAIHandler)
+        self.httpd.daemon_threads = True
+        self.httpd.chunk_gap_s = chunk_gap_s
+        self.httpd.fail_marker = fail_marker
+        self.httpd.model = model
+        self.httpd.lock = threading.Lock()
+        self.httpd.requests = []
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05})
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.httpd.server_address[1]}"
+
+    @property
+    def requests(self):
+        return self.httpd.requests
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=10)
+
+
+class FakeIrisServer:
+    """Iris.Generate over the generated stubs; `fail_every` > 0 fails every n-th request
+    with RESOURCE_EXHAUSTED."""
+
+    def __init__(self, token_gap_s: float = 0.002, fail_every: int = 0, image_tokens: int = 100):
+        import grpc
+        from iris_bench.proto import load_stubs
+        pb2, pb2_grpc = load_stubs()
+        fake = self
+
+        class Servicer(pb2_grpc.IrisServicer):
+            def Generate(self, request, context):
+                with fake.lock:
+                    fake.requests.append(request)
+                    n_req = len(fake.requests)
+                if fail_every and n_req % fail_every == 0:
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full (fake)")
+                images = sum(1 for m in request.messages for p in m.content if p.HasField("image"))
+                text = " ".join(p.text for m in request.messages for p in m.content if p.HasField("text"))
+                n = request.sampling.max_tokens if request.sampling.HasField("max_tokens") else 16
+                for i in range(n):
+                    time.sleep(token_gap_s)
+                    yield pb2.GenerateResponse(request_id=request.request_id, text=f"t{i} ", token_ids=[100 + i])
+                usage = pb2.Usage(prompt_tokens=20 + len(text.split()) + image_tokens * images,
+                                  image_tokens=image_tokens * images, completion_tokens=n)
+                yield pb2.GenerateResponse(request_id=request.request_id, final=pb2.Completion(
+                    finish_reason=pb2.FINISH_REASON_LENGTH, usage=usage,
+                    timings=pb2.Timings(total_ms=1.0)))
+
+        self.lock = threading.Lock()
+        self.requests = []
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+        pb2_grpc.add_IrisServicer_to_server(Servicer(), self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop(grace=None).wait(10)
