@@ -154,6 +154,9 @@ void GenerateCall::OnOutput(engine::RequestOutput output) {
       grpc::Status status = ToGrpcStatus(output.status);
       if (status.ok() && output.finish_reason == llm::FinishReason::kCancelled) {
         status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+      } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE && service_->draining()) {
+        status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "the server shut down before the request finished (grace period over); retry elsewhere");
       }
       EndLocked(status, &output);
     }
