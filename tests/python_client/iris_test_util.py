@@ -100,6 +100,8 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(10)
         self._reader.join(5)
+        if self.proc.stderr is not None and not self._reader.is_alive():
+            self.proc.stderr.close()
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout`` s; returns the exit code of the SIGTERM
