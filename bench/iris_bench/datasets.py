@@ -16,13 +16,15 @@ Image kinds, their share of the requests and their sizes (width x height):
 
 * ``photo`` (45%): camera and phone photos, JPEG at quality 75-95. Aspect ratio 4:3 (40%),
   3:2 (25%), 16:9 (20%) or 1:1 (15%); portrait orientation for 30% of the non-square ones; the
-  long side log-uniform in [640, 1920] px (so from 640x480 up to 1920x1080). Content: smooth
+  long side log-uniform from 640 px up to 1920 px or the size with 1920x1080's pixel count,
+  whichever is smaller (16:9 up to 1920x1080, 4:3 up to 1662x1246, 1:1 up to 1440x1440,
+  the smallest 640x360). Content: smooth
   random colour fields (bicubic upsampling of a coarse random grid) with a few filled
   ellipses and polygons as "objects" and fine-grained sensor-like noise.
 * ``screenshot`` (35%): desktop and phone screens, PNG (lossless, as screenshots are shared).
   Sizes drawn uniformly from 1920x1080, 1366x768, 1536x864, 1440x900, 1280x800, 1280x720,
   1600x900, 750x1334, 828x1792 and 1080x1920. Content: a light or dark theme with a title bar,
-  a sidebar, rows of text-like dark bars, coloured buttons and sometimes an embedded picture.
+  a sidebar, rows of random text in PIL's default font, coloured buttons and sometimes an embedded picture.
 * ``web`` (20%): small web images, JPEG at quality 70-90; aspect 4:3, 3:2, 16:9 or 1:1 (equal
   shares), landscape, the long side uniform in [400, 800] px (400x300 up to 800x600). Content
   as for photos.
@@ -92,6 +94,8 @@ _SCREEN_SIZES = (
     (1920, 1080), (1366, 768), (1536, 864), (1440, 900), (1280, 800),
     (1280, 720), (1600, 900), (750, 1334), (828, 1792), (1080, 1920),
 )
+_LETTERS = "abcdefghijklmnopqrstuvwxyz     eeeeaaaoooiiinnsstt,.ABCDEFGHIJ0123456789"
+_MAX_PIXELS = 1920 * 1080
 _KINDS = (("photo", 0.45), ("screenshot", 0.35), ("web", 0.20))
 
 
@@ -125,6 +129,7 @@ def _even(x: float) -> int:
 def _photo_size(rng: np.random.Generator, aspects, long_lo: int, long_hi: int,
                 log_uniform: bool, portrait_share: float) -> Tuple[int, int]:
     aw, ah, _ = _choose(rng, aspects)
+    long_hi = min(long_hi, int(np.sqrt(_MAX_PIXELS * aw / ah)))  # at most 1920x1080's pixels
     if log_uniform:
         long_side = float(np.exp(rng.uniform(np.log(long_lo), np.log(long_hi))))
     else:
@@ -160,7 +165,7 @@ def _natural_image(rng: np.random.Generator, w: int, h: int):
 
 def _screenshot_image(rng: np.random.Generator, w: int, h: int):
     """A screen-like picture: flat theme colours, title bar, sidebar, text rows, buttons."""
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw, ImageFont
 
     dark = rng.random() < 0.3
     bg = (30, 30, 34) if dark else (248, 248, 250)
@@ -168,6 +173,7 @@ def _screenshot_image(rng: np.random.Generator, w: int, h: int):
     accent = tuple(int(c) for c in rng.integers(40, 220, 3))
     img = Image.new("RGB", (w, h), bg)
     draw = ImageDraw.Draw(img)
+    font = ImageFont.load_default()
     bar = max(16, h // 30)
     draw.rectangle((0, 0, w, bar), fill=accent)
     left = 0
@@ -197,14 +203,13 @@ def _screenshot_image(rng: np.random.Generator, w: int, h: int):
             if pw > 16 and ph > 16:
                 img.paste(_natural_image(rng, pw, ph), (margin, y))
             y += ph + 16
-        else:  # a line of "text": words as dark bars
-            x = margin
+        else:  # a line of text: random words in PIL's default bitmap font
             end = w - 24 - int(rng.integers(0, max(1, (w - margin) // 3)))
-            while x < end:
-                ww = int(rng.integers(18, 90))
-                draw.rectangle((x, y + 3, min(x + ww, end), y + line_h - 3), fill=fg)
-                x += ww + int(rng.integers(6, 12))
-            y += line_h + int(rng.integers(4, 12))
+            n_chars = max(1, (end - margin) // 6)
+            letters = rng.integers(0, len(_LETTERS), n_chars)
+            line = "".join(_LETTERS[k] for k in letters)
+            draw.text((margin, y), line, fill=fg, font=font)
+            y += line_h + int(rng.integers(0, 8))
     return img
 
 

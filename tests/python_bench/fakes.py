@@ -52,6 +52,8 @@ class _OpenAIHandler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        with self.server.lock:
+            self.server.peers.add(self.client_address)
         if self.path == "/v1/models":
             self._send_json(200, {"object": "list", "data": [{"id": self.server.model, "object": "model"}]})
         else:
@@ -67,6 +69,7 @@ class _OpenAIHandler(http.server.BaseHTTPRequestHandler):
         req = json.loads(self.rfile.read(length))
         with srv.lock:
             srv.requests.append(req)
+            srv.peers.add(self.client_address)
         if self.path != "/v1/chat/completions":
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
             return
@@ -112,6 +115,7 @@ class FakeOpenAIServer:
         self.httpd.model = model
         self.httpd.lock = threading.Lock()
         self.httpd.requests = []
+        self.httpd.peers = set()  # client (host, port) pairs: one per connection
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05})
 
     @property
