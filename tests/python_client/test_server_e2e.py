@@ -222,6 +222,12 @@ class GenerateTest(ServerTestCase):
         self.assertEqual(run.returncode, 1)
         self.assertTrue(run.stderr.startswith("error: INVALID_ARGUMENT: "), run.stderr)
         self.assertIn("sampling.max_tokens", run.stderr)
+        run = subprocess.run([sys.executable, "-m", "iris_client", "--target",
+                              self.server.target, "--info"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn('model: "tiny"', run.stdout)
+        self.assertIn('dtype: "f32"', run.stdout)
 
     def test_health(self):
         services = std_services()
@@ -336,6 +342,34 @@ class CancellationTest(ServerTestCase):
         other = Client(self.server.target, timeout=60)
         self.start_long_stream(other)
         other.close()
+        self.assertIdle()
+
+    def test_async_cancel_frees_kv(self):
+        async def main():
+            async with AsyncClient(self.server.target, timeout=60) as client:
+                stream = await client.generate(text="Count.", stream=True, **LONG)
+                pieces = []
+                async for piece in stream:
+                    pieces.append(piece)
+                    if len(pieces) == 3:
+                        stream.cancel()
+                running = (await client.stats()).running
+                return stream, running
+
+        stream, _ = asyncio.run(main())
+        self.assertTrue(stream.cancelled)
+        self.assertIsNone(stream.completion)
+        self.assertIdle()
+
+    def test_async_deadline(self):
+        async def main():
+            async with AsyncClient(self.server.target) as client:
+                try:
+                    await client.generate(text="Count.", timeout=0.5, **LONG)
+                except IrisError as error:
+                    return error.code
+
+        self.assertEqual(asyncio.run(main()), grpc.StatusCode.DEADLINE_EXCEEDED)
         self.assertIdle()
 
     def test_duplicate_request_id_in_flight(self):
