@@ -154,7 +154,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, passthrough = argv[:i], argv[i + 1:]
-    args = build_parser().parse_args(argv)
+    # "--extra-server-args --flag=x" would read as two options: glue the value on.
+    glued: List[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in ("--extra-server-args", "--bench-args") and i + 1 < len(argv):
+            glued.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            glued.append(argv[i])
+            i += 1
+    args = build_parser().parse_args(glued)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for m in modes:
         if m not in ("throughput", "latency"):

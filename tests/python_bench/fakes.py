@@ -167,7 +167,8 @@ class FakeIrisServer:
 
         self.lock = threading.Lock()
         self.requests = []
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+        self.executor = futures.ThreadPoolExecutor(max_workers=16)
+        self.server = grpc.server(self.executor)
         pb2_grpc.add_IrisServicer_to_server(Servicer(), self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
 
@@ -181,3 +182,4 @@ class FakeIrisServer:
 
     def __exit__(self, *exc):
         self.server.stop(grace=None).wait(10)
+        self.executor.shutdown(wait=True)
