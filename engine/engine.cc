@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -170,6 +172,12 @@ void Engine::Loop() {
       // Sleep while there is nothing to do (or nothing could be scheduled last step) until a
       // request, a cancel or the shutdown arrives.
       const bool idle = (waiting_.empty() && running_.empty()) || !progressed_;
+      if (waiting_.empty() && running_.empty() && trim_when_idle_) {
+        // Activations of varying sizes leave freed memory in the heap; hand it back to the OS
+        // when the engine runs dry, so an idle server's footprint returns to its idle level.
+        malloc_trim(0);
+        trim_when_idle_ = false;
+      }
       absl::MutexLock lock(&mu_);
       if (idle) {
         mu_.Await(absl::Condition(
@@ -189,6 +197,7 @@ void Engine::Loop() {
       return;
     }
     progressed_ = Step();
+    trim_when_idle_ = true;
   }
 }
 
@@ -346,6 +355,7 @@ bool Engine::Step() {
   stats_.running = static_cast<int64_t>(running_.size());
   stats_.kv_blocks_used = cache_.allocator().num_used();
   stats_.encoder_cache_entries = encoder_cache_.entries();
+  stats_.encoder_cache_bytes = encoder_cache_.bytes();
   return progressed;
 }
 

@@ -42,6 +42,7 @@ struct EngineStats {
   int64_t encoder_cache_hits = 0;
   int64_t encoder_cache_misses = 0;
   int64_t encoder_cache_entries = 0;
+  int64_t encoder_cache_bytes = 0;
   int64_t images_encoded = 0;
   int64_t encoder_forwards = 0;
   int64_t steps = 0;
@@ -107,6 +108,7 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   bool progressed_ = true;  // the last step ran something
+  bool trim_when_idle_ = false;  // work was done since the heap was last trimmed
   std::thread thread_;
 };
 

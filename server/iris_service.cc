@@ -223,6 +223,8 @@ grpc::ServerUnaryReactor* IrisService::GetStats(grpc::CallbackServerContext* con
     out->set_requests_finished(s.requests_finished);
     out->set_requests_failed(requests_failed_.load());
     out->set_draining(draining_.load());
+    out->set_encoder_cache_entries(s.encoder_cache_entries);
+    out->set_encoder_cache_bytes(s.encoder_cache_bytes);
   }
   reactor->Finish(status);
   return reactor;
