@@ -157,10 +157,11 @@ def _warmup_requests(args, reqs) -> List[datasets.SampleRequest]:
     out = []
     first = reqs[0]
     for j in range(args.warmup):
+        if first.image is None:
+            out.append(datasets.SampleRequest(prompt=first.prompt, output_len=first.output_len))
+            continue
         w = datasets.synthetic_request(args.seed, 1_000_000_000 + j, first.output_len)
         w.prompt = first.prompt
-        if first.image is None:
-            w.image = w.image_mime = w.image_size = None
         out.append(w)
     return out
 

@@ -23,6 +23,7 @@ class Progress:
         self.start = time.perf_counter()
         self._last_draw = 0.0
         self._drawn = False
+        self._drawn_done = -1
 
     def update(self, ok: bool = True) -> None:
         self.done += 1
@@ -36,6 +37,7 @@ class Progress:
 
     def _draw(self, now: float) -> None:
         self._last_draw = now
+        self._drawn_done = self.done
         elapsed = now - self.start
         frac = self.done / self.total if self.total else 1.0
         filled = int(frac * self.width)
@@ -50,6 +52,7 @@ class Progress:
 
     def close(self) -> None:
         if self.enabled and self._drawn:
-            self._draw(time.perf_counter())
+            if self._drawn_done != self.done:
+                self._draw(time.perf_counter())
             self.stream.write("\n")
             self.stream.flush()

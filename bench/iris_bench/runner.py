@@ -49,6 +49,8 @@ async def run_requests(backend, payloads: Sequence, offsets: Sequence[float],
     records (in payload order) and the benchmark duration in seconds."""
     semaphore = asyncio.Semaphore(max_concurrency) if max_concurrency else contextlib.nullcontext()
     bench_start = time.perf_counter()
+    if progress is not None:
+        progress.start = bench_start
 
     async def limited(i, payload):
         async with semaphore:

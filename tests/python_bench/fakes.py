@@ -29,6 +29,24 @@ if BENCH_DIR not in sys.path:
     sys.path.insert(0, BENCH_DIR)
 
 
+class NoThreadLeak:
+    """unittest.TestCase mixin: every thread a test started has ended (within 5 s) after it."""
+
+    def setUp(self):
+        super().setUp()
+        self._threads_before = set(threading.enumerate())
+
+    def tearDown(self):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            extra = [t for t in threading.enumerate() if t not in self._threads_before and t.is_alive()]
+            if not extra:
+                break
+            time.sleep(0.05)
+        self.assertEqual(extra, [], "threads left running")
+        super().tearDown()
+
+
 def bench_env(**extra) -> dict:
     env = dict(os.environ)
     env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -4,11 +4,9 @@ import json
 import os
 import subprocess
 import tempfile
-import threading
-import time
 import unittest
 
-from fakes import FakeIrisServer, IRIS_BENCH, bench_env
+from fakes import FakeIrisServer, IRIS_BENCH, NoThreadLeak, bench_env
 from test_openai_backend import REPORT_LABELS, report_values
 
 
@@ -17,16 +15,7 @@ def run_bench(args, env=None, timeout=120):
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-class GrpcFakeTest(unittest.TestCase):
-    def setUp(self):
-        self.threads = threading.active_count()
-
-    def tearDown(self):
-        deadline = time.monotonic() + 5
-        while threading.active_count() > self.threads and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertLessEqual(threading.active_count(), self.threads, threading.enumerate())
-
+class GrpcFakeTest(NoThreadLeak, unittest.TestCase):
     def test_throughput_mode(self):
         n, out_len = 12, 5
         with tempfile.TemporaryDirectory() as tmp, FakeIrisServer(token_gap_s=0.005) as srv:
@@ -84,6 +73,35 @@ class GrpcFakeTest(unittest.TestCase):
             self.assertEqual(values["Total generated tokens:"], "18")
             self.assertTrue(r.stdout.endswith("Errors (3 of 9 requests failed):\n"
                                               "  3 x RESOURCE_EXHAUSTED: queue full (fake)\n"), r.stdout)
+
+    def test_jsonl_dataset(self):
+        from PIL import Image
+        with tempfile.TemporaryDirectory() as tmp, FakeIrisServer(token_gap_s=0.0) as srv:
+            Image.new("RGB", (32, 24), (200, 10, 10)).save(os.path.join(tmp, "red.png"))
+            path = os.path.join(tmp, "d.jsonl")
+            with open(path, "w") as f:
+                f.write(json.dumps({"image": "red.png", "prompt": "What colour?", "output_len": 3}) + "\n")
+                f.write(json.dumps({"image": None, "prompt": "Say hi.", "output_len": 2}) + "\n")
+            r = run_bench(["--target", srv.target, "--dataset", "jsonl", "--dataset-path", path,
+                           "--no-progress", "--warmup", "2"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            values = report_values(r.stdout)
+            self.assertEqual(values["Successful requests:"], "2")   # every line by default
+            self.assertEqual(values["Total generated tokens:"], "5")
+            warm, measured = srv.requests[:2], srv.requests[2:]
+            for q in warm:  # warmups: the first line's prompt, an image of their own
+                self.assertEqual(q.messages[0].content[-1].text, "What colour?")
+                self.assertNotEqual(q.messages[0].content[0].image.data, measured[0].messages[0].content[0].image.data)
+            with open(os.path.join(tmp, "red.png"), "rb") as f:
+                self.assertEqual(measured[0].messages[0].content[0].image.data, f.read())
+            self.assertEqual([p.WhichOneof("kind") for p in measured[1].messages[0].content], ["text"])
+            # a bad line stops the run before anything is sent, naming line and field
+            with open(path, "a") as f:
+                f.write(json.dumps({"prompt": "x", "output_len": -1}) + "\n")
+            r = run_bench(["--target", srv.target, "--dataset", "jsonl", "--dataset-path", path, "--no-progress"])
+            self.assertEqual(r.returncode, 2)
+            self.assertIn(f"{path}:3: field 'output_len' must be a positive integer", r.stderr)
+            self.assertEqual(len(srv.requests), 4)
 
     def test_missing_stubs_and_bad_warmup(self):
         env = bench_env(IRIS_PYTHONPATH="/nonexistent/python")

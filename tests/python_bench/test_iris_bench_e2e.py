@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import unittest
 
-from fakes import ABLATION, IRIS_BENCH, bench_env
+from fakes import ABLATION, IRIS_BENCH, NoThreadLeak, bench_env
 from test_openai_backend import REPORT_LABELS, report_values
 
 SERVER_BIN = os.environ.get("IRIS_SERVER_BIN", "")
@@ -24,7 +24,7 @@ def run(cmd, timeout=300):
 
 
 @unittest.skipUnless(SERVER_BIN, "IRIS_SERVER_BIN is not set")
-class IrisBenchE2ETest(unittest.TestCase):
+class IrisBenchE2ETest(NoThreadLeak, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         from iris_bench.server_proc import IrisServer
@@ -105,7 +105,7 @@ class IrisBenchE2ETest(unittest.TestCase):
 
 
 @unittest.skipUnless(SERVER_BIN, "IRIS_SERVER_BIN is not set")
-class AblationE2ETest(unittest.TestCase):
+class AblationE2ETest(NoThreadLeak, unittest.TestCase):
     def test_two_configs(self):
         if not os.path.isfile(os.path.join(MODEL, "config.json")):
             self.skipTest(f"no tiny model at {MODEL}")

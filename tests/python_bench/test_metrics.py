@@ -266,5 +266,29 @@ class ArrivalTest(unittest.TestCase):
         self.assertEqual(len(set(np.round(np.diff(runner.arrival_offsets(10, 4.0, float("inf"), 0)), 9))), 1)
 
 
+class AblationTableTest(unittest.TestCase):
+    def test_change_and_table(self):
+        from iris_bench import ablation
+        self.assertEqual(ablation.change(103.1, 100.0), "+3.1%")
+        self.assertEqual(ablation.change(98.0, 100.0), "-2.0%")
+        self.assertEqual(ablation.change(1.0, 0.0), "n/a")
+        self.assertEqual(ablation.server_flags(ablation.CONFIGS["all off"]),
+                         ["--fused_rotary=false", "--parallel_qkv_padding=false", "--cached_cu_seqlens=false"])
+        self.assertEqual(ablation.server_flags(ablation.CONFIGS["all on"]), [])
+        keys = [k for _, k in ablation.COLUMNS]
+        on = dict({k: 100.0 for k in keys}, failed=0)
+        off = dict({k: 110.0 for k in keys}, output_throughput=50.0, failed=2)
+        table = ablation.markdown_table([{"config": "all on", "summary": on},
+                                         {"config": "all off", "summary": off}])
+        self.assertEqual(table.splitlines(), [
+            "| config | mean TTFT (ms) | median TTFT (ms) | P99 TTFT (ms) | mean TPOT (ms) | median TPOT (ms) "
+            "| P99 TPOT (ms) | output throughput (tok/s) | failed |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| all on | 100.00 | 100.00 | 100.00 | 100.00 | 100.00 | 100.00 | 100.00 | 0 |",
+            "| all off | 110.00 (+10.0%) | 110.00 (+10.0%) | 110.00 (+10.0%) | 110.00 (+10.0%) "
+            "| 110.00 (+10.0%) | 110.00 (+10.0%) | 50.00 (-50.0%) | 2 |",
+        ])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -4,13 +4,11 @@ HTTP/1.1 + SSE pieces on their own."""
 import asyncio
 import json
 import os
-import re
 import subprocess
 import tempfile
 import unittest
 
-import fakes
-from fakes import FakeOpenAIServer, bench_env, IRIS_BENCH
+from fakes import FakeOpenAIServer, IRIS_BENCH, NoThreadLeak, bench_env
 from iris_bench import datasets
 from iris_bench.http_client import HttpClient, SseParser
 from iris_bench.openai_backend import qwen2_5_vl_image_tokens, split_target
@@ -73,7 +71,7 @@ class HelpersTest(unittest.TestCase):
         self.assertEqual(qwen2_5_vl_image_tokens(20, 20), 4)  # min_pixels 3136: 56x56 -> 2x2
 
 
-class HttpClientTest(unittest.TestCase):
+class HttpClientTest(NoThreadLeak, unittest.TestCase):
     def test_chunked_stream_and_keep_alive(self):
         with FakeOpenAIServer(chunk_gap_s=0.0) as srv:
             host, port = split_target(srv.target)
@@ -106,7 +104,7 @@ class HttpClientTest(unittest.TestCase):
             self.assertEqual(json.loads(events[-2])["usage"]["completion_tokens"], 2)
 
 
-class OpenAIEndToEndTest(unittest.TestCase):
+class OpenAIEndToEndTest(NoThreadLeak, unittest.TestCase):
     def test_benchmark_completes(self):
         n, out_len = 10, 6
         with tempfile.TemporaryDirectory() as tmp, FakeOpenAIServer(chunk_gap_s=0.01) as srv:
