@@ -2,7 +2,8 @@
 
 * FakeOpenAIServer: an OpenAI-compatible /v1/chat/completions that streams SSE events in a
   chunked HTTP/1.1 response (one event per chunk, `chunk_gap_s` apart), then a usage event
-  and [DONE]; requests whose text contains `fail_marker` get HTTP 500.
+  and [DONE]; requests whose text contains `fail_marker` get HTTP 500; with `token`, requests
+  without "Authorization: Bearer <token>" get 401; with `tls_cert_key`, HTTPS.
 * FakeIrisServer: Iris.Generate from the generated stubs (sync grpc server): streams
   `max_tokens` tokens, one GenerateResponse each, then a final message with usage.
 """
@@ -88,6 +89,9 @@ class _OpenAIHandler(http.server.BaseHTTPRequestHandler):
         with srv.lock:
             srv.requests.append(req)
             srv.peers.add(self.client_address)
+        if srv.token and self.headers.get("Authorization") != f"Bearer {srv.token}":
+            self._send_json(401, {"error": {"message": "bad or missing token"}})
+            return
         if self.path != "/v1/chat/completions":
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
             return
@@ -125,8 +129,15 @@ class _OpenAIHandler(http.server.BaseHTTPRequestHandler):
 
 
 class FakeOpenAIServer:
-    def __init__(self, chunk_gap_s: float = 0.002, fail_marker: str = "", model: str = "fake-vl"):
+    def __init__(self, chunk_gap_s: float = 0.002, fail_marker: str = "", model: str = "fake-vl",
+                 token: str = "", tls_cert_key=None):
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OpenAIHandler)
+        if tls_cert_key:
+            import ssl
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls_cert_key)
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.httpd.token = token
         self.httpd.daemon_threads = True
         self.httpd.chunk_gap_s = chunk_gap_s
         self.httpd.fail_marker = fail_marker

@@ -6,6 +6,7 @@ $IRIS_TEST_MODELS/tiny); skipped without the binary.
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -102,6 +103,35 @@ class IrisBenchE2ETest(NoThreadLeak, unittest.TestCase):
         values = report_values(r.stdout)
         self.assertEqual((values["Successful requests:"], values["Failed requests:"]), ("0", "2"))
         self.assertIn("Errors (2 of 2 requests failed):\n  2 x INVALID_ARGUMENT: ", r.stdout)
+
+
+@unittest.skipUnless(SERVER_BIN, "IRIS_SERVER_BIN is not set")
+class TlsTokenE2ETest(NoThreadLeak, unittest.TestCase):
+    def test_tls_ca_and_token_file(self):
+        from iris_bench.server_proc import IrisServer
+        if not os.path.isfile(os.path.join(MODEL, "config.json")):
+            self.skipTest(f"no tiny model at {MODEL}")
+        if not shutil.which("openssl"):
+            self.skipTest("no openssl to make a certificate")
+        with tempfile.TemporaryDirectory() as tmp:
+            cert, key, tok = (os.path.join(tmp, n) for n in ("cert.pem", "key.pem", "token"))
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                            "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+                            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                           check=True, capture_output=True, timeout=60)
+            with open(tok, "w") as f:
+                f.write("bench-secret\n")
+            args = [f"--model={MODEL}", f"--tls_cert={cert}", f"--tls_key={key}", f"--auth_token_file={tok}"]
+            with IrisServer(SERVER_BIN, args, startup_timeout_s=120) as server:
+                base = [IRIS_BENCH, "--target", server.target, "--num-prompts", "2", "--output-len", "4",
+                        "--no-progress", "--tls-ca", cert]
+                r = run(base + ["--token-file", tok])
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertEqual(report_values(r.stdout)["Successful requests:"], "2")
+                r = run(base + ["--warmup", "0"])  # no token: every request is refused, and said so
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertIn("Errors (2 of 2 requests failed):\n  2 x UNAUTHENTICATED: ", r.stdout)
+            self.assertEqual(server.returncode, 0)
 
 
 @unittest.skipUnless(SERVER_BIN, "IRIS_SERVER_BIN is not set")

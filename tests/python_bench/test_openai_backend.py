@@ -4,6 +4,7 @@ HTTP/1.1 + SSE pieces on their own."""
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -183,6 +184,27 @@ class OpenAIEndToEndTest(NoThreadLeak, unittest.TestCase):
                                    f"  {n_fail} x HTTP 500 Internal Server Error: fake failure\n")
             self.assertIn("estimates", r.stderr)
             self.assertEqual(len(srv.requests), n)
+
+    def test_https_and_token(self):
+        if not shutil.which("openssl"):
+            self.skipTest("no openssl to make a certificate")
+        with tempfile.TemporaryDirectory() as tmp:
+            cert, key, tok = (os.path.join(tmp, n) for n in ("cert.pem", "key.pem", "token"))
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                            "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+                            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                           check=True, capture_output=True, timeout=60)
+            with open(tok, "w") as f:
+                f.write("s3cret\n")
+            with FakeOpenAIServer(chunk_gap_s=0.0, token="s3cret", tls_cert_key=(cert, key)) as srv:
+                base = ["--backend", "openai-chat", "--target", srv.target, "--model", "m",
+                        "--num-prompts", "3", "--output-len", "2", "--no-progress", "--tls-ca", cert]
+                r = run_bench(base + ["--token-file", tok])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(report_values(r.stdout)["Successful requests:"], "3")
+                r = run_bench(base + ["--warmup", "0"])
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn("  3 x HTTP 401 Unauthorized: bad or missing token\n", r.stdout)
 
     def test_unreachable_server(self):
         with FakeOpenAIServer() as srv:
