@@ -43,10 +43,13 @@ const char* CodeName(grpc::StatusCode code) {
 
 std::string RequestLogLine(const std::string& request_id, const grpc::Status& status, const char* finish,
                            const engine::Usage& usage, const engine::Timings& t, double preprocess_ms) {
+  // The id is the client's: escaped and cut so a log line stays one line of bounded length.
+  std::string id = absl::CEscape(request_id.substr(0, 128));
+  if (request_id.size() > 128) id += "...";
   std::string line = absl::StrFormat(
       "iris-server: request id=%s status=%s finish=%s prompt_tokens=%d image_tokens=%d completion_tokens=%d "
       "preprocess_ms=%.1f queue_ms=%.1f encode_ms=%.1f prefill_ms=%.1f ttft_ms=%.1f total_ms=%.1f",
-      request_id, CodeName(status.error_code()), *finish ? finish : "-", usage.prompt_tokens, usage.image_tokens,
+      id, CodeName(status.error_code()), *finish ? finish : "-", usage.prompt_tokens, usage.image_tokens,
       usage.completion_tokens, preprocess_ms, t.queue_ms, t.encode_ms, t.prefill_ms, t.first_token_ms, t.total_ms);
   if (!status.ok()) absl::StrAppend(&line, " message=\"", absl::CEscape(status.error_message()), "\"");
   return line;

@@ -16,6 +16,7 @@ constexpr char kVersion[] = "iris 0.4.0";
 // Server-streaming reactor: forwards gRPC reactions to its call and carries out its writes.
 class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>, public CallReactorOps {
  public:
+  explicit StreamReactor(IrisService* service) : service_(service) { service_->ReactorStarted(); }
   void set_call(std::shared_ptr<GenerateCall> call) { call_ = std::move(call); }
 
   void StartWrite(const v1::GenerateResponse* response) override {
@@ -32,16 +33,21 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse
   }
   void OnDone() override {
     if (call_) call_->ReactorDone();
+    IrisService* service = service_;
     delete this;
+    service->ReactorDone();
   }
 
  private:
+  IrisService* const service_;
   std::shared_ptr<GenerateCall> call_;
 };
 
 class UnaryReactor final : public grpc::ServerUnaryReactor, public CallReactorOps {
  public:
-  explicit UnaryReactor(v1::GenerateReply* reply) : reply_(reply) {}
+  UnaryReactor(IrisService* service, v1::GenerateReply* reply) : service_(service), reply_(reply) {
+    service_->ReactorStarted();
+  }
   void set_call(std::shared_ptr<GenerateCall> call) { call_ = std::move(call); }
 
   void StartWrite(const v1::GenerateResponse*) override {}
@@ -56,10 +62,13 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public CallReactorOp
   }
   void OnDone() override {
     if (call_) call_->ReactorDone();
+    IrisService* service = service_;
     delete this;
+    service->ReactorDone();
   }
 
  private:
+  IrisService* const service_;
   v1::GenerateReply* const reply_;
   std::shared_ptr<GenerateCall> call_;
 };
@@ -168,7 +177,7 @@ grpc::Status IrisService::StartCall(const grpc::CallbackServerContext& context, 
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* IrisService::Generate(grpc::CallbackServerContext* context,
                                                                       const v1::GenerateRequest* request) {
-  auto* reactor = new StreamReactor();
+  auto* reactor = new StreamReactor(this);
   std::shared_ptr<GenerateCall> call;
   grpc::Status status = StartCall(*context, *request, /*streaming=*/true, reactor, &call);
   if (!status.ok()) {
@@ -181,7 +190,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* IrisService::Generate(grpc::Call
 
 grpc::ServerUnaryReactor* IrisService::GenerateUnary(grpc::CallbackServerContext* context,
                                                      const v1::GenerateRequest* request, v1::GenerateReply* reply) {
-  auto* reactor = new UnaryReactor(reply);
+  auto* reactor = new UnaryReactor(this, reply);
   std::shared_ptr<GenerateCall> call;
   grpc::Status status = StartCall(*context, *request, /*streaming=*/false, reactor, &call);
   if (!status.ok()) {
@@ -241,6 +250,24 @@ bool IrisService::WaitForIdle(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   return mu_.AwaitWithDeadline(
       absl::Condition(+[](IrisService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->calls_.empty(); }, this),
+      deadline);
+}
+
+void IrisService::ReactorStarted() {
+  absl::MutexLock lock(&mu_);
+  ++reactors_open_;
+}
+
+void IrisService::ReactorDone() {
+  absl::MutexLock lock(&mu_);
+  --reactors_open_;
+}
+
+bool IrisService::WaitForReactors(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithDeadline(
+      absl::Condition(+[](IrisService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->reactors_open_ == 0; },
+                      this),
       deadline);
 }
 

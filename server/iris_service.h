@@ -43,6 +43,11 @@ class IrisService final : public v1::Iris::CallbackService {
   // Ends calls still preprocessing (after the engine shut down, the rest end through it).
   void AbortAll(const std::string& reason);
   int64_t in_flight() const;
+  // Waits until every Generate reactor has finished (its last message written, or the client
+  // gone) or the deadline passes; true when none is left.
+  bool WaitForReactors(absl::Time deadline);
+  void ReactorStarted();
+  void ReactorDone();
 
  private:
   friend class GenerateCall;
@@ -67,6 +72,7 @@ class IrisService final : public v1::Iris::CallbackService {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::weak_ptr<GenerateCall>> calls_ ABSL_GUARDED_BY(mu_);
+  int64_t reactors_open_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace iris::server

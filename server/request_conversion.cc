@@ -140,7 +140,10 @@ absl::StatusOr<llm::SamplingParams> ConvertSampling(const v1::SamplingParams& s,
   // The remaining range checks (temperature, top_p, top_k >= 0, repetition_penalty) are the
   // sampler's own; its messages start with the field name.
   if (absl::Status st = out.Validate(); !st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("sampling.", st.message()));
+    // "temperature must be ..." -> "sampling.temperature: must be ..."
+    std::string message(st.message());
+    if (const size_t space = message.find(' '); space != std::string::npos) message.replace(space, 1, ": ");
+    return absl::Status(st.code(), absl::StrCat("sampling.", message));
   }
   return out;
 }

@@ -76,8 +76,11 @@ int64_t Server::Shutdown() {
   // the engine's shutdown.
   service_->AbortAll("the server is shutting down");
   engine_->Shutdown();
-  // Finished calls may still be writing their last message; give them a moment.
-  grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Ended calls may still be writing their last message: give them up to 5 s, then stop the
+  // listener at once (a deadline given to grpc::Server::Shutdown is waited out in full while
+  // idle client connections stay open).
+  service_->WaitForReactors(absl::Now() + absl::Seconds(5));
+  grpc_server_->Shutdown(std::chrono::system_clock::now());
   workers_.reset();
   return cancelled;
 }

@@ -742,14 +742,15 @@ class ShutdownTest(unittest.TestCase):
         code = self.server.wait(max(0.1, signalled + self.GRACE_S + 15 - time.monotonic()))
         self.assertEqual(code, 0, self.server.stderr()[-3000:])
         # The grace period bounds the shutdown (plus a little for stopping the engine).
-        self.assertLess(time.monotonic() - signalled, self.GRACE_S + 5)
+        self.assertLess(time.monotonic() - signalled, self.GRACE_S + 2)
 
     def test_sigint_idle_exits_zero(self):
         self.client.generate(text="Hi", max_tokens=2)
         started = time.monotonic()
         self.server.signal(signal.SIGINT)
         self.assertEqual(self.server.wait(self.GRACE_S + 10), 0, self.server.stderr()[-3000:])
-        self.assertLess(time.monotonic() - started, self.GRACE_S + 10)
+        # Idle: nothing to wait for, even with the client's connection still open.
+        self.assertLess(time.monotonic() - started, 2)
 
     def test_in_flight_short_request_completes_during_drain(self):
         stream = self.client.generate(text="Hi", stream=True, max_tokens=30, ignore_eos=True)
