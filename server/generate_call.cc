@@ -78,7 +78,6 @@ void GenerateCall::BuildAndSubmit(ValidatedRequest request) {
     Pump();
     return;
   }
-  const auto t0 = std::chrono::steady_clock::now();
   engine::PromptLimits limits;
   limits.max_images = service_->options_.limits.max_images_per_request;
   limits.max_prompt_tokens = service_->options_.limits.max_prompt_tokens;
@@ -86,7 +85,8 @@ void GenerateCall::BuildAndSubmit(ValidatedRequest request) {
   limits.decode.max_pixels = service_->options_.limits.max_image_pixels;
   absl::StatusOr<engine::Prompt> prompt = engine::BuildPrompt(service_->engine_->model(), request.messages, limits);
   request.messages.clear();  // the image bytes are no longer needed
-  const double preprocess_ms = MsSince(t0);
+  // From the call's arrival: the wait for a free worker counts too.
+  const double preprocess_ms = MsSince(arrival_);
   service_->preprocessing_.fetch_sub(1);
   {
     absl::MutexLock lock(&mu_);
