@@ -13,21 +13,14 @@ namespace {
 
 constexpr char kVersion[] = "iris 0.4.0";
 
-// Server-streaming reactor: forwards gRPC reactions to its call and carries out its writes.
-class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>, public CallReactorOps {
+// What both reactors do: forward the client's cancel and the end of the RPC to their call, and
+// keep the service's count of open reactors (shutdown waits for it).
+template <class GrpcReactor>
+class CallReactor : public GrpcReactor, public CallReactorOps {
  public:
-  explicit StreamReactor(IrisService* service) : service_(service) { service_->ReactorStarted(); }
+  explicit CallReactor(IrisService* service) : service_(service) { service_->ReactorStarted(); }
   void set_call(std::shared_ptr<GenerateCall> call) { call_ = std::move(call); }
 
-  void StartWrite(const v1::GenerateResponse* response) override {
-    grpc::ServerWriteReactor<v1::GenerateResponse>::StartWrite(response);
-  }
-  void FinishStream(const grpc::Status& status) override { Finish(status); }
-  void FinishUnary(v1::GenerateReply, const grpc::Status& status) override { Finish(status); }
-
-  void OnWriteDone(bool ok) override {
-    if (call_) call_->WriteDone(ok);
-  }
   void OnCancel() override {
     if (call_) call_->ClientCancelled();
   }
@@ -38,17 +31,30 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse
     service->ReactorDone();
   }
 
+ protected:
+  std::shared_ptr<GenerateCall> call_;
+
  private:
   IrisService* const service_;
-  std::shared_ptr<GenerateCall> call_;
 };
 
-class UnaryReactor final : public grpc::ServerUnaryReactor, public CallReactorOps {
+class StreamReactor final : public CallReactor<grpc::ServerWriteReactor<v1::GenerateResponse>> {
  public:
-  UnaryReactor(IrisService* service, v1::GenerateReply* reply) : service_(service), reply_(reply) {
-    service_->ReactorStarted();
+  using CallReactor::CallReactor;
+
+  void StartWrite(const v1::GenerateResponse* response) override {
+    grpc::ServerWriteReactor<v1::GenerateResponse>::StartWrite(response);
   }
-  void set_call(std::shared_ptr<GenerateCall> call) { call_ = std::move(call); }
+  void FinishStream(const grpc::Status& status) override { Finish(status); }
+  void FinishUnary(v1::GenerateReply, const grpc::Status& status) override { Finish(status); }
+  void OnWriteDone(bool ok) override {
+    if (call_) call_->WriteDone(ok);
+  }
+};
+
+class UnaryReactor final : public CallReactor<grpc::ServerUnaryReactor> {
+ public:
+  UnaryReactor(IrisService* service, v1::GenerateReply* reply) : CallReactor(service), reply_(reply) {}
 
   void StartWrite(const v1::GenerateResponse*) override {}
   void FinishStream(const grpc::Status& status) override { Finish(status); }
@@ -57,20 +63,8 @@ class UnaryReactor final : public grpc::ServerUnaryReactor, public CallReactorOp
     Finish(status);
   }
 
-  void OnCancel() override {
-    if (call_) call_->ClientCancelled();
-  }
-  void OnDone() override {
-    if (call_) call_->ReactorDone();
-    IrisService* service = service_;
-    delete this;
-    service->ReactorDone();
-  }
-
  private:
-  IrisService* const service_;
   v1::GenerateReply* const reply_;
-  std::shared_ptr<GenerateCall> call_;
 };
 
 // Compares without an early exit, so the time taken does not tell how much of a guess matched.
