@@ -70,7 +70,6 @@ class GrpcBackend:
         st = time.perf_counter()
         record.start_time = st - bench_start
         last = st
-        first = True
         final = None
         texts = []
         call = None
@@ -80,19 +79,14 @@ class GrpcBackend:
             async for resp in call:
                 if resp.text or len(resp.token_ids):
                     now = time.perf_counter()
-                    if first:
-                        record.ttft = now - st
-                        first = False
-                    else:
-                        record.itl.append(now - last)
+                    record.add_chunk(now, st, last)
                     last = now
-                    record.chunks += 1
                     record.counted_tokens += len(resp.token_ids)
                     texts.append(resp.text)
                 if resp.HasField("final"):
                     final = resp.final
             record.generated_text = "".join(texts)
-            if first:
+            if record.chunks == 0:
                 record.error = "the stream ended without any text or tokens"
             elif final is None:
                 record.error = "the stream ended without a final message"

@@ -54,6 +54,16 @@ class RequestRecord:
     generated_text: str = ""
     server_timings: Optional[Dict[str, float]] = None
 
+    def add_chunk(self, now: float, start: float, last: float) -> None:
+        """Counts a chunk with content that arrived at `now` (perf_counter seconds, like
+        `start`, when the request was sent, and `last`, when the previous chunk arrived): the
+        first sets `ttft`, each later one adds its gap to `itl`."""
+        if self.chunks == 0:
+            self.ttft = now - start
+        else:
+            self.itl.append(now - last)
+        self.chunks += 1
+
     def output_len(self) -> int:
         """Output tokens as the metrics count them (server usage, else counted, else 1)."""
         if self.output_tokens:

@@ -162,14 +162,13 @@ class OpenAIChatBackend:
                 return
             parser = SseParser()
             last = st
-            first = True
             texts = []
             done = False
             usage = None
             stream_error = None
 
             def handle(events, now):
-                nonlocal last, first, done, usage, stream_error
+                nonlocal last, done, usage, stream_error
                 for data in events:
                     if data.strip() == "[DONE]":
                         done = True
@@ -185,13 +184,8 @@ class OpenAIChatBackend:
                         delta = choices[0].get("delta") or {}
                         content = delta.get("content") or delta.get("reasoning_content") or ""
                         if content:
-                            if first:
-                                record.ttft = now - st
-                                first = False
-                            else:
-                                record.itl.append(now - last)
+                            record.add_chunk(now, st, last)
                             last = now
-                            record.chunks += 1
                             texts.append(content)
                         if choices[0].get("finish_reason"):
                             record.finish_reason = str(choices[0]["finish_reason"])
@@ -213,7 +207,7 @@ class OpenAIChatBackend:
                     record.image_tokens = int(details["image_tokens"])
             if stream_error is not None:
                 record.error = f"stream error: {' '.join(str(stream_error).split())[:200]}"
-            elif first:
+            elif record.chunks == 0:
                 record.error = "no chunk with content was received"
             else:
                 record.latency = last - st

@@ -16,21 +16,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any, Literal, overload
+from typing import Literal, overload
 
 import grpc
 import grpc.aio
 
-from ._proto import iris_pb2, iris_pb2_grpc
-from .channel import (Certificates, ChannelOptions, auth_metadata, channel_credentials,
-                      channel_options)
-from .errors import IrisError
+from ._proto import iris_pb2
+from .channel import Certificates, ChannelOptions, open_channel
+from .client import _ClientBase
+from .errors import IrisError, raising_iris_errors
 from .request import ImageInput, Message, build_request
-from .results import Completion, Reply
-from .stream import StreamState
+from .results import Reply
+from .stream import _StreamBase
 
 
-class AsyncStream(AsyncIterator[str]):
+class AsyncStream(_StreamBase, AsyncIterator[str]):
     """Async-iterates over the text pieces of a streamed generation (empty pieces skipped).
 
     The same surface as ``Stream``: ``completion``, ``request_id``, ``text``, ``token_ids``,
@@ -38,42 +38,6 @@ class AsyncStream(AsyncIterator[str]):
     and so does leaving an ``async for`` loop early (once the loop's iterator is collected).
     A failed call raises ``IrisError``.
     """
-
-    def __init__(self, call: Any) -> None:
-        self._call = call
-        self._state = StreamState()
-        self._done = False
-        self._cancelled = False
-
-    @property
-    def request_id(self) -> str:
-        """The request's id as the server echoes it ("" before the first message)."""
-        return self._state.request_id
-
-    @property
-    def text(self) -> str:
-        """The text received so far."""
-        return "".join(self._state.pieces)
-
-    @property
-    def token_ids(self) -> list[int]:
-        """The token ids received so far."""
-        return self._state.token_ids
-
-    @property
-    def completion(self) -> Completion | None:
-        """How the generation ended; None until the final message has arrived."""
-        return self._state.completion
-
-    @property
-    def cancelled(self) -> bool:
-        """True when this client cancelled the call before it completed."""
-        return self._cancelled
-
-    @property
-    def done(self) -> bool:
-        """True once the call has ended (completed, failed or cancelled)."""
-        return self._done
 
     async def __anext__(self) -> str:
         while not self._done:
@@ -112,13 +76,6 @@ class AsyncStream(AsyncIterator[str]):
             if not self._done:
                 self.cancel()
 
-    def cancel(self) -> None:
-        """Cancels the call if it is still running (the server frees its resources at once)."""
-        if not self._done:
-            self._cancelled = True
-            self._done = True
-            self._call.cancel()
-
     async def aclose(self) -> None:
         """Cancels the call if it is still running."""
         self.cancel()
@@ -137,29 +94,19 @@ class AsyncStream(AsyncIterator[str]):
         self.cancel()
 
 
-class AsyncClient:
+class AsyncClient(_ClientBase):
     """A ``grpc.aio`` connection to an iris server; arguments as for ``Client``."""
 
     def __init__(self, target: str, *, token: str | None = None,
                  root_certificates: Certificates | None = None, timeout: float | None = None,
                  options: ChannelOptions | None = None) -> None:
-        credentials = channel_credentials(root_certificates)
-        opts = channel_options(options)
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=opts)
-        else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=opts)
-        self._stub = iris_pb2_grpc.IrisStub(self._channel)
-        self._metadata = auth_metadata(token)
-        self._timeout = timeout
+        super().__init__(open_channel(grpc.aio, target, root_certificates, options), token,
+                         timeout)
 
     @property
     def channel(self) -> grpc.aio.Channel:
         """The underlying ``grpc.aio`` channel."""
         return self._channel
-
-    def _deadline(self, timeout: float | None) -> float | None:
-        return self._timeout if timeout is None else timeout
 
     @overload
     async def generate(self, *, stream: Literal[False] = ..., **kwargs: object) -> Reply: ...
@@ -190,37 +137,26 @@ class AsyncClient:
     async def generate_request(self, request: iris_pb2.GenerateRequest, *,
                                timeout: float | None = None) -> Reply:
         """Sends a ready-made ``GenerateRequest`` with GenerateUnary."""
-        try:
-            reply = await self._stub.GenerateUnary(request, timeout=self._deadline(timeout),
-                                                   metadata=self._metadata)
-        except grpc.RpcError as error:
-            raise IrisError.from_rpc_error(error) from None
+        with raising_iris_errors():
+            reply = await self._stub.GenerateUnary(request, **self._call_options(timeout))
         return Reply.from_proto(reply)
 
     def generate_stream_request(self, request: iris_pb2.GenerateRequest, *,
                                 timeout: float | None = None) -> AsyncStream:
         """Sends a ready-made ``GenerateRequest`` with Generate (streaming)."""
-        call = self._stub.Generate(request, timeout=self._deadline(timeout),
-                                   metadata=self._metadata)
-        return AsyncStream(call)
+        return AsyncStream(self._stub.Generate(request, **self._call_options(timeout)))
 
     async def model_info(self, *, timeout: float | None = None) -> iris_pb2.ModelInfo:
         """The served model, its dtype, the server's limits and encoder techniques."""
-        try:
+        with raising_iris_errors():
             return await self._stub.GetModelInfo(iris_pb2.GetModelInfoRequest(),
-                                                 timeout=self._deadline(timeout),
-                                                 metadata=self._metadata)
-        except grpc.RpcError as error:
-            raise IrisError.from_rpc_error(error) from None
+                                                 **self._call_options(timeout))
 
     async def stats(self, *, timeout: float | None = None) -> iris_pb2.ServerStats:
         """The engine's counters right now."""
-        try:
+        with raising_iris_errors():
             return await self._stub.GetStats(iris_pb2.GetStatsRequest(),
-                                             timeout=self._deadline(timeout),
-                                             metadata=self._metadata)
-        except grpc.RpcError as error:
-            raise IrisError.from_rpc_error(error) from None
+                                             **self._call_options(timeout))
 
     async def close(self) -> None:
         """Closes the channel; calls still running are cancelled."""

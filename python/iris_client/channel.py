@@ -30,6 +30,17 @@ def channel_credentials(root_certificates: Certificates | None
     return grpc.ssl_channel_credentials(root_certificates=read_certificates(root_certificates))
 
 
+def open_channel(api: Any, target: str, root_certificates: Certificates | None,
+                 options: ChannelOptions | None) -> Any:
+    """A channel to ``target`` made by ``api`` (the ``grpc`` or the ``grpc.aio`` module): TLS
+    trusting ``root_certificates`` when they are given, else plaintext."""
+    credentials = channel_credentials(root_certificates)
+    opts = channel_options(options)
+    if credentials is None:
+        return api.insecure_channel(target, options=opts)
+    return api.secure_channel(target, credentials, options=opts)
+
+
 def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     """The ``authorization: Bearer <token>`` metadata, or none without a token."""
     if token is None:

@@ -3,20 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import grpc
 
 from ._proto import iris_pb2, iris_pb2_grpc
-from .channel import (Certificates, ChannelOptions, auth_metadata, channel_credentials,
-                      channel_options)
-from .errors import IrisError
+from .channel import Certificates, ChannelOptions, auth_metadata, open_channel
+from .errors import raising_iris_errors
 from .request import ImageInput, Message, build_request
 from .results import Reply
 from .stream import Stream
 
 
-class Client:
+class _ClientBase:
+    """What Client and AsyncClient share: the channel, its stub, the auth metadata and the
+    default deadline."""
+
+    def __init__(self, channel: Any, token: str | None, timeout: float | None) -> None:
+        self._channel = channel
+        self._stub = iris_pb2_grpc.IrisStub(channel)
+        self._metadata = auth_metadata(token)
+        self._timeout = timeout
+
+    def _deadline(self, timeout: float | None) -> float | None:
+        return self._timeout if timeout is None else timeout
+
+    def _call_options(self, timeout: float | None) -> dict[str, Any]:
+        """The keyword arguments of every stub call: the deadline and the auth metadata."""
+        return {"timeout": self._deadline(timeout), "metadata": self._metadata}
+
+
+class Client(_ClientBase):
     """A connection to an iris server.
 
     ``target`` is ``"host:port"``. ``token`` is sent as ``authorization: Bearer <token>`` on
@@ -29,23 +46,12 @@ class Client:
     def __init__(self, target: str, *, token: str | None = None,
                  root_certificates: Certificates | None = None, timeout: float | None = None,
                  options: ChannelOptions | None = None) -> None:
-        credentials = channel_credentials(root_certificates)
-        opts = channel_options(options)
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=opts)
-        else:
-            self._channel = grpc.secure_channel(target, credentials, options=opts)
-        self._stub = iris_pb2_grpc.IrisStub(self._channel)
-        self._metadata = auth_metadata(token)
-        self._timeout = timeout
+        super().__init__(open_channel(grpc, target, root_certificates, options), token, timeout)
 
     @property
     def channel(self) -> grpc.Channel:
         """The underlying gRPC channel (for health checks, reflection and the like)."""
         return self._channel
-
-    def _deadline(self, timeout: float | None) -> float | None:
-        return self._timeout if timeout is None else timeout
 
     @overload
     def generate(self, *, stream: Literal[False] = ..., **kwargs: object) -> Reply: ...
@@ -87,37 +93,25 @@ class Client:
     def generate_request(self, request: iris_pb2.GenerateRequest, *,
                          timeout: float | None = None) -> Reply:
         """Sends a ready-made ``GenerateRequest`` with GenerateUnary."""
-        try:
-            reply = self._stub.GenerateUnary(request, timeout=self._deadline(timeout),
-                                             metadata=self._metadata)
-        except grpc.RpcError as error:
-            raise IrisError.from_rpc_error(error) from None
+        with raising_iris_errors():
+            reply = self._stub.GenerateUnary(request, **self._call_options(timeout))
         return Reply.from_proto(reply)
 
     def generate_stream_request(self, request: iris_pb2.GenerateRequest, *,
                                 timeout: float | None = None) -> Stream:
         """Sends a ready-made ``GenerateRequest`` with Generate (streaming)."""
-        call = self._stub.Generate(request, timeout=self._deadline(timeout),
-                                   metadata=self._metadata)
-        return Stream(call)
+        return Stream(self._stub.Generate(request, **self._call_options(timeout)))
 
     def model_info(self, *, timeout: float | None = None) -> iris_pb2.ModelInfo:
         """The served model, its dtype, the server's limits and encoder techniques."""
-        try:
+        with raising_iris_errors():
             return self._stub.GetModelInfo(iris_pb2.GetModelInfoRequest(),
-                                           timeout=self._deadline(timeout),
-                                           metadata=self._metadata)
-        except grpc.RpcError as error:
-            raise IrisError.from_rpc_error(error) from None
+                                           **self._call_options(timeout))
 
     def stats(self, *, timeout: float | None = None) -> iris_pb2.ServerStats:
         """The engine's counters right now (queue, running, KV blocks, encoder cache, ...)."""
-        try:
-            return self._stub.GetStats(iris_pb2.GetStatsRequest(),
-                                       timeout=self._deadline(timeout),
-                                       metadata=self._metadata)
-        except grpc.RpcError as error:
-            raise IrisError.from_rpc_error(error) from None
+        with raising_iris_errors():
+            return self._stub.GetStats(iris_pb2.GetStatsRequest(), **self._call_options(timeout))
 
     def close(self) -> None:
         """Closes the channel; calls still running are cancelled."""

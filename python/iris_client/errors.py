@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import grpc
 
 
@@ -32,3 +35,12 @@ class IrisError(Exception):
             got = get_details()
             details = got if got is not None else ""
         return cls(code, details)
+
+
+@contextlib.contextmanager
+def raising_iris_errors() -> Iterator[None]:
+    """Re-raises a ``grpc.RpcError`` from the ``with`` block as an ``IrisError``."""
+    try:
+        yield
+    except grpc.RpcError as error:
+        raise IrisError.from_rpc_error(error) from None

@@ -40,15 +40,8 @@ class StreamState:
                      self.completion.timings)
 
 
-class Stream(Iterator[str]):
-    """Iterates over the text pieces of a streamed generation (empty pieces are skipped).
-
-    After the iteration ends, ``completion`` holds the finish reason, usage and timings, and
-    ``request_id``, ``text`` and ``token_ids`` the whole reply. ``cancel()`` (or ``close()``,
-    leaving a ``with`` block, or breaking out of a ``for`` loop over the stream) cancels the
-    call; the iteration then simply ends and ``cancelled`` is True. A failed call raises
-    ``IrisError``.
-    """
+class _StreamBase:
+    """What Stream and AsyncStream share: the call, what it has received, and cancel()."""
 
     def __init__(self, call: Any) -> None:
         self._call = call
@@ -86,6 +79,24 @@ class Stream(Iterator[str]):
         """True once the call has ended (completed, failed or cancelled)."""
         return self._done
 
+    def cancel(self) -> None:
+        """Cancels the call if it is still running (the server frees its resources at once)."""
+        if not self._done:
+            self._cancelled = True
+            self._done = True
+            self._call.cancel()
+
+
+class Stream(_StreamBase, Iterator[str]):
+    """Iterates over the text pieces of a streamed generation (empty pieces are skipped).
+
+    After the iteration ends, ``completion`` holds the finish reason, usage and timings, and
+    ``request_id``, ``text`` and ``token_ids`` the whole reply. ``cancel()`` (or ``close()``,
+    leaving a ``with`` block, or breaking out of a ``for`` loop over the stream) cancels the
+    call; the iteration then simply ends and ``cancelled`` is True. A failed call raises
+    ``IrisError``.
+    """
+
     def __next__(self) -> str:
         while not self._done:
             try:
@@ -117,14 +128,7 @@ class Stream(Iterator[str]):
             if not self._done:
                 self.cancel()
 
-    def cancel(self) -> None:
-        """Cancels the call if it is still running (the server frees its resources at once)."""
-        if not self._done:
-            self._cancelled = True
-            self._done = True
-            self._call.cancel()
-
-    close = cancel
+    close = _StreamBase.cancel
 
     def reply(self) -> Reply:
         """Reads the rest of the stream and returns the whole generation as a ``Reply``.
