@@ -60,8 +60,12 @@ GenerateCall::GenerateCall(IrisService* service, std::string request_id, bool st
 
 void GenerateCall::Start(ValidatedRequest request) {
   service_->preprocessing_.fetch_add(1);
-  service_->workers_->Schedule(
+  const bool scheduled = service_->ScheduleWork(
       [self = shared_from_this(), request = std::move(request)]() mutable { self->BuildAndSubmit(std::move(request)); });
+  if (!scheduled) {  // admitted just as the server began to shut down
+    service_->preprocessing_.fetch_sub(1);
+    Abort(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+  }
 }
 
 void GenerateCall::BuildAndSubmit(ValidatedRequest request) {

@@ -247,6 +247,18 @@ bool IrisService::WaitForIdle(absl::Time deadline) {
       deadline);
 }
 
+bool IrisService::ScheduleWork(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  if (workers_closed_) return false;
+  workers_->Schedule(std::move(task));
+  return true;
+}
+
+void IrisService::CloseWorkers() {
+  absl::MutexLock lock(&mu_);
+  workers_closed_ = true;
+}
+
 void IrisService::ReactorStarted() {
   absl::MutexLock lock(&mu_);
   ++reactors_open_;

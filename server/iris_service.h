@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -48,6 +49,10 @@ class IrisService final : public v1::Iris::CallbackService {
   bool WaitForReactors(absl::Time deadline);
   void ReactorStarted();
   void ReactorDone();
+  // Queues a prompt build on the worker pool; false once CloseWorkers() ran (shutdown).
+  bool ScheduleWork(std::function<void()> task);
+  // After this returns no task is scheduled any more, so the pool can be destroyed.
+  void CloseWorkers();
 
  private:
   friend class GenerateCall;
@@ -73,6 +78,7 @@ class IrisService final : public v1::Iris::CallbackService {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::weak_ptr<GenerateCall>> calls_ ABSL_GUARDED_BY(mu_);
   int64_t reactors_open_ ABSL_GUARDED_BY(mu_) = 0;
+  bool workers_closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace iris::server

@@ -47,9 +47,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(std::unique_ptr<engine::En
                                                                                 : options.host;
   builder.AddListeningPort(absl::StrCat(host, ":", options.port), credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.limits.max_message_bytes));
+  // gRPC sets SO_REUSEPORT by default: a second server on the same port would silently share
+  // its traffic. Refuse the port instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(server->service_.get());
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {
+    server->shut_down_ = true;  // nothing to drain: the destructor only releases
+    server->service_->CloseWorkers();
+    server->workers_.reset();
     server->engine_->Shutdown();
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", options.port,
                                                " (address in use, or not a local address?)"));
@@ -76,12 +82,15 @@ int64_t Server::Shutdown() {
   // the engine's shutdown.
   service_->AbortAll("the server is shutting down");
   engine_->Shutdown();
+  // Prompt builds still queued or running end now (their calls were aborted, or the engine
+  // refuses them): every call has its final status before the listener stops.
+  service_->CloseWorkers();
+  workers_.reset();
   // Ended calls may still be writing their last message: give them up to 5 s, then stop the
   // listener at once (a deadline given to grpc::Server::Shutdown is waited out in full while
   // idle client connections stay open).
   service_->WaitForReactors(absl::Now() + absl::Seconds(5));
   grpc_server_->Shutdown(std::chrono::system_clock::now());
-  workers_.reset();
   return cancelled;
 }
 

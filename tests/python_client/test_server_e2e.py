@@ -662,6 +662,43 @@ class TlsTest(ServerTestCase):
             self.assertRpcError(grpc.StatusCode.UNAVAILABLE, call=client.model_info)
 
 
+class StartupTest(unittest.TestCase):
+    """The server refuses to start, exit code 1 and one clear line, on a bad setup."""
+
+    def run_server(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([require_server(), *args], capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+
+    def assertRefused(self, run: subprocess.CompletedProcess, *substrings: str) -> None:
+        self.assertEqual(run.returncode, 1, run.stderr[-2000:])
+        for s in substrings:
+            self.assertIn(s, run.stderr)
+
+    def test_port_in_use_is_refused_not_shared(self):
+        # gRPC would set SO_REUSEPORT and let a second server share the port's traffic.
+        first = start_server()
+        try:
+            run = self.run_server("--model", tiny_model(), "--port", str(first.port))
+            self.assertRefused(run, f"cannot listen on 127.0.0.1:{first.port}")
+        finally:
+            self.assertEqual(first.stop(), 0)
+
+    def test_bad_flags(self):
+        model = tiny_model()
+        self.assertRefused(self.run_server(), "--model is required")
+        self.assertRefused(self.run_server("--model", "/nonexistent-model"), "/nonexistent-model")
+        self.assertRefused(self.run_server("--model", model, "--dtype", "f16"), "--dtype")
+        self.assertRefused(self.run_server("--model", model, "--port", "70000"), "--port")
+        self.assertRefused(self.run_server("--model", model, "--tls-cert", "x.pem"),
+                           "--tls-cert and --tls-key")
+        self.assertRefused(self.run_server("--model", model, "--max-tokens", "0"), "--max-tokens")
+        self.assertRefused(self.run_server("--model", model, "--auth-token-file", "/nonexistent"),
+                           "--auth-token-file")
+        self.assertRefused(self.run_server("--model", model, "--max-pixels", "100"),
+                           "--min-pixels/--max-pixels")
+        self.assertRefused(self.run_server("--model", model, "extra"), "unexpected argument")
+
+
 class ShutdownTest(unittest.TestCase):
     """SIGTERM/SIGINT: draining (health NOT_SERVING, new calls UNAVAILABLE), every call ends,
     exit code 0 within the grace period."""
