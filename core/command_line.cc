@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <string_view>
 
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+
 namespace iris::core {
 
 std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
@@ -46,6 +49,14 @@ std::vector<char*> ArgvOf(std::vector<std::string>& args) {
   std::vector<char*> ptrs;
   for (std::string& a : args) ptrs.push_back(a.data());
   return ptrs;
+}
+
+absl::Status ParseFlags(int argc, char** argv) {
+  std::vector<std::string> normalized = NormalizeFlagNames(argc, argv);
+  std::vector<char*> args = ArgvOf(normalized);
+  const std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  if (rest.size() > 1) return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", rest[1], "\""));
+  return absl::OkStatus();
 }
 
 }  // namespace iris::core

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -210,13 +209,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "serves a Qwen2.5-VL checkpoint over gRPC (iris.v1.Iris, grpc.health.v1, reflection)\n"
       "  iris-server --model DIR [--dtype bf16|f32] [--host 127.0.0.1] [--port 50051] [limits...]");
-  std::vector<std::string> normalized = iris::core::NormalizeFlagNames(argc, argv);
-  std::vector<char*> args = iris::core::ArgvOf(normalized);
-  argc = static_cast<int>(args.size());
-  argv = args.data();
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::fprintf(stderr, "iris-server: unexpected argument \"%s\"\n", rest[1]);
+  if (absl::Status parsed = iris::core::ParseFlags(argc, argv); !parsed.ok()) {
+    std::fprintf(stderr, "iris-server: %s\n", std::string(parsed.message()).c_str());
     return 1;
   }
   absl::Status status = iris::Run(stop_signals);

@@ -4,7 +4,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "gtest/gtest.h"
+
+ABSL_FLAG(int, test_max_side, 0, "a flag with a dash-spelled name, for ParseFlags");
 
 namespace iris::core {
 namespace {
@@ -38,6 +41,20 @@ TEST(CommandLineTest, NormalizeFlagNamesOnlyTouchesNamesBeforeDoubleDash) {
   std::vector<char*> argv = ArgvOf(in);
   EXPECT_EQ(NormalizeFlagNames(static_cast<int>(argv.size()), argv.data()),
             (std::vector<std::string>{"tool", "--max_pixels=1-2", "-min_pixels", "plain-arg", "--", "--kv-cache"}));
+}
+
+TEST(CommandLineTest, ParseFlagsTakesDashSpellingsAndRefusesPositionals) {
+  std::vector<std::string> args = {"prog", "--test-max-side=7"};
+  std::vector<char*> argv = ArgvOf(args);
+  ASSERT_TRUE(ParseFlags(static_cast<int>(argv.size()), argv.data()).ok());
+  EXPECT_EQ(absl::GetFlag(FLAGS_test_max_side), 7);
+
+  args = {"prog", "--test_max_side", "9", "stray", "more"};
+  argv = ArgvOf(args);
+  const absl::Status st = ParseFlags(static_cast<int>(argv.size()), argv.data());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "unexpected argument \"stray\"");
+  EXPECT_EQ(absl::GetFlag(FLAGS_test_max_side), 9);
 }
 
 }  // namespace

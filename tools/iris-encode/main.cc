@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -114,13 +113,8 @@ int main(int argc, char** argv) {
       "  iris-encode --model DIR --image FILE [--image FILE...] [--dtype f32|bf16]\n"
       "              [--min-pixels N] [--max-pixels N] --out OUT.safetensors");
   std::vector<std::string> images = iris::core::TakeRepeatedFlag(&argc, argv, "image");
-  std::vector<std::string> normalized = iris::core::NormalizeFlagNames(argc, argv);
-  std::vector<char*> args = iris::core::ArgvOf(normalized);
-  argc = static_cast<int>(args.size());
-  argv = args.data();
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::fprintf(stderr, "iris-encode: unexpected argument \"%s\"\n", rest[1]);
+  if (absl::Status parsed = iris::core::ParseFlags(argc, argv); !parsed.ok()) {
+    std::fprintf(stderr, "iris-encode: %s\n", std::string(parsed.message()).c_str());
     return 2;
   }
   absl::Status status = Run(images);

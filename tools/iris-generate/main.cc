@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -316,13 +315,8 @@ int main(int argc, char** argv) {
       "                [--repetition-penalty R] [--dtype f32|bf16] [--min-pixels N] [--max-pixels N]\n"
       "                [--dump OUT.safetensors] [--stream]");
   std::vector<std::string> images = iris::core::TakeRepeatedFlag(&argc, argv, "image");
-  std::vector<std::string> normalized = iris::core::NormalizeFlagNames(argc, argv);
-  std::vector<char*> args = iris::core::ArgvOf(normalized);
-  argc = static_cast<int>(args.size());
-  argv = args.data();
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::fprintf(stderr, "iris-generate: unexpected argument \"%s\"\n", rest[1]);
+  if (absl::Status parsed = iris::core::ParseFlags(argc, argv); !parsed.ok()) {
+    std::fprintf(stderr, "iris-generate: %s\n", std::string(parsed.message()).c_str());
     return 1;
   }
   for (const std::string& more : absl::GetFlag(FLAGS_image)) images.push_back(more);

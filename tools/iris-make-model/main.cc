@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "tools/iris-make-model/checkpoint_writer.h"
@@ -54,17 +54,15 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(Usage());
-  std::vector<std::string> args = iris::core::NormalizeFlagNames(argc, argv);
-  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
-    if (args[i] == "--help" || args[i] == "-help" || args[i] == "-h") {
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--help" || a == "-help" || a == "-h") {
       std::printf("iris-make-model: %s", Usage().c_str());
       return 0;
     }
   }
-  std::vector<char*> arg_ptrs = iris::core::ArgvOf(args);
-  const std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
-  if (rest.size() > 1) {
-    return Fail(absl::StrCat("unexpected argument \"", rest[1], "\" (see --help)"));
+  if (absl::Status parsed = iris::core::ParseFlags(argc, argv); !parsed.ok()) {
+    return Fail(absl::StrCat(parsed.message(), " (see --help)"));
   }
   const std::string preset_name = absl::GetFlag(FLAGS_preset);
   if (preset_name.empty()) {

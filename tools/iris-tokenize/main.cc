@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "core/command_line.h"
 #include "core/status_macros.h"
 #include "llm/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -99,21 +99,9 @@ int main(int argc, char** argv) {
       "  iris-tokenize --model DIR < strings.jsonl        (each line a JSON string; prints id arrays)\n"
       "  iris-tokenize --model DIR --decode < ids.jsonl   (each line a JSON id array; prints strings)\n"
       "  [--skip-special-tokens] [--stats]");
-  // Accept --skip-special-tokens as well as absl's --skip_special_tokens spelling.
-  std::vector<std::string> normalized(argv, argv + argc);
-  for (std::string& a : normalized) {
-    if (a.rfind("--", 0) != 0) continue;
-    for (size_t i = 2; i < a.size() && a[i] != '='; ++i) {
-      if (a[i] == '-') a[i] = '_';
-    }
-  }
-  std::vector<char*> args;
-  for (std::string& a : normalized) args.push_back(a.data());
-  argc = static_cast<int>(args.size());
-  argv = args.data();
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::fprintf(stderr, "iris-tokenize: unexpected argument \"%s\"\n", rest[1]);
+  // --skip-special-tokens as well as Abseil's --skip_special_tokens spelling.
+  if (absl::Status parsed = iris::core::ParseFlags(argc, argv); !parsed.ok()) {
+    std::fprintf(stderr, "iris-tokenize: %s\n", std::string(parsed.message()).c_str());
     return 2;
   }
   absl::Status status = Run();
