@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,29 +17,6 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-const char* CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    default: return "UNKNOWN";
-  }
-}
-
 }  // namespace
 
 std::string RequestLogLine(const std::string& request_id, const grpc::Status& status, const char* finish,
@@ -46,11 +24,12 @@ std::string RequestLogLine(const std::string& request_id, const grpc::Status& st
   // The id is the client's: escaped and cut so a log line stays one line of bounded length.
   std::string id = absl::CEscape(request_id.substr(0, 128));
   if (request_id.size() > 128) id += "...";
+  // gRPC and absl codes share their numbering (google.rpc.Code), and so their names.
+  const std::string code = absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
   std::string line = absl::StrFormat(
       "iris-server: request id=%s status=%s finish=%s prompt_tokens=%d image_tokens=%d completion_tokens=%d "
       "preprocess_ms=%.1f queue_ms=%.1f encode_ms=%.1f prefill_ms=%.1f ttft_ms=%.1f total_ms=%.1f",
-      id, CodeName(status.error_code()), *finish ? finish : "-", usage.prompt_tokens, usage.image_tokens,
-      usage.completion_tokens, preprocess_ms, t.queue_ms, t.encode_ms, t.prefill_ms, t.first_token_ms, t.total_ms);
+      id, code, *finish ? finish : "-", usage.prompt_tokens, usage.image_tokens, usage.completion_tokens, preprocess_ms, t.queue_ms, t.encode_ms, t.prefill_ms, t.first_token_ms, t.total_ms);
   if (!status.ok()) absl::StrAppend(&line, " message=\"", absl::CEscape(status.error_message()), "\"");
   return line;
 }

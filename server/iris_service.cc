@@ -80,9 +80,10 @@ IrisService::IrisService(engine::Engine* engine, core::ThreadPool* workers, cons
     : engine_(engine), workers_(workers), options_(options) {
   const engine::Model& model = engine->model();
   const engine::EngineOptions& eo = engine->options();
-  model_info_.set_model(std::filesystem::path(model.dir).lexically_normal().filename().string().empty()
-                            ? std::filesystem::path(model.dir).lexically_normal().parent_path().filename().string()
-                            : std::filesystem::path(model.dir).lexically_normal().filename().string());
+  // The folder's name ("models/Qwen2.5-VL-3B-Instruct/" -> "Qwen2.5-VL-3B-Instruct").
+  std::filesystem::path dir = std::filesystem::path(model.dir).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();
+  model_info_.set_model(dir.filename().string());
   model_info_.set_model_type(model.config.model_type);
   model_info_.set_dtype(options.dtype);
   model_info_.set_vocab_size(model.config.text.vocab_size);

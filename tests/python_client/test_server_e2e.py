@@ -123,6 +123,41 @@ class GenerateTest(ServerTestCase):
             self._expected[args] = run_iris_generate(*args)
         return self._expected[args]
 
+    def request_log_lines(self, id_start: str, timeout: float = 5.0) -> list[str]:
+        """The server's request log lines whose id starts with ``id_start`` (waits until at
+        least one is there)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [line for line in self.server.stderr().splitlines()
+                     if line.startswith(f"iris-server: request id={id_start}")]
+            if lines or time.monotonic() > deadline:
+                return lines
+            time.sleep(0.05)
+
+    def test_one_log_line_per_request(self):
+        reply = self.client.generate(text="Hi", max_tokens=3, ignore_eos=True, request_id="log-ok-1")
+        lines = self.request_log_lines("log-ok-1 ")
+        self.assertEqual(len(lines), 1, lines)
+        self.assertRegex(lines[0], r"^iris-server: request id=log-ok-1 status=OK finish=length "
+                                   rf"prompt_tokens={reply.usage.prompt_tokens} image_tokens=0 "
+                                   r"completion_tokens=3 preprocess_ms=[0-9.]+ queue_ms=[0-9.]+ "
+                                   r"encode_ms=[0-9.]+ prefill_ms=[0-9.]+ ttft_ms=[0-9.]+ "
+                                   r"total_ms=[0-9.]+$")
+        with self.assertRaises(IrisError):
+            self.client.generate(text="Hi", max_tokens=0, request_id="log-bad-1")
+        lines = self.request_log_lines("log-bad-1 ")
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn("status=INVALID_ARGUMENT finish=- ", lines[0])
+        self.assertIn('message="sampling.max_tokens: ', lines[0])
+        # A client's id cannot break the one-line format: escaped and cut at 128 characters.
+        with self.assertRaises(IrisError):
+            self.client.generate(text="Hi", request_id="a\nb" + "x" * 200)
+        lines = self.request_log_lines("a\\nb")
+        self.assertEqual(len(lines), 1, lines)
+        # The first 128 characters of the id (a, newline, b and 125 x), escaped, then "...".
+        self.assertTrue(lines[0].startswith("iris-server: request id=a\\nb" + "x" * 125 + "... "),
+                        lines[0])
+
     def test_streamed_greedy_reply_equals_iris_generate(self):
         text, log = self.expected("--image", IMAGE, "--prompt", PROMPT, "--max-tokens", "20")
         stream = self.client.generate(images=[IMAGE], text=PROMPT, max_tokens=20, stream=True)
