@@ -14,6 +14,7 @@ import base64
 import http.server
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -46,6 +47,17 @@ class NoThreadLeak:
             time.sleep(0.05)
         self.assertEqual(extra, [], "threads left running")
         super().tearDown()
+
+
+def make_self_signed_cert(directory: str) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1/localhost made with the openssl CLI in
+    ``directory``; returns (cert.pem, key.pem)."""
+    cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
 
 
 def bench_env(**extra) -> dict:

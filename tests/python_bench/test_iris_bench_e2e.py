@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import unittest
 
-from fakes import ABLATION, IRIS_BENCH, NoThreadLeak, bench_env
+from fakes import ABLATION, IRIS_BENCH, NoThreadLeak, bench_env, make_self_signed_cert
 from test_openai_backend import REPORT_LABELS, report_values
 
 SERVER_BIN = os.environ.get("IRIS_SERVER_BIN", "")
@@ -114,11 +114,8 @@ class TlsTokenE2ETest(NoThreadLeak, unittest.TestCase):
         if not shutil.which("openssl"):
             self.skipTest("no openssl to make a certificate")
         with tempfile.TemporaryDirectory() as tmp:
-            cert, key, tok = (os.path.join(tmp, n) for n in ("cert.pem", "key.pem", "token"))
-            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
-                            "-out", cert, "-days", "1", "-subj", "/CN=localhost",
-                            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-                           check=True, capture_output=True, timeout=60)
+            cert, key = make_self_signed_cert(tmp)
+            tok = os.path.join(tmp, "token")
             with open(tok, "w") as f:
                 f.write("bench-secret\n")
             args = [f"--model={MODEL}", f"--tls_cert={cert}", f"--tls_key={key}", f"--auth_token_file={tok}"]

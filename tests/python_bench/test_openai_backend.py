@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from fakes import FakeOpenAIServer, IRIS_BENCH, NoThreadLeak, bench_env
+from fakes import FakeOpenAIServer, IRIS_BENCH, NoThreadLeak, bench_env, make_self_signed_cert
 from iris_bench import datasets
 from iris_bench.http_client import HttpClient, SseParser
 from iris_bench.openai_backend import qwen2_5_vl_image_tokens, split_target
@@ -189,11 +189,8 @@ class OpenAIEndToEndTest(NoThreadLeak, unittest.TestCase):
         if not shutil.which("openssl"):
             self.skipTest("no openssl to make a certificate")
         with tempfile.TemporaryDirectory() as tmp:
-            cert, key, tok = (os.path.join(tmp, n) for n in ("cert.pem", "key.pem", "token"))
-            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
-                            "-out", cert, "-days", "1", "-subj", "/CN=localhost",
-                            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-                           check=True, capture_output=True, timeout=60)
+            cert, key = make_self_signed_cert(tmp)
+            tok = os.path.join(tmp, "token")
             with open(tok, "w") as f:
                 f.write("s3cret\n")
             with FakeOpenAIServer(chunk_gap_s=0.0, token="s3cret", tls_cert_key=(cert, key)) as srv:
