@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libabsl-dev nlohmann-json3-dev libssl-dev libicu-dev
-  libdnnl-dev
+  libdnnl-dev ocl-icd-opencl-dev  # dnnl-config.cmake requires OpenCL; Debian only recommends it
   libjpeg62-turbo-dev libpng-dev libopencv-core-dev libopencv-imgcodecs-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev libgrpc-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
