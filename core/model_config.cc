@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -33,12 +35,21 @@ absl::Status ReadInt(const json& j, const std::string& source, std::string_view 
   return absl::OkStatus();
 }
 
+// Sizes are capped at 2^30 so that products of two of them fit in int64 and sums in int; the
+// patch geometry gets tighter caps (below) because pixels are counted in int.
+constexpr int64_t kMaxSize = int64_t{1} << 30;
+constexpr int64_t kMaxPatchSize = 1024;   // published: 14
+constexpr int64_t kMaxMergeSize = 16;     // published: 2 (spatial merge and temporal patch)
+constexpr int64_t kMaxChannels = 16;      // published: 3
+
 absl::Status ReadInt32(const json& j, const std::string& source, std::string_view prefix,
-                       const char* key, bool required, int64_t min_value, int* out) {
+                       const char* key, bool required, int64_t min_value, int* out,
+                       int64_t max_value = kMaxSize) {
   int64_t v = *out;
   IRIS_RETURN_IF_ERROR(ReadInt(j, source, prefix, key, required, min_value, &v));
-  if (v > (int64_t{1} << 30)) {
-    return FieldError(source, absl::StrCat(std::string(prefix), key), absl::StrCat("is too large: ", v));
+  if (v > max_value) {
+    return FieldError(source, absl::StrCat(std::string(prefix), key),
+                      absl::StrCat("is too large: ", v, " (the limit is ", max_value, ")"));
   }
   *out = static_cast<int>(v);
   return absl::OkStatus();
@@ -51,8 +62,16 @@ absl::Status ReadNumber(const json& j, const std::string& source, std::string_vi
   }
   if (!j[key].is_number()) return FieldError(source, absl::StrCat(std::string(prefix), key), "must be a number");
   *out = j[key].get<double>();
-  if (!(*out > 0)) return FieldError(source, absl::StrCat(std::string(prefix), key), "must be positive");
+  if (!(*out > 0) || !std::isfinite(*out)) {
+    return FieldError(source, absl::StrCat(std::string(prefix), key), "must be a positive finite number");
+  }
   return absl::OkStatus();
+}
+
+// A double that the model stores as float: finite and, when `positive`, still > 0 as a float.
+bool FitsFloat(double v, bool positive) {
+  if (!std::isfinite(v) || std::abs(v) > std::numeric_limits<float>::max()) return false;
+  return !positive || static_cast<float>(v) > 0;
 }
 
 absl::Status ReadIntList(const json& j, const std::string& source, std::string_view field,
@@ -60,8 +79,8 @@ absl::Status ReadIntList(const json& j, const std::string& source, std::string_v
   if (!j.is_array()) return FieldError(source, field, "must be a list of integers");
   out->clear();
   for (const auto& v : j) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-      return FieldError(source, field, "must be a list of non-negative integers");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxSize) {
+      return FieldError(source, field, absl::StrCat("must be a list of integers in [0, ", kMaxSize, "]"));
     }
     out->push_back(v.get<int>());
   }
@@ -84,12 +103,12 @@ absl::StatusOr<VisionConfig> ParseVisionConfig(const json& j, const std::string&
   IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "intermediate_size", true, 1, &c.intermediate_size));
   IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "num_heads", true, 1, &c.num_heads));
   IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "out_hidden_size", true, 1, &c.out_hidden_size));
-  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "in_chans", false, 1, &c.in_channels));
-  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "in_channels", false, 1, &c.in_channels));
-  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "patch_size", false, 1, &c.patch_size));
-  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "spatial_patch_size", false, 1, &c.patch_size));
-  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "spatial_merge_size", false, 1, &c.spatial_merge_size));
-  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "temporal_patch_size", false, 1, &c.temporal_patch_size));
+  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "in_chans", false, 1, &c.in_channels, kMaxChannels));
+  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "in_channels", false, 1, &c.in_channels, kMaxChannels));
+  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "patch_size", false, 1, &c.patch_size, kMaxPatchSize));
+  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "spatial_patch_size", false, 1, &c.patch_size, kMaxPatchSize));
+  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "spatial_merge_size", false, 1, &c.spatial_merge_size, kMaxMergeSize));
+  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "temporal_patch_size", false, 1, &c.temporal_patch_size, kMaxMergeSize));
   IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "window_size", false, 1, &c.window_size));
   IRIS_RETURN_IF_ERROR(ReadInt32(j, source, p, "tokens_per_second", false, 0, &c.tokens_per_second));
   if (j.contains("fullatt_block_indexes")) {
@@ -157,6 +176,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& s
   IRIS_RETURN_IF_ERROR(ReadNumber(t, source, p, "rope_theta", false, &x.rope_theta));
   double eps = x.rms_norm_eps;
   IRIS_RETURN_IF_ERROR(ReadNumber(t, source, p, "rms_norm_eps", false, &eps));
+  if (!FitsFloat(eps, /*positive=*/true)) {
+    return FieldError(source, absl::StrCat(p, "rms_norm_eps"), absl::StrCat("is not a positive float: ", eps));
+  }
   x.rms_norm_eps = static_cast<float>(eps);
   const json& tie_src = j.contains("tie_word_embeddings") ? j : t;
   if (tie_src.contains("tie_word_embeddings")) {
@@ -178,7 +200,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& s
   IRIS_RETURN_IF_ERROR(ReadIntList((*rs)["mrope_section"], source, "rope_scaling.mrope_section", &x.mrope_section));
   const int half = x.head_dim() / 2;
   if (x.mrope_section.size() != 3 ||
-      std::accumulate(x.mrope_section.begin(), x.mrope_section.end(), 0) != half) {
+      std::accumulate(x.mrope_section.begin(), x.mrope_section.end(), int64_t{0}) != half) {
     return FieldError(source, "rope_scaling.mrope_section",
                       absl::StrCat("must be 3 integers summing to head_dim/2 = ", half));
   }
@@ -202,21 +224,24 @@ absl::StatusOr<PreprocessorConfig> ParsePreprocessorConfig(const json& j, const 
   }
   IRIS_RETURN_IF_ERROR(ReadInt(j, source, "", "min_pixels", false, 1, &c.min_pixels));
   IRIS_RETURN_IF_ERROR(ReadInt(j, source, "", "max_pixels", false, 1, &c.max_pixels));
-  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, "", "patch_size", false, 1, &c.patch_size));
-  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, "", "temporal_patch_size", false, 1, &c.temporal_patch_size));
-  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, "", "merge_size", false, 1, &c.merge_size));
+  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, "", "patch_size", false, 1, &c.patch_size, kMaxPatchSize));
+  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, "", "temporal_patch_size", false, 1, &c.temporal_patch_size, kMaxMergeSize));
+  IRIS_RETURN_IF_ERROR(ReadInt32(j, source, "", "merge_size", false, 1, &c.merge_size, kMaxMergeSize));
   for (const char* key : {"image_mean", "image_std"}) {
     if (!j.contains(key)) continue;
     const json& v = j[key];
     if (!v.is_array() || v.size() != 3) return FieldError(source, key, "must be a list of 3 numbers");
     auto& dst = std::string_view(key) == "image_mean" ? c.image_mean : c.image_std;
+    const bool positive = &dst == &c.image_std;
     for (int i = 0; i < 3; ++i) {
       if (!v[i].is_number()) return FieldError(source, key, "must be a list of 3 numbers");
-      dst[i] = v[i].get<float>();
+      const double x = v[i].get<double>();
+      if (!FitsFloat(x, positive)) {
+        return FieldError(source, key, absl::StrCat("entry ", i, " (", x, ") must be a finite float",
+                                                    positive ? " above 0" : ""));
+      }
+      dst[i] = static_cast<float>(x);
     }
-  }
-  for (float s : c.image_std) {
-    if (!(s > 0)) return FieldError(source, "image_std", "entries must be positive");
   }
   if (c.min_pixels > c.max_pixels) {
     return FieldError(source, "min_pixels",

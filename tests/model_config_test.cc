@@ -65,4 +65,38 @@ TEST(ModelConfig, NamesTheMissingOrInvalidField) {
 }
 
 }  // namespace
+// Found with tests/fuzz/checkpoint_fuzzer's properties: numbers that parse as JSON but overflow
+// what the model stores (a float of 1e300 is inf; patch_size * merge_size overflowed int; list
+// entries above INT_MAX were truncated) were accepted.
+TEST(ModelConfig, RefusesNumbersOutsideWhatTheModelStores) {
+  auto pp = [](nlohmann::json j) { return ParsePreprocessorConfig(j, "pp.json"); };
+  for (const char* key : {"image_mean", "image_std"}) {
+    auto r = pp({{key, {1e300, 0.5, 0.5}}});
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_NE(r.status().message().find(key), std::string_view::npos) << r.status();
+  }
+  EXPECT_FALSE(pp({{"image_std", {1e-50, 0.5, 0.5}}}).ok());  // 0 as a float
+  EXPECT_TRUE(pp({{"image_mean", {-0.5, 0, 1e-50}}}).ok());   // a mean may be 0 or negative
+  auto huge = pp({{"patch_size", 1 << 30}, {"merge_size", 1 << 30}});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("patch_size"), std::string_view::npos) << huge.status();
+  EXPECT_FALSE(pp({{"merge_size", 17}}).ok());
+
+  auto base = ReadJsonFile(testing::DataPath("tiny-qwen2.5-vl/config.json"));
+  ASSERT_TRUE(base.ok());
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = *base;
+    edit(j);
+    return ParseModelConfig(j, "config.json");
+  };
+  EXPECT_FALSE(with([](auto& j) { j["rms_norm_eps"] = 1e300; }).ok());
+  EXPECT_FALSE(with([](auto& j) { j["rms_norm_eps"] = 1e-50; }).ok());
+  EXPECT_FALSE(with([](auto& j) { j["vision_config"]["spatial_merge_size"] = 1 << 30; }).ok());
+  EXPECT_FALSE(with([](auto& j) { j["vision_config"]["patch_size"] = 1 << 20; }).ok());
+  // 2^32 + 2 used to become 2 (truncated to int) and pass the sum check.
+  EXPECT_FALSE(with([](auto& j) { j["rope_scaling"]["mrope_section"] = {int64_t{1} << 32 | 2, 3, 3}; }).ok());
+  EXPECT_FALSE(with([](auto& j) { j["vision_config"]["fullatt_block_indexes"] = {int64_t{1} << 32 | 1}; }).ok());
+  EXPECT_TRUE(with([](auto&) {}).ok());
+}
+
 }  // namespace iris::core
