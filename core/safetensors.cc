@@ -29,39 +29,22 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) munmap(const_cast<uint8_t*>(map_), map_size_);
 }
 
-absl::StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file_bytes,
+                                                         const std::string& path) {
+  if (file_bytes.size() < 8) {
+    return Invalid(path, absl::StrCat("file is ", file_bytes.size(), " bytes, shorter than the 8-byte header length"));
   }
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    return absl::InternalError(absl::StrCat(path, ": fstat failed"));
-  }
-  std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
-  file->path_ = path;
-  file->map_size_ = static_cast<size_t>(st.st_size);
-  if (file->map_size_ < 8) {
-    ::close(fd);
-    return Invalid(path, absl::StrCat("file is ", file->map_size_, " bytes, shorter than the 8-byte header length"));
-  }
-  void* m = mmap(nullptr, file->map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (m == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
-  file->map_ = static_cast<const uint8_t*>(m);
-
   uint64_t header_len = 0;
-  std::memcpy(&header_len, file->map_, 8);  // little-endian on every host we build for
-  if (header_len > kMaxHeaderBytes || header_len > file->map_size_ - 8) {
+  std::memcpy(&header_len, file_bytes.data(), 8);  // little-endian on every host we build for
+  if (header_len > kMaxHeaderBytes || header_len > file_bytes.size() - 8) {
     return Invalid(path, absl::StrCat("header length ", header_len, " exceeds the file (",
-                                      file->map_size_, " bytes) or the 100 MB limit"));
+                                      file_bytes.size(), " bytes) or the 100 MB limit"));
   }
-  file->data_start_ = 8 + header_len;
-  const size_t data_size = file->map_size_ - file->data_start_;
-  nlohmann::json header = nlohmann::json::parse(
-      reinterpret_cast<const char*>(file->map_) + 8,
-      reinterpret_cast<const char*>(file->map_) + 8 + header_len, nullptr, /*allow_exceptions=*/false);
+  SafetensorsHeader out;
+  out.data_start = 8 + header_len;
+  const size_t data_size = file_bytes.size() - out.data_start;
+  const char* text = reinterpret_cast<const char*>(file_bytes.data()) + 8;
+  nlohmann::json header = nlohmann::json::parse(text, text + header_len, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     return Invalid(path, "header is not a JSON object");
   }
@@ -70,7 +53,7 @@ absl::StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
       if (!it->is_object()) return Invalid(path, "__metadata__ is not an object");
       for (auto m2 = it->begin(); m2 != it->end(); ++m2) {
         if (!m2->is_string()) return Invalid(path, "__metadata__ values must be strings");
-        file->metadata_[m2.key()] = m2->get<std::string>();
+        out.metadata[m2.key()] = m2->get<std::string>();
       }
       continue;
     }
@@ -116,11 +99,11 @@ absl::StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     }
     entry.begin = begin;
     entry.end = end;
-    file->entries_.push_back(std::move(entry));
+    out.entries.push_back(std::move(entry));
   }
   // Tensors must not overlap.
   std::vector<const SafetensorsEntry*> sorted;
-  for (const auto& e : file->entries_) sorted.push_back(&e);
+  for (const auto& e : out.entries) sorted.push_back(&e);
   std::sort(sorted.begin(), sorted.end(),
             [](auto* a, auto* b) { return a->begin < b->begin || (a->begin == b->begin && a->end < b->end); });
   for (size_t i = 1; i < sorted.size(); ++i) {
@@ -129,6 +112,35 @@ absl::StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
                                         sorted[i]->name, "\" overlap"));
     }
   }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    return absl::InternalError(absl::StrCat(path, ": fstat failed"));
+  }
+  std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
+  file->path_ = path;
+  file->map_size_ = static_cast<size_t>(st.st_size);
+  if (file->map_size_ < 8) {
+    ::close(fd);
+    return Invalid(path, absl::StrCat("file is ", file->map_size_, " bytes, shorter than the 8-byte header length"));
+  }
+  void* m = mmap(nullptr, file->map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
+  file->map_ = static_cast<const uint8_t*>(m);
+  IRIS_ASSIGN_OR_RETURN(SafetensorsHeader header,
+                        ParseSafetensorsHeader({file->map_, file->map_size_}, path));
+  file->data_start_ = header.data_start;
+  file->entries_ = std::move(header.entries);
+  file->metadata_ = std::move(header.metadata);
   for (size_t i = 0; i < file->entries_.size(); ++i) {
     file->index_[file->entries_[i].name] = i;
   }

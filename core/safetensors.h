@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,10 +24,19 @@ struct SafetensorsEntry {
   size_t end = 0;
 };
 
+// A validated header: length, JSON, dtypes, shapes, offsets against the data section, and that
+// tensors do not overlap. `file_bytes` is the whole file; `path` names it in errors.
+struct SafetensorsHeader {
+  size_t data_start = 0;  // offset of the data section in the file
+  std::vector<SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;
+};
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file_bytes,
+                                                         const std::string& path);
+
 class SafetensorsFile {
  public:
-  // Maps the file and validates the header: length, JSON, dtypes, shapes, offsets against the
-  // file size, and that tensors do not overlap.
+  // Maps the file and validates its header (ParseSafetensorsHeader).
   static absl::StatusOr<std::shared_ptr<SafetensorsFile>> Open(const std::string& path);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <vector>
 
 #include "core/bf16.h"
 #include "gtest/gtest.h"
@@ -49,6 +51,36 @@ TEST(Safetensors, RoundTripsTensorsAndMetadata) {
   Tensor keep = *ta;
   f->reset();
   EXPECT_EQ(keep.data<float>()[1], 0.5f);
+  std::filesystem::remove(path);
+}
+
+// The header parser works on bytes in memory (the fuzz target feeds it directly): it agrees with
+// Open on a real file and refuses every truncation of it without reading past the end.
+TEST(Safetensors, ParsesAHeaderFromMemoryAsOpenDoes) {
+  Tensor a = Tensor::Empty(DType::kF32, {3});
+  Tensor b = Tensor::Empty(DType::kBF16, {2, 2});
+  const std::string path = TempPath("mem.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"a", a}, {"b", b}}, {{"format", "pt"}}).ok());
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  auto header = ParseSafetensorsHeader({data, bytes.size()}, "mem");
+  ASSERT_TRUE(header.ok()) << header.status();
+  ASSERT_EQ(header->entries.size(), (*file)->entries().size());
+  for (size_t i = 0; i < header->entries.size(); ++i) {
+    EXPECT_EQ(header->entries[i].name, (*file)->entries()[i].name);
+    EXPECT_EQ(header->entries[i].begin, (*file)->entries()[i].begin);
+    EXPECT_EQ(header->entries[i].end, (*file)->entries()[i].end);
+  }
+  EXPECT_EQ(header->metadata, (*file)->metadata());
+  EXPECT_EQ(header->data_start + 12 + 8, bytes.size());
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    // An exact-size copy, so that ASan sees any read past the cut.
+    std::vector<uint8_t> prefix(data, data + cut);
+    EXPECT_FALSE(ParseSafetensorsHeader(prefix, "mem").ok()) << "accepted " << cut << " of " << bytes.size();
+  }
   std::filesystem::remove(path);
 }
 
