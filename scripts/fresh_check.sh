@@ -10,7 +10,8 @@
 # The root is kept between runs in ${IRIS_FRESH_DIR:-.fresh} (git-ignored) and reused while the
 # package list (scripts/install_deps.sh --print) is unchanged, with its build folder, so a
 # repeated run costs an incremental build. A changed list gets a new root from the pristine
-# debootstrap copy: a package dropped from the list is then really absent. Downloaded .deb files
+# debootstrap copy: a package dropped from the list is then really absent. (The two most
+# recently used roots are kept.) Downloaded .deb files
 # are kept outside the root, so a new root costs installs, not downloads.
 #
 # Exit codes: 0 passed, 1 failed, 77 this machine cannot run it (not root, no debootstrap).
@@ -21,7 +22,6 @@ FRESH_DIR=${IRIS_FRESH_DIR:-$SRC/.fresh}
 SUITE=bookworm
 MIRROR=${IRIS_FRESH_MIRROR:-http://deb.debian.org/debian}
 BASE=$FRESH_DIR/base        # pristine debootstrap output, never entered
-ROOT=$FRESH_DIR/root        # the root the check runs in
 ARCHIVES=$FRESH_DIR/apt-archives
 MODE=quick
 case "${1:-}" in
@@ -45,8 +45,10 @@ phase() { echo "fresh_check: [$((SECONDS - T0)) s] $*"; }
 # Mounts under $ROOT, innermost last; unmounted on every exit so that nothing (least of all a
 # recursive delete) can reach the host's /dev or /proc through the root.
 MOUNTS=(proc sys dev dev/shm dev/pts var/cache/apt/archives)
+ROOT=""  # set once the package list is known
 unmount_all() {
   local i
+  [ -n "$ROOT" ] || return 0
   for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
     if mountpoint -q "$ROOT/${MOUNTS[$i]}" 2>/dev/null; then
       umount "$ROOT/${MOUNTS[$i]}" || umount -l "$ROOT/${MOUNTS[$i]}"
@@ -77,8 +79,10 @@ if [ ! -f "$BASE/.iris-base-complete" ]; then
   touch "$BASE/.iris-base-complete"
 fi
 
-# 2. The root for this package list: a copy of the base, reused while the list is the same.
+# 2. The root for this package list: a copy of the base, reused while the list is the same. The
+# two most recently used roots are kept, so that trying a changed list and going back is cheap.
 LIST_HASH=$( { echo "$SUITE $MIRROR"; bash scripts/install_deps.sh --print; } | sha256sum | cut -c1-16)
+ROOT=$FRESH_DIR/root-$LIST_HASH
 if [ "$(cat "$ROOT/.iris-list-hash" 2>/dev/null)" != "$LIST_HASH" ]; then
   phase "new root for package list $LIST_HASH (copy of the debootstrap base)"
   unmount_all
@@ -91,6 +95,13 @@ if [ "$(cat "$ROOT/.iris-list-hash" 2>/dev/null)" != "$LIST_HASH" ]; then
 else
   phase "reusing the root for package list $LIST_HASH"
 fi
+
+touch "$ROOT"
+for old in $(ls -1dt "$FRESH_DIR"/root-* 2>/dev/null | tail -n +3); do
+  phase "removing the least recently used root $(basename "$old")"
+  assert_unmounted "$old"
+  rm -rf --one-file-system "$old"
+done
 
 # 3. Mounts and network.
 mount -t proc proc "$ROOT/proc"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# ASan+UBSan (clang) build of the suites that touch untrusted input and lifetimes, and the fuzz
+# targets, in their own folder ${IRIS_ASAN_BUILD_DIR:-build-asan}; runs them with leak detection on:
+# the GoogleTest suites labelled "sanitize" (image decode, preprocess, safetensors, configs,
+# tokenizer, detokenizer, chat format, prompt build, request conversion, KV cache, engine incl.
+# its cancel paths), the server's end-to-end tests against an ASan iris-server, and every fuzz
+# target over its corpus (past findings included). Extra arguments go to ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${IRIS_ASAN_BUILD_DIR:-build-asan}
+bash scripts/install_deps.sh --ci
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  # -O1 with line tables: readable reports at a bearable speed; assertions stay on.
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DIRIS_ASAN=ON -DIRIS_FUZZ=ON -DIRIS_BUILD_BENCH=OFF
+fi
+suites=$(sed -n '/^set(IRIS_SANITIZE_SUITES/,/)/p' tests/CMakeLists.txt | tr -d '()' | sed 's/set\|IRIS_SANITIZE_SUITES//g')
+fuzzers=$(cd tests/fuzz && ls ./*_fuzzer.cc | sed 's|./\(.*\)\.cc|\1|')
+# shellcheck disable=SC2086  # word lists
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target $suites $fuzzers iris-make-model iris-server iris-generate iris-tokenize iris_python \
+  python_client_test_protos
+export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS=suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressions=0
+ctest --test-dir "$BUILD_DIR" --output-on-failure -L sanitize -j "$(nproc)" "$@"

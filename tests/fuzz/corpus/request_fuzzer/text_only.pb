@@ -1,0 +1,4 @@
+
+fuzz-1
+user
+Hello! What is 2+2?
