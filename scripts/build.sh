@@ -4,7 +4,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${IRIS_BUILD_DIR:-build}
 bash scripts/install_deps.sh
+# ccache makes a rebuild in a new clone (as CI does) cost seconds; paths under the checkout are
+# hashed relative to it, so clones at different paths share the cache.
+export CCACHE_BASEDIR=$PWD
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
 fi
 cmake --build "$BUILD_DIR" -j "$(nproc)"

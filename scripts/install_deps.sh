@@ -12,7 +12,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   libabsl-dev nlohmann-json3-dev libssl-dev libicu-dev
   libdnnl-dev ocl-icd-opencl-dev  # dnnl-config.cmake requires OpenCL; Debian only recommends it
   libjpeg62-turbo-dev libpng-dev libopencv-core-dev libopencv-imgcodecs-dev
