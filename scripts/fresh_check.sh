@@ -110,6 +110,7 @@ mount --bind /dev "$ROOT/dev"
 mount -t tmpfs -o mode=1777 shm "$ROOT/dev/shm"
 mount -t devpts -o newinstance,ptmxmode=0666 devpts "$ROOT/dev/pts"
 mount --bind "$ARCHIVES" "$ROOT/var/cache/apt/archives"
+rm -f "$ROOT/etc/resolv.conf"  # never write through a symlink that would resolve on the host
 cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
 
 # 4. The checkout: tracked and untracked-but-not-ignored files, as a clone would have them (plus
