@@ -6,12 +6,14 @@
 #
 # Targets: tests/fuzz/*_fuzzer.cc (with TARGET.dict, a libFuzzer dictionary, where one helps).
 # Seeds come from tests/fuzz/corpus/TARGET (committed); inputs
-# that reach new code go to ${IRIS_ASAN_BUILD_DIR:-build-asan}/fuzz/TARGET/corpus (kept between
-# runs, not committed), and a crashing input to .../artifacts/. A finding belongs in the seed
+# that reach new code go to ${IRIS_FUZZ_WORK_DIR:-build-asan/fuzz}/TARGET/corpus (kept between
+# runs, not committed; CI keeps it outside the clone so that its runs add up), and a crashing
+# input to .../artifacts/. A finding belongs in the seed
 # corpus (the corpus ctest then replays it forever) and as a unit test of the code it broke.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${IRIS_ASAN_BUILD_DIR:-build-asan}
+WORK_DIR=${IRIS_FUZZ_WORK_DIR:-$BUILD_DIR/fuzz}  # per target: corpus/, artifacts/, last.log
 if [ $# -ne 2 ] || ! [[ "$2" =~ ^[0-9]+$ ]]; then
   echo "usage: scripts/fuzz.sh TARGET[,TARGET...]|all SECONDS" >&2
   exit 2
@@ -34,7 +36,7 @@ export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 run_one() {
-  local t=$1 work=$BUILD_DIR/fuzz/$1
+  local t=$1 work=$WORK_DIR/$1
   mkdir -p "$work/corpus" "$work/artifacts"
   local log=$work/last.log
   local rc=0 dict=()
