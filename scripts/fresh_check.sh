@@ -50,9 +50,10 @@ unmount_all() {
   local i
   [ -n "$ROOT" ] || return 0
   for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
-    if mountpoint -q "$ROOT/${MOUNTS[$i]}" 2>/dev/null; then
+    # A loop, not an if: a run killed before its trap ran leaves a layer that the next one covers.
+    while mountpoint -q "$ROOT/${MOUNTS[$i]}" 2>/dev/null; do
       umount "$ROOT/${MOUNTS[$i]}" || umount -l "$ROOT/${MOUNTS[$i]}"
-    fi
+    done
   done
 }
 assert_unmounted() {
@@ -103,7 +104,8 @@ for old in $(ls -1dt "$FRESH_DIR"/root-* 2>/dev/null | tail -n +3); do
   rm -rf --one-file-system "$old"
 done
 
-# 3. Mounts and network.
+# 3. Mounts and network (after clearing any left by a run that was killed).
+unmount_all
 mount -t proc proc "$ROOT/proc"
 mount -t sysfs sysfs "$ROOT/sys"
 mount --bind /dev "$ROOT/dev"
