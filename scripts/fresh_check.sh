@@ -132,7 +132,7 @@ mv "$FRESH_DIR/files.new" "$ROOT/.iris-files"
 
 # 5. Inside the root, with a clean environment: the README's install, build and test steps.
 in_root() {
-  chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+  chroot "$ROOT" /usr/bin/env -i HOME=/root TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     bash -euo pipefail -c "cd /iris; $1"
 }
