@@ -70,7 +70,6 @@ void CheckPreprocessor(const iris::core::PreprocessorConfig& p) {
   }
 }
 
-
 void FuzzSafetensors(const uint8_t* data, size_t size) {
   const auto header = iris::core::ParseSafetensorsHeader(std::span<const uint8_t>(data, size), "fuzz.safetensors");
   if (!header.ok()) return;
