@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/prompt_builder.h"
 #include "server/iris_service.h"
+#include "server/request_conversion.h"
 
 namespace iris::server {
 namespace {
@@ -61,12 +62,8 @@ void GenerateCall::BuildAndSubmit(ValidatedRequest request) {
     Pump();
     return;
   }
-  engine::PromptLimits limits;
-  limits.max_images = service_->options_.limits.max_images_per_request;
-  limits.max_prompt_tokens = service_->options_.limits.max_prompt_tokens;
-  limits.decode.max_bytes = service_->options_.limits.max_image_bytes;
-  limits.decode.max_pixels = service_->options_.limits.max_image_pixels;
-  absl::StatusOr<engine::Prompt> prompt = engine::BuildPrompt(service_->engine_->model(), request.messages, limits);
+  absl::StatusOr<engine::Prompt> prompt = engine::BuildPrompt(
+      service_->engine_->model(), request.messages, PromptLimitsFor(service_->options_.limits));
   request.messages.clear();  // the image bytes are no longer needed
   // From the call's arrival: the wait for a free worker counts too.
   const double preprocess_ms = MsSince(arrival_);

@@ -150,6 +150,15 @@ absl::StatusOr<llm::SamplingParams> ConvertSampling(const v1::SamplingParams& s,
 
 }  // namespace
 
+engine::PromptLimits PromptLimitsFor(const RequestLimits& limits) {
+  engine::PromptLimits out;
+  out.max_images = limits.max_images_per_request;
+  out.max_prompt_tokens = limits.max_prompt_tokens;
+  out.decode.max_bytes = limits.max_image_bytes;
+  out.decode.max_pixels = limits.max_image_pixels;
+  return out;
+}
+
 absl::StatusOr<ValidatedRequest> ValidateRequest(const v1::GenerateRequest& request, const RequestLimits& limits,
                                                  int64_t vocab_size) {
   ValidatedRequest out;

@@ -27,6 +27,10 @@ struct ValidatedRequest {
 
 // INVALID_ARGUMENT naming the field (request_id, messages[i].role, messages[i].content[j].image,
 // sampling.max_tokens, ...) and the limit it broke. Image bytes are copied out of `request`.
+// The prompt-build limits (images, prompt tokens, image bytes and pixels) that the request
+// limits imply: what a worker passes to engine::BuildPrompt.
+engine::PromptLimits PromptLimitsFor(const RequestLimits& limits);
+
 absl::StatusOr<ValidatedRequest> ValidateRequest(const v1::GenerateRequest& request,
                                                  const RequestLimits& limits, int64_t vocab_size);
 

@@ -158,5 +158,18 @@ TEST(RequestConversionTest, StatusCodesMapOneToOne) {
   EXPECT_EQ(ToProto(llm::FinishReason::kCancelled), v1::FINISH_REASON_CANCELLED);
 }
 
+TEST(RequestConversionTest, PromptLimitsComeFromTheRequestLimits) {
+  RequestLimits limits;
+  limits.max_images_per_request = 3;
+  limits.max_prompt_tokens = 1234;
+  limits.max_image_bytes = 5678;
+  limits.max_image_pixels = 91011;
+  const engine::PromptLimits p = PromptLimitsFor(limits);
+  EXPECT_EQ(p.max_images, 3);
+  EXPECT_EQ(p.max_prompt_tokens, 1234);
+  EXPECT_EQ(p.decode.max_bytes, 5678);
+  EXPECT_EQ(p.decode.max_pixels, 91011);
+}
+
 }  // namespace
 }  // namespace iris::server

@@ -76,12 +76,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   IRIS_FUZZ_CHECK(validated->sampling.max_tokens >= 1 && validated->sampling.max_tokens <= limits.max_tokens,
                   "max_tokens %ld accepted", long(validated->sampling.max_tokens));
 
-  iris::engine::PromptLimits prompt_limits;  // as iris-server fills them (server/generate_call.cc)
-  prompt_limits.max_images = limits.max_images_per_request;
-  prompt_limits.max_prompt_tokens = limits.max_prompt_tokens;
-  prompt_limits.decode.max_bytes = limits.max_image_bytes;
-  prompt_limits.decode.max_pixels = limits.max_image_pixels;
-  const auto prompt = iris::engine::BuildPrompt(model, validated->messages, prompt_limits);
+  const auto prompt =
+      iris::engine::BuildPrompt(model, validated->messages, iris::server::PromptLimitsFor(limits));
   if (!prompt.ok()) {
     IRIS_FUZZ_CHECK(prompt.status().code() == absl::StatusCode::kInvalidArgument,
                     "prompt build failed with %s", prompt.status().ToString().c_str());
