@@ -18,7 +18,8 @@ if [ $# -ne 2 ] || ! [[ "$2" =~ ^[0-9]+$ ]]; then
   echo "usage: scripts/fuzz.sh TARGET[,TARGET...]|all SECONDS" >&2
   exit 2
 fi
-ALL=$(cd tests/fuzz && ls ./*_fuzzer.cc | sed 's|./\(.*\)\.cc|\1|')
+source scripts/sanitizer_env.sh
+ALL=$IRIS_FUZZ_TARGETS
 if [ "$1" = all ]; then TARGETS=$ALL; else TARGETS=${1//,/ }; fi
 for t in $TARGETS; do
   if ! grep -qx "$t" <<< "$ALL"; then
@@ -32,8 +33,6 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
 fi
 # shellcheck disable=SC2086
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target $TARGETS > /dev/null
-export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 run_one() {
   local t=$1 work=$WORK_DIR/$1

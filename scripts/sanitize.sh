@@ -21,11 +21,8 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
 fi
 suites=$(sed -n '/^set(IRIS_SANITIZE_SUITES/,/)/p' tests/CMakeLists.txt | tr -d '()' | sed 's/set\|IRIS_SANITIZE_SUITES//g')
-fuzzers=$(cd tests/fuzz && ls ./*_fuzzer.cc | sed 's|./\(.*\)\.cc|\1|')
+source scripts/sanitizer_env.sh
 # shellcheck disable=SC2086  # word lists
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target $suites $fuzzers iris-make-model iris-server iris-generate iris-tokenize iris_python \
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target $suites $IRIS_FUZZ_TARGETS iris-make-model iris-server iris-generate iris-tokenize iris_python \
   python_client_test_protos
-export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-export LSAN_OPTIONS=suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressions=0
 ctest --test-dir "$BUILD_DIR" --output-on-failure -L sanitize -j "$(nproc)" "$@"
