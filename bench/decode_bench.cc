@@ -87,30 +87,26 @@ std::vector<float> RandomEmbeddings(int64_t rows, int64_t hidden, uint32_t seed)
   std::exit(1);
 }
 
-// One step over `seqs` (each with its table already holding its new tokens): text positions
-// (the same on the three M-RoPE axes), logits for every sequence's last new token.
+// One step over `tables` (each already holding its new tokens): token ids spread over the
+// vocabulary, text positions (the same on the three M-RoPE axes), logits for every sequence's
+// last new token.
 double RunStep(llm::Decoder& dec, llm::KvCache& cache, const std::vector<llm::BlockTable*>& tables,
-               const std::vector<int64_t>& num_new, const float* embeds) {
-  int64_t rows = 0;
-  for (int64_t n : num_new) rows += n;
-  std::vector<int64_t> positions(3 * rows);
-  std::vector<llm::DecoderSequence> seqs(tables.size());
-  int64_t r = 0;
+               const std::vector<int64_t>& num_new) {
+  static llm::DecoderBatch batch;  // reused, as the engine reuses its own
+  size_t max_blocks = 0;
+  for (const llm::BlockTable* t : tables) max_blocks = std::max(max_blocks, t->blocks.size());
+  batch.Clear(static_cast<int>(max_blocks));
   for (size_t i = 0; i < tables.size(); ++i) {
-    seqs[i].table = tables[i];
-    seqs[i].num_new = num_new[i];
-    seqs[i].want_logits = true;
-    for (int64_t j = 0; j < num_new[i]; ++j, ++r) {
+    for (int64_t j = 0; j < num_new[i]; ++j) {
       const int64_t pos = tables[i]->num_tokens - num_new[i] + j;
-      for (int axis = 0; axis < 3; ++axis) positions[axis * rows + r] = pos;
+      batch.token_ids.push_back(static_cast<int32_t>((pos * 7919 + static_cast<int64_t>(i) * 104729) % dec.vocab_size()));
+      for (int axis = 0; axis < 3; ++axis) batch.positions[axis].push_back(pos);
     }
+    const absl::Status added = batch.AddSequence(*tables[i], cache.shape().block_size, num_new[i], true);
+    if (!added.ok()) Die(std::string(added.message()));
   }
-  llm::DecoderStep step;
-  step.input_embeds = embeds;
-  step.positions = positions;
-  step.sequences = seqs;
   const auto t = Clock::now();
-  auto logits = dec.Forward(step, &cache);
+  auto logits = dec.Forward(batch, &cache);
   const double s = Seconds(t);
   if (!logits.ok()) Die(std::string(logits.status().message()));
   return s;
@@ -151,7 +147,11 @@ int main(int argc, char** argv) {
   llm::DecoderOptions options;
   options.compute = bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
   const auto load_start = Clock::now();
-  auto loaded = llm::Decoder::Load(*ckpt, tc, options);
+  // Room for the largest step below: a prompt or a context fill in one step, every sequence's logits.
+  options.max_tokens = std::max({context, prompt, absl::GetFlag(FLAGS_chunk)});
+  options.max_logit_rows = max_batch;
+  kernels::Device& dev = kernels::DefaultCpuDevice();
+  auto loaded = llm::Decoder::Load(dev, *ckpt, tc, options);
   if (!loaded.ok()) Die(std::string(loaded.status().message()));
   llm::Decoder& dec = **loaded;
   const double load_s = Seconds(load_start);
@@ -160,6 +160,7 @@ int main(int argc, char** argv) {
   const int threads = omp_get_max_threads();
   std::printf("machine: %s, %d OpenMP threads (%u hardware threads); load average at start %s\n",
               CpuName().c_str(), threads, std::thread::hardware_concurrency(), LoadAverage().c_str());
+  std::printf("device: %s\n", dev.Describe().c_str());
   std::printf("model: %s (text: %d layers, hidden %d, %d heads / %d kv heads x %d, intermediate %d, vocab %lld), "
               "compute %s, loaded in %.1f s\n",
               dir.c_str(), tc.num_hidden_layers, tc.hidden_size, tc.num_attention_heads, tc.num_key_value_heads,
@@ -171,11 +172,11 @@ int main(int argc, char** argv) {
   // work lowers single measurements (by up to half here); the best is what this machine can do.
   // The matmul peak for the prefill row is the better of its before/after measurements.
   std::vector<double> bw_all;
-  auto measure_bw = [&bw_all] {
-    bw_all.push_back(kernels::MeasureMemoryReadBandwidth(int64_t{1} << 30, 10));
+  auto measure_bw = [&bw_all, &dev] {
+    bw_all.push_back(kernels::MeasureMemoryReadBandwidth(dev, int64_t{1} << 30, 10));
     return bw_all.back();
   };
-  auto measure_peak = [&] { return kernels::MeasureMatmulPeakFlops(options.compute, 2048, 5); };
+  auto measure_peak = [&] { return kernels::MeasureMatmulPeakFlops(dev, options.compute, 2048, 5); };
   const double bw0 = measure_bw();
   const double peak0 = measure_peak();
   std::printf("memory read bandwidth (%d threads, 1 GiB, same run, first measurement): %.1f GB/s; matmul peak (oneDNN %s, "
@@ -191,16 +192,15 @@ int main(int argc, char** argv) {
   if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
   llm::KvCache& cache = *cache_or;
 
-  // Fill: each sequence's `context` tokens as a prefill of random-embedding rows in chunks.
+  // Fill: each sequence's `context` tokens as a prefill in chunks.
   std::vector<llm::BlockTable> tables(max_batch);
-  const std::vector<float> rows_in = RandomEmbeddings(std::max(chunk, prompt), h, 1);
   double fill_s = 0;
   int64_t fill_tokens = 0, fill_steps = 0;
   for (int s = 0; s < max_batch; ++s) {
     for (int64_t done = 0; done < context;) {
       const int64_t n = std::min<int64_t>(chunk, context - done);
       if (auto st = cache.Reserve(&tables[s], done + n); !st.ok()) Die(std::string(st.message()));
-      fill_s += RunStep(dec, cache, {&tables[s]}, {n}, rows_in.data());
+      fill_s += RunStep(dec, cache, {&tables[s]}, {n});
       fill_tokens += n;
       ++fill_steps;
       done += n;
@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < std::max(1, absl::GetFlag(FLAGS_prompt_repeats)); ++r) {
       llm::BlockTable t;
       if (auto st = cache.Reserve(&t, prompt); !st.ok()) Die(std::string(st.message()));
-      prompt_s.push_back(RunStep(dec, cache, {&t}, {prompt}, rows_in.data()));
+      prompt_s.push_back(RunStep(dec, cache, {&t}, {prompt}));
       cache.Release(&t);
     }
     prompt_peak = std::max(prompt_peak, measure_peak());
@@ -239,7 +239,6 @@ int main(int argc, char** argv) {
   // Decode: `b` sequences, one new token each per step, after kWarmup untimed steps.
   const double weight_bytes = static_cast<double>(dec.WeightBytesPerStep());
   const double kv_bytes_per_token = 2.0 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim() * 4;
-  const std::vector<float> decode_in = RandomEmbeddings(max_batch, h, 2);
   struct DecodeRow {
     int batch;
     double med, best, kv_bytes;
@@ -259,7 +258,7 @@ int main(int argc, char** argv) {
       for (llm::BlockTable* t : tp) {
         if (auto st = cache.Reserve(t, t->num_tokens + 1); !st.ok()) Die(std::string(st.message()));
       }
-      const double s = RunStep(dec, cache, tp, ones, decode_in.data());
+      const double s = RunStep(dec, cache, tp, ones);
       if (i >= kWarmup) {
         times.push_back(s);
         for (const llm::BlockTable* t : tp) kv_tokens += static_cast<double>(t->num_tokens);
@@ -314,7 +313,7 @@ int main(int argc, char** argv) {
         float* wp = w.data<float>();
         for (int64_t i = 0; i < s.out * s.in; ++i) wp[i] = dist(rng);
         for (int c = 0; c < copies; ++c) {
-          auto lin = kernels::Linear::Create(w, nullptr, options.compute);
+          auto lin = kernels::Linear::Create(dev, w, nullptr, options.compute);
           if (!lin.ok()) Die(std::string(lin.status().message()));
           lins.push_back(std::move(*lin));
         }

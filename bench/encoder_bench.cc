@@ -100,19 +100,23 @@ int main(int argc, char** argv) {
   }
   vision::EncoderOptions options;
   options.compute = bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
-  auto encoder = vision::VisionEncoder::Load(*ckpt, config->vision, options);
+  // Room for the largest batched forward below (the buffers are virtual memory until touched).
+  options.max_patches = int64_t{1} << 16;
+  kernels::Device& dev = kernels::DefaultCpuDevice();
+  auto encoder = vision::VisionEncoder::Load(dev, *ckpt, config->vision, options);
   if (!encoder.ok()) {
     std::fprintf(stderr, "encoder_bench: %s\n", std::string(encoder.status().message()).c_str());
     return 1;
   }
 
   std::printf("machine: %s, %u hardware threads\n", CpuName().c_str(), std::thread::hardware_concurrency());
+  std::printf("device: %s\n", dev.Describe().c_str());
   std::printf("model: %s (vision depth %d, hidden %d, heads %d x %d), compute %s\n", dir.c_str(),
               config->vision.depth, config->vision.hidden_size, config->vision.num_heads,
               config->vision.head_dim(), bf16 ? "bf16" : "f32");
   // The peak is measured again before every row, so that a row's ratio compares numbers taken
   // under the same conditions (a shared machine drifts).
-  auto measure_peak = [&] { return kernels::MeasureMatmulPeakFlops(options.compute, 2048, 5); };
+  auto measure_peak = [&] { return kernels::MeasureMatmulPeakFlops(dev, options.compute, 2048, 5); };
   const double peak = measure_peak();
   std::printf("matmul peak (oneDNN %s, 2048x2048x2048, same run): %.2f TFLOP/s\n\n", bf16 ? "bf16" : "f32",
               peak / 1e12);
@@ -242,13 +246,13 @@ int main(int argc, char** argv) {
     std::vector<float> q(heads * n * dp), k(heads * n * dp), v(heads * n * dp);
     const kernels::HeadsView qv{qkv.data(), 3 * hv, heads}, kv{qkv.data() + hv, 3 * hv, heads};
     const double fused = TimeIt([&] {
-      for (int l = 0; l < depth; ++l) kernels::RotaryQK(qv, kv, n, d, plan->cos.data<float>(), plan->sin.data<float>());
+      for (int l = 0; l < depth; ++l) kernels::RotaryQK(dev, qv, kv, n, d, plan->cos.data<float>(), plan->sin.data<float>());
     }, min_s / 4);
     const double unfused = TimeIt([&] {
       for (int l = 0; l < depth; ++l) {
         vision::ComputeRotaryTables(vc, *plan, cos.data(), sin.data());
-        kernels::Rotary(qv, n, d, cos.data(), sin.data());
-        kernels::Rotary(kv, n, d, cos.data(), sin.data());
+        kernels::Rotary(dev, qv, n, d, cos.data(), sin.data());
+        kernels::Rotary(dev, kv, n, d, cos.data(), sin.data());
       }
     }, min_s / 4);
     vision::EncoderPlanCache cache(vc);
@@ -260,13 +264,13 @@ int main(int argc, char** argv) {
       for (int l = 0; l < depth; ++l) (void)vision::BuildEncoderPlan(vc, p.grids);
     }, min_s / 4);
     const double pad_one = TimeIt([&] {
-      for (int l = 0; l < depth; ++l) kernels::PadQkv(qkv.data(), n, heads, d, dp, q.data(), k.data(), v.data());
+      for (int l = 0; l < depth; ++l) kernels::PadQkv(dev, qkv.data(), n, heads, d, dp, q.data(), k.data(), v.data());
     }, min_s / 4);
     const double pad_three = TimeIt([&] {
       for (int l = 0; l < depth; ++l) {
-        kernels::PadOneOfQkv(qkv.data(), n, heads, d, dp, 0, q.data());
-        kernels::PadOneOfQkv(qkv.data(), n, heads, d, dp, 1, k.data());
-        kernels::PadOneOfQkv(qkv.data(), n, heads, d, dp, 2, v.data());
+        kernels::PadOneOfQkv(dev, qkv.data(), n, heads, d, dp, 0, q.data());
+        kernels::PadOneOfQkv(dev, qkv.data(), n, heads, d, dp, 1, k.data());
+        kernels::PadOneOfQkv(dev, qkv.data(), n, heads, d, dp, 2, v.data());
       }
     }, min_s / 4);
     std::printf("\nper forward, %s (%lld patches, %d layers), the technique's own work:\n",

@@ -38,6 +38,8 @@
 namespace iris::kernels {
 namespace {
 
+Device& dev = DefaultCpuDevice();
+
 double g_min_time = 0.3;
 
 // Best time of one call of f (seconds): a warm-up, then calls until g_min_time has passed (at
@@ -114,8 +116,8 @@ double MeasureFmaPeak() {
 }
 
 void BenchPeak() {
-  g_peak_f32 = MeasureMatmulPeakFlops(ComputeType::kF32, 2048, 5);
-  g_peak_bf16 = MeasureMatmulPeakFlops(ComputeType::kBF16, 2048, 5);
+  g_peak_f32 = MeasureMatmulPeakFlops(dev, ComputeType::kF32, 2048, 5);
+  g_peak_bf16 = MeasureMatmulPeakFlops(dev, ComputeType::kBF16, 2048, 5);
   std::printf("matmul peak (M=N=K=2048, oneDNN):  f32 %8.1f GFLOP/s   bf16 %8.1f GFLOP/s\n", g_peak_f32 * 1e-9,
               g_peak_bf16 * 1e-9);
   std::printf("f32 FMA instruction peak (zmm):    %8.1f GFLOP/s  (percentages below are of the matmul peak)\n",
@@ -144,7 +146,7 @@ void BenchLinear(int64_t tokens) {
       double rate[2];
       int i = 0;
       for (ComputeType ct : {ComputeType::kF32, ComputeType::kBF16}) {
-        auto lin = Linear::Create(w, &b, ct);
+        auto lin = Linear::Create(dev, w, &b, ct);
         if (!lin.ok()) {
           std::printf("create failed: %s\n", lin.status().ToString().c_str());
           return;
@@ -165,7 +167,7 @@ void BenchLinear(int64_t tokens) {
     const std::vector<float> x = Random(s.k, 3);
     std::vector<float> y(s.n);
     for (ComputeType ct : {ComputeType::kF32, ComputeType::kBF16}) {
-      auto lin = Linear::Create(w, nullptr, ct);
+      auto lin = Linear::Create(dev, w, nullptr, ct);
       const double t = Time([&] { (*lin)->Forward(x.data(), 1, y.data()); });
       const double bytes = static_cast<double>(s.k) * s.n * (ct == ComputeType::kF32 ? 4 : 2);
       std::printf("  %-12s K=%-6lld N=%-6lld %s: %8.3f ms  %6.1f GB/s\n", s.what, static_cast<long long>(s.k),
@@ -193,7 +195,7 @@ void BenchPadding(int64_t tokens) {
           const int64_t k = pad_n ? 1280 : wide, n = pad_n ? wide : 1280;
           core::Tensor w = core::Tensor::Empty(core::DType::kBF16, {n, k});
           for (int64_t e = 0; e < n * k; ++e) w.data<uint16_t>()[e] = static_cast<uint16_t>(0x3C00 + (e & 0xFF));
-          lin[i] = std::move(*Linear::Create(w, nullptr, ct));
+          lin[i] = std::move(*Linear::Create(dev, w, nullptr, ct));
           x[i] = Random(m * k, 10);
           y[i].resize(m * n);
           lin[i]->Forward(x[i].data(), m, y[i].data());
@@ -238,7 +240,7 @@ void BenchAttentionCase(const char* what, int seqs, int len, int heads, int kv_h
   a.max_seqlen = len;
   a.causal = causal;
   a.bf16 = bf16;
-  const double t = Time([&] { VarlenAttention(a); });
+  const double t = Time([&] { VarlenAttention(dev, a); });
   double flops = 4.0 * len * len * hd * heads * seqs;
   if (causal) flops = flops * (len + 1) / (2.0 * len);
   std::printf("%-22s %s %5d x %-5d %2d/%-2d heads x %-3d %s %9.3f ms %8.1f GFLOP/s %5.0f%% of %s matmul peak\n",
@@ -275,12 +277,10 @@ void BenchPagedCase(bool bf16, int batch, int context, int q_len, int heads, int
   std::vector<int32_t> ids(num_blocks);
   for (int64_t i = 0; i < num_blocks; ++i) ids[i] = static_cast<int32_t>(i);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(13));
-  std::vector<PagedSequence> seqs(batch);
+  PagedMetadataBuilder meta;
   for (int s = 0; s < batch; ++s) {
-    seqs[s].block_table = std::span<const int32_t>(ids).subspan(s * blocks_per_seq, blocks_per_seq);
-    seqs[s].context_len = context;
-    seqs[s].q_begin = static_cast<int64_t>(s) * q_len;
-    seqs[s].q_len = q_len;
+    meta.Add(std::span<const int32_t>(ids).subspan(s * blocks_per_seq, blocks_per_seq), context,
+             static_cast<int64_t>(s) * q_len, q_len);
   }
   const int64_t rows = static_cast<int64_t>(batch) * q_len;
   const std::vector<float> q = Random(rows * heads * hd, 14);
@@ -293,9 +293,9 @@ void BenchPagedCase(bool bf16, int batch, int context, int q_len, int heads, int
   a.num_heads = heads;
   a.scale = 1.f / std::sqrt(static_cast<float>(hd));
   a.layer = {k.data<float>(), v.data<float>(), num_blocks, bs, kv_heads, hd};
-  a.sequences = seqs;
+  a.metadata = meta.Build();
   a.bf16 = bf16;
-  const double t = Time([&] { PagedAttention(a); });
+  const double t = Time([&] { PagedAttention(dev, a); });
   const double kv_bytes = 2.0 * batch * context * row * 4;
   // q row i of a sequence sees context - q_len + i + 1 keys.
   const double pairs = static_cast<double>(batch) * q_len * (context - q_len) + batch * q_len * (q_len + 1) / 2.0;
@@ -341,13 +341,13 @@ void BenchElementwise(int64_t tokens) {
   auto report = [](const char* what, double t, double bytes) {
     std::printf("  %-34s %8.3f ms %7.1f GB/s\n", what, t * 1e3, bytes / t * 1e-9);
   };
-  double t = Time([&] { RmsNorm(x.data(), w.data(), tokens, dim, 1e-6f, y.data()); });
+  double t = Time([&] { RmsNorm(dev, x.data(), w.data(), tokens, dim, 1e-6f, y.data()); });
   report("RmsNorm [T, 1280]", t, 8.0 * tokens * dim);
-  t = Time([&] { SiluMulRows(x.data(), tokens, inter, y.data()); });
+  t = Time([&] { SiluMulRows(dev, x.data(), tokens, inter, y.data()); });
   report("SiluMulRows [T, 2x3420]", t, 12.0 * tokens * inter);
-  t = Time([&] { GeluErf(x.data(), tokens * 5120 / 4, y.data()); });
+  t = Time([&] { GeluErf(dev, x.data(), tokens * 5120 / 4, y.data()); });
   report("GeluErf [T/4, 5120]", t, 8.0 * tokens * 5120 / 4);
-  t = Time([&] { Add(x.data(), x.data() + tokens * dim, tokens * dim, y.data()); });
+  t = Time([&] { Add(dev, x.data(), x.data() + tokens * dim, tokens * dim, y.data()); });
   report("Add [T, 1280]", t, 12.0 * tokens * dim);
 }
 
@@ -358,21 +358,21 @@ void BenchTechniques(int64_t tokens) {
   std::vector<float> qkv = Random(tokens * stride, 7);
   const std::vector<float> cos = Random(tokens * hd / 2, 8), sin = Random(tokens * hd / 2, 9);
   const double t_fused = Time([&] {
-    RotaryQK({qkv.data(), stride, heads}, {qkv.data() + heads * hd, stride, heads}, tokens, hd, cos.data(), sin.data());
+    RotaryQK(dev, {qkv.data(), stride, heads}, {qkv.data() + heads * hd, stride, heads}, tokens, hd, cos.data(), sin.data());
   });
   const double t_sep = Time([&] {
-    Rotary({qkv.data(), stride, heads}, tokens, hd, cos.data(), sin.data());
-    Rotary({qkv.data() + heads * hd, stride, heads}, tokens, hd, cos.data(), sin.data());
+    Rotary(dev, {qkv.data(), stride, heads}, tokens, hd, cos.data(), sin.data());
+    Rotary(dev, {qkv.data() + heads * hd, stride, heads}, tokens, hd, cos.data(), sin.data());
   });
   std::printf("  rotary q,k: fused %8.3f ms   separate %8.3f ms   speed-up %.2fx\n", t_fused * 1e3, t_sep * 1e3,
               t_sep / t_fused);
   for (int padded : {80, 96, 128}) {
     std::vector<float> q(tokens * heads * padded), k(q.size()), v(q.size());
-    const double t_one = Time([&] { PadQkv(qkv.data(), tokens, heads, hd, padded, q.data(), k.data(), v.data()); });
+    const double t_one = Time([&] { PadQkv(dev, qkv.data(), tokens, heads, hd, padded, q.data(), k.data(), v.data()); });
     const double t_three = Time([&] {
-      PadOneOfQkv(qkv.data(), tokens, heads, hd, padded, 0, q.data());
-      PadOneOfQkv(qkv.data(), tokens, heads, hd, padded, 1, k.data());
-      PadOneOfQkv(qkv.data(), tokens, heads, hd, padded, 2, v.data());
+      PadOneOfQkv(dev, qkv.data(), tokens, heads, hd, padded, 0, q.data());
+      PadOneOfQkv(dev, qkv.data(), tokens, heads, hd, padded, 1, k.data());
+      PadOneOfQkv(dev, qkv.data(), tokens, heads, hd, padded, 2, v.data());
     });
     std::printf("  qkv pad 80->%-3d: one pass %8.3f ms   three passes %8.3f ms   speed-up %.2fx\n", padded,
                 t_one * 1e3, t_three * 1e3, t_three / t_one);
@@ -415,7 +415,7 @@ int main(int argc, char** argv) {
   if (Enabled(filter, "elementwise")) BenchElementwise(tokens);
   if (Enabled(filter, "techniques")) BenchTechniques(tokens);
   // The machine may be shared: a peak that moved during the run means the ratios above are off.
-  const double end_peak = MeasureMatmulPeakFlops(ComputeType::kF32, 2048, 5);
+  const double end_peak = MeasureMatmulPeakFlops(dev, ComputeType::kF32, 2048, 5);
   const double drift = 100.0 * (end_peak - g_peak_f32) / g_peak_f32;
   std::printf("\nf32 matmul peak at the end: %.1f GFLOP/s (%+.0f%%)%s\n", end_peak * 1e-9, drift,
               std::abs(drift) > 10 ? "  -- other load on the machine? rerun" : "");

@@ -19,7 +19,7 @@
 #include "core/model_config.h"
 #include "core/tensor.h"
 #include "vision/image_decode.h"
-#include "vision/parallel_for.h"
+#include "core/parallel_for.h"
 #include "vision/preprocess.h"
 #include "vision/resize_bicubic.h"
 #include "vision/smart_resize.h"
@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   std::printf("preprocess_bench: %s, %u hardware threads, %d workers (OMP_NUM_THREADS); median of %d "
               "runs; max_pixels %lld\n",
               CpuModel().c_str(), std::thread::hardware_concurrency(),
-              iris::vision::internal::ParallelWorkers(), runs,
+              iris::core::ParallelWorkers(), runs,
               static_cast<long long>(config.max_pixels));
 
   for (const char* name : {"jpeg420_q90_1000x667.jpg", "jpeg420_q90_2048x1536.jpg"}) {
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
       const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) & ~(huge - 1);
       if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_HUGEPAGE);
       constexpr int64_t kChunk = 1 << 20;
-      iris::vision::internal::ParallelFor(static_cast<int>((n + kChunk - 1) / kChunk), [&](int i, int) {
+      iris::core::ParallelFor(static_cast<int>((n + kChunk - 1) / kChunk), [&](int i, int) {
         std::memset(p + i * kChunk, 1, std::min<int64_t>(kChunk, n - i * kChunk));
       });
     });

@@ -72,6 +72,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   }
   IRIS_ASSIGN_OR_RETURN(llm::KvCache cache,
                         llm::KvCache::Create(model->decoder->CacheShape(blocks, options.kv_block_size)));
+  // Activations sized once from the budgets: a step's rows and logit rows, and an encoder forward
+  // of the budget's patches or of the largest image the preprocessor makes, whichever is more.
+  const core::PreprocessorConfig& pre = model->preprocessor;
+  const int64_t largest_image = pre.max_pixels / (int64_t{pre.patch_size} * pre.patch_size);
+  IRIS_RETURN_IF_ERROR(model->encoder->ReserveActivations(std::max(options.max_encoder_patches_per_step, largest_image)));
+  IRIS_RETURN_IF_ERROR(model->decoder->ReserveActivations(options.max_num_batched_tokens, options.max_num_seqs));
   std::unique_ptr<Engine> engine(new Engine(std::move(model), options, std::move(cache)));
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
@@ -111,6 +117,11 @@ absl::Status Engine::Submit(Request request) {
     if (im.pixel_values == nullptr || im.pad_begin < 0 || im.pad_end > L || im.pad_end - im.pad_begin != tokens ||
         im.pixel_values->dim(0) != im.grid_thw[0] * im.grid_thw[1] * im.grid_thw[2]) {
       return absl::InvalidArgumentError(absl::StrCat("prompt: image ", j, " does not match its pad slots"));
+    }
+    if (im.pixel_values->dim(0) > model_->encoder->max_patches()) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt: image ", j, " has ", im.pixel_values->dim(0),
+                                                     " patches, more than one encoder forward holds (",
+                                                     model_->encoder->max_patches(), ")"));
     }
   }
   const int64_t total = L + request.sampling.max_tokens;
@@ -445,34 +456,35 @@ void Engine::EncodeImages(std::vector<Sequence*>& admit) {
 absl::Status Engine::RunDecoder(const std::vector<std::pair<Sequence*, int64_t>>& work) {
   llm::Decoder& dec = *model_->decoder;
   const int64_t h = dec.hidden_size(), vocab = dec.vocab_size();
-  int64_t rows = 0;
-  for (const auto& [seq, n] : work) rows += n;
-  std::vector<float> embeds(static_cast<size_t>(rows * h));
-  std::vector<int64_t> positions(static_cast<size_t>(3 * rows));
-  std::vector<llm::DecoderSequence> seqs;
-  int64_t row = 0, prompt_rows = 0;
+  const int block_size = cache_.shape().block_size;
+  size_t max_blocks = 0;
+  for (const auto& [seq, n] : work) max_blocks = std::max(max_blocks, seq->table.blocks.size());
+  llm::DecoderBatch& batch = batch_;
+  batch.Clear(static_cast<int>(max_blocks));
+  int64_t prompt_rows = 0;
   for (const auto& [seq, n] : work) {
+    const int64_t row = batch.num_rows();
     const int64_t begin = seq->num_computed, end = begin + n;
-    IRIS_RETURN_IF_ERROR(dec.Embed({seq->tokens.data() + begin, static_cast<size_t>(n)}, embeds.data() + row * h));
+    batch.token_ids.insert(batch.token_ids.end(), seq->tokens.begin() + begin, seq->tokens.begin() + end);
     const Prompt& p = seq->req.prompt;
     for (size_t j = 0; j < p.images.size(); ++j) {
       const int64_t lo = std::max(begin, p.images[j].pad_begin), hi = std::min(end, p.images[j].pad_end);
       if (lo >= hi) continue;
       const float* src = seq->image_embeds[j]->data<float>() + (lo - p.images[j].pad_begin) * h;
-      std::memcpy(embeds.data() + (row + lo - begin) * h, src, static_cast<size_t>((hi - lo) * h) * sizeof(float));
+      for (int64_t i = lo; i < hi; ++i) batch.embed_rows.push_back(static_cast<int32_t>(row + i - begin));
+      batch.embeds.insert(batch.embeds.end(), src, src + (hi - lo) * h);
     }
     for (int64_t i = begin; i < end; ++i) {
       for (int a = 0; a < 3; ++a) {
-        positions[a * rows + row + (i - begin)] =
+        batch.positions[a].push_back(
             i < seq->prompt_len ? p.positions.positions[a][i]
-                                : llm::DecodePosition(seq->prompt_len, i - seq->prompt_len, p.positions.rope_delta);
+                                : llm::DecodePosition(seq->prompt_len, i - seq->prompt_len, p.positions.rope_delta));
       }
     }
     prompt_rows += std::max<int64_t>(0, std::min(end, static_cast<int64_t>(seq->tokens.size()) - 1) - begin);
-    seqs.push_back({&seq->table, n, end == static_cast<int64_t>(seq->tokens.size())});
-    row += n;
+    IRIS_RETURN_IF_ERROR(batch.AddSequence(seq->table, block_size, n, end == static_cast<int64_t>(seq->tokens.size())));
   }
-  IRIS_ASSIGN_OR_RETURN(Tensor logits, dec.Forward({embeds.data(), positions, seqs}, &cache_));
+  IRIS_ASSIGN_OR_RETURN(Tensor logits, dec.Forward(batch, &cache_));
 
   int64_t k = 0, generated = 0;
   const absl::Time now = absl::Now();

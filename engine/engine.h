@@ -19,6 +19,7 @@
 #include "engine/encoder_cache.h"
 #include "engine/model.h"
 #include "engine/request.h"
+#include "llm/decoder.h"
 #include "llm/kv_cache.h"
 
 namespace iris::engine {
@@ -95,6 +96,7 @@ class Engine {
   int64_t max_model_len_ = 0;
   llm::KvCache cache_;
   EncoderCache encoder_cache_;
+  llm::DecoderBatch batch_;  // the decoder's inputs, refilled every step (capacity kept)
 
   // Shared with other threads.
   mutable absl::Mutex mu_;

@@ -48,18 +48,21 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, const M
   IRIS_ASSIGN_OR_RETURN(std::vector<int32_t> eos, LoadEosIds(dir, config));
   IRIS_ASSIGN_OR_RETURN(llm::Tokenizer tokenizer, llm::Tokenizer::Load(dir));
   IRIS_ASSIGN_OR_RETURN(core::Checkpoint ckpt, core::Checkpoint::Open(dir));
+  IRIS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Device> device, kernels::CreateDevice(options.device));
   vision::EncoderOptions eo;
   eo.compute = options.compute;
   eo.techniques = options.techniques;
-  IRIS_ASSIGN_OR_RETURN(auto encoder, vision::VisionEncoder::Load(ckpt, config.vision, eo));
-  IRIS_ASSIGN_OR_RETURN(auto decoder, llm::Decoder::Load(ckpt, config.text, llm::DecoderOptions{options.compute}));
+  IRIS_ASSIGN_OR_RETURN(auto encoder, vision::VisionEncoder::Load(*device, ckpt, config.vision, eo));
+  llm::DecoderOptions dopt;
+  dopt.compute = options.compute;
+  IRIS_ASSIGN_OR_RETURN(auto decoder, llm::Decoder::Load(*device, ckpt, config.text, dopt));
   if (config.vision.out_hidden_size != config.text.hidden_size) {
     return absl::InvalidArgumentError(absl::StrCat(dir, "/config.json: vision_config.out_hidden_size ",
                                                    config.vision.out_hidden_size, " differs from hidden_size ",
                                                    config.text.hidden_size));
   }
   return std::unique_ptr<Model>(new Model{dir, std::move(config), pre, std::move(eos), std::move(tokenizer),
-                                          std::move(encoder), std::move(decoder), options});
+                                          std::move(encoder), std::move(decoder), options, std::move(device)});
 }
 
 }  // namespace iris::engine

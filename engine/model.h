@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/model_config.h"
+#include "kernels/device.h"
 #include "kernels/linear.h"
 #include "llm/decoder.h"
 #include "llm/tokenizer.h"
@@ -18,6 +19,7 @@ namespace iris::engine {
 struct ModelOptions {
   kernels::ComputeType compute = kernels::ComputeType::kBF16;
   vision::EncoderTechniques techniques;
+  kernels::DeviceOptions device;  // where the encoder and the decoder run
 };
 
 struct Model {
@@ -29,6 +31,13 @@ struct Model {
   std::unique_ptr<vision::VisionEncoder> encoder;
   std::unique_ptr<llm::Decoder> decoder;
   ModelOptions options;
+  std::unique_ptr<kernels::Device> device;  // what encoder and decoder run on
+
+  // The encoder and the decoder go before the device they hold.
+  ~Model() {
+    encoder.reset();
+    decoder.reset();
+  }
 };
 
 // Loads everything from `dir` (config.json, preprocessor_config.json, generation_config.json when

@@ -14,7 +14,7 @@
 #include "llm/chat_format.h"
 #include "llm/mrope.h"
 #include "nlohmann/json.hpp"
-#include "vision/parallel_for.h"
+#include "core/parallel_for.h"
 #include "vision/pixel_bounds.h"
 #include "vision/preprocess.h"
 
@@ -138,7 +138,7 @@ absl::StatusOr<Prompt> BuildPrompt(const Model& model, const std::vector<ChatInp
   if (jobs.size() == 1) {
     RunImageJob(model, limits, jobs[0]);
   } else if (jobs.size() > 1) {
-    vision::internal::ParallelFor(static_cast<int>(jobs.size()),
+    core::ParallelFor(static_cast<int>(jobs.size()),
                                   [&](int i, int) { RunImageJob(model, limits, jobs[i]); });
   }
   for (const ImageJob& job : jobs) {

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/device.h"
+
 namespace iris::kernels {
 
 // Head h of token r is at data[r * row_stride + h * head_stride .. + head_dim).
@@ -24,15 +26,16 @@ struct AttentionArgs {
   int head_dim = 0;
   float scale = 0.f;     // usually 1/sqrt(head_dim)
   // Sequence s spans tokens [cu_seqlens[s], cu_seqlens[s+1]); tokens never attend across sequences.
+  // In device memory (a copy the device holds); max_seqlen is a host integer.
   std::span<const int32_t> cu_seqlens;
   int max_seqlen = 0;
   bool causal = false;
   // q·kᵀ and p·v from bf16-rounded q, k, v and p (AVX512-BF16 dot products); softmax and all
   // accumulation stay f32. About 2^-9 relative error per input: for the bf16 compute mode only.
-  // Ignored (f32 path) where the CPU lacks AVX512-BF16.
+  // Ignored (f32 path) on a CPU device without AVX512-BF16.
   bool bf16 = false;
 };
 
-void VarlenAttention(const AttentionArgs& args);
+void VarlenAttention(Device& device, const AttentionArgs& args);
 
 }  // namespace iris::kernels

@@ -1,26 +1,28 @@
-// Row-wise and element-wise CPU kernels the models call. All float32, row-major, OpenMP-parallel
-// over rows. `out` may alias the input where noted.
+// Row-wise and element-wise ops the models call. All float32, row-major, in device memory.
+// `out` may alias the input where noted.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/device.h"
 
 namespace iris::kernels {
 
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (HF Qwen2RMSNorm, f32 math).
 // y may alias x.
-void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y);
+void RmsNorm(Device& device, const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y);
 
 // out[r, j] = silu(gu[r, j]) * gu[r, inter + j] for j < inter, where each row of gu holds
 // [gate(inter) | up(inter)] (the fused gate/up projection's output).
-void SiluMulRows(const float* gu, int64_t rows, int64_t inter, float* out);
+void SiluMulRows(Device& device, const float* gu, int64_t rows, int64_t inter, float* out);
 
 // out[r, j] = silu(gate[r, j]) * up[r, j] for two separate [rows, n] arrays. out may alias gate.
-void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+void SiluMul(Device& device, const float* gate, const float* up, int64_t n, float* out);
 
 // y = gelu(x) with the exact erf form. y may alias x.
-void GeluErf(const float* x, int64_t n, float* y);
+void GeluErf(Device& device, const float* x, int64_t n, float* y);
 
 // y = a + b. y may alias a or b.
-void Add(const float* a, const float* b, int64_t n, float* y);
+void Add(Device& device, const float* a, const float* b, int64_t n, float* y);
 
 }  // namespace iris::kernels

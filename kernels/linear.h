@@ -1,6 +1,6 @@
-// Linear layer y = x·Wᵀ + b on the CPU through oneDNN. Weights arrive as HF stores them
-// ([out, in], F32/BF16/F16), are converted and reordered once at creation, and the matmul
-// primitive for each row count M is created once and cached.
+// Linear layer y = x·Wᵀ + b on a device (the CPU: oneDNN). Weights arrive as HF stores them
+// ([out, in], F32/BF16/F16, host memory), are converted, reordered and placed on the device once
+// at creation; the CPU caches one matmul primitive per row count M.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "kernels/device.h"
 
 namespace iris::kernels {
 
@@ -25,7 +26,7 @@ enum class Epilogue {
 class Linear {
  public:
   // weight: [out, in]; bias: [out] or nullptr. Fails on rank/shape/dtype mismatch.
-  static absl::StatusOr<std::unique_ptr<Linear>> Create(const core::Tensor& weight,
+  static absl::StatusOr<std::unique_ptr<Linear>> Create(Device& device, const core::Tensor& weight,
                                                         const core::Tensor* bias,
                                                         ComputeType compute);
   virtual ~Linear() = default;
@@ -34,13 +35,13 @@ class Linear {
   virtual int64_t out_features() const = 0;
   virtual ComputeType compute() const = 0;
 
-  // x: [m, in_features] row-major float32; y: [m, out_features] row-major float32.
-  // Safe to call from one thread at a time.
+  // x: [m, in_features] row-major float32; y: [m, out_features] row-major float32, both in the
+  // device's memory; runs on the device it was created on (one thread at a time).
   virtual void Forward(const float* x, int64_t m, float* y, Epilogue epilogue = Epilogue::kNone) const = 0;
 };
 
 // Measures this machine's dense matmul rate (FLOP/s) with a large oneDNN matmul of the given
 // compute type (M=N=K=`size`), best of `repeats` after a warm-up. Used by benchmarks as the peak.
-double MeasureMatmulPeakFlops(ComputeType compute, int64_t size = 2048, int repeats = 5);
+double MeasureMatmulPeakFlops(Device& device, ComputeType compute, int64_t size = 2048, int repeats = 5);
 
 }  // namespace iris::kernels

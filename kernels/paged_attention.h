@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
+
+#include "kernels/device.h"
 
 namespace iris::kernels {
 
@@ -21,20 +24,40 @@ struct PagedKvLayer {
 };
 
 // Stores `rows` tokens' k and v rows (each num_kv_heads * head_dim floats, head-major, at
-// k + r * k_row_stride / v + r * v_row_stride) into the pool slots `slots[r]`
-// (block * block_size + offset).
-void WritePagedKv(const PagedKvLayer& layer, const float* k, int64_t k_row_stride, const float* v,
-                  int64_t v_row_stride, std::span<const int64_t> slots);
+// k + r * k_row_stride / v + r * v_row_stride) into the pool slots `slot_mapping[r]`
+// (block * block_size + offset; device memory).
+void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int64_t k_row_stride,
+                  const float* v, int64_t v_row_stride, std::span<const int64_t> slot_mapping);
 
-// One sequence in a step. Its new tokens are query rows [q_begin, q_begin + q_len) and they are
-// the last q_len tokens of its context: query row q_begin + i sits at position
-// context_len - q_len + i and attends (causally) to cached tokens 0 .. that position.
-// The k/v of the new tokens must already be written to the pool.
-struct PagedSequence {
-  std::span<const int32_t> block_table;  // block ids, ceil(context_len / block_size) at least
-  int64_t context_len = 0;
-  int64_t q_begin = 0;
-  int64_t q_len = 0;
+// A step's sequences as flat arrays (device memory, as vLLM's attention metadata), the maxima as
+// host integers. Sequence s's new tokens are query rows [query_start[s], query_start[s + 1]) and
+// they are the last q_len = query_start[s + 1] - query_start[s] tokens of its context: query row
+// query_start[s] + i sits at position context_lens[s] - q_len + i and attends (causally) to
+// cached tokens 0 .. that position. Its blocks are
+// block_tables[s * max_blocks_per_seq .. + ceil(context_lens[s] / block_size)). The k/v of the new
+// tokens must already be written to the pool.
+struct PagedMetadata {
+  int num_seqs = 0;
+  std::span<const int32_t> query_start;   // [num_seqs + 1] (query_start[0] = 0 in a whole step)
+  std::span<const int32_t> context_lens;  // [num_seqs]
+  std::span<const int32_t> block_tables;  // [num_seqs, max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+  int max_query_len = 0;
+  int64_t max_context_len = 0;
+};
+
+// Host arrays for a PagedMetadata, sequence by sequence (tests, benchmarks; the engine fills its
+// own in llm::DecoderBatch). The metadata views this builder's vectors.
+class PagedMetadataBuilder {
+ public:
+  // The next sequence: its new tokens are query rows [q_begin, q_begin + q_len), the last of its
+  // context. Sequences are added in row order, each starting where the previous one ends.
+  void Add(std::span<const int32_t> block_table, int64_t context_len, int64_t q_begin, int64_t q_len);
+  PagedMetadata Build();
+
+ private:
+  std::vector<std::vector<int32_t>> tables_;
+  std::vector<int32_t> query_start_ = {0}, context_lens_, block_tables_;
 };
 
 struct PagedAttentionArgs {
@@ -47,11 +70,11 @@ struct PagedAttentionArgs {
   int num_heads = 0;  // a multiple of layer.num_kv_heads (GQA: q head h reads kv head h / group)
   float scale = 0.f;
   PagedKvLayer layer;
-  std::span<const PagedSequence> sequences;
+  PagedMetadata metadata;
   // As AttentionArgs::bf16: bf16-rounded dot products, f32 softmax and accumulation.
   bool bf16 = false;
 };
 
-void PagedAttention(const PagedAttentionArgs& args);
+void PagedAttention(Device& device, const PagedAttentionArgs& args);
 
 }  // namespace iris::kernels

@@ -5,14 +5,21 @@
 
 #include <cstdint>
 
+#include "kernels/device.h"
+
 namespace iris::kernels {
 
 // One pass over qkv writes all three outputs.
-void PadQkv(const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
+void PadQkv(Device& device, const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
             float* q, float* k, float* v);
 
 // One of the three (which = 0 q, 1 k, 2 v): the unfused path, called three times.
-void PadOneOfQkv(const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
+void PadOneOfQkv(Device& device, const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
                  int which, float* out);
+
+// The inverse for an attention output: out[r, h * head_dim + d] = padded[r, h * padded_dim + d]
+// for d < head_dim (the padded dims dropped).
+void UnpadHeads(Device& device, const float* padded, int64_t rows, int num_heads, int head_dim,
+                int padded_dim, float* out);
 
 }  // namespace iris::kernels

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/device.h"
+
 namespace iris::kernels {
 
 // A strided set of heads: head h of token r starts at data[r * row_stride + h * head_dim].
@@ -17,10 +19,10 @@ struct HeadsView {
 
 // The fused kernel: rotates q and k together, in place, in one pass over the rows (straight in
 // the qkv projection's output when q and k point into it).
-void RotaryQK(HeadsView q, HeadsView k, int64_t rows, int head_dim, const float* cos,
+void RotaryQK(Device& device, HeadsView q, HeadsView k, int64_t rows, int head_dim, const float* cos,
               const float* sin);
 
 // One tensor at a time (the unfused path the technique switch falls back to).
-void Rotary(HeadsView x, int64_t rows, int head_dim, const float* cos, const float* sin);
+void Rotary(Device& device, HeadsView x, int64_t rows, int head_dim, const float* cos, const float* sin);
 
 }  // namespace iris::kernels

@@ -4,12 +4,12 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/bf16.h"
 #include "core/status_macros.h"
 #include "core/weights.h"
 #include "kernels/elementwise.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rotary.h"
+#include "kernels/rows.h"
 #include "llm/mrope.h"
 
 namespace iris::llm {
@@ -27,9 +27,57 @@ struct Decoder::Layer {
   std::unique_ptr<Linear> down;     // [hidden, inter]
 };
 
-namespace {
+// The named activation buffers of one step, F32 on the device.
+struct Decoder::Activations {
+  int64_t max_tokens = 0, max_logit_rows = 0;
+  Tensor hidden;       // [T, hidden] the residual stream
+  Tensor normed;       // [T, hidden]
+  Tensor qkv;          // [T, (heads + 2 kv heads) * head_dim]
+  Tensor attn;         // [T, heads * head_dim]
+  Tensor gate_up;      // [T, 2 * intermediate]
+  Tensor act;          // [T, intermediate]
+  Tensor final_rows;   // [T, hidden] final norm of every row (observer only)
+  Tensor logit_hidden; // [R, hidden]
+  Tensor logits;       // [R, vocab]
+  Tensor embeds;       // [T, hidden] given input embeddings (image rows), device copy
+};
 
-enum Slot { kHidden, kNormed, kQkv, kAttn, kGateUp, kAct, kLogitRows, kFinal, kNumSlots };
+void DecoderBatch::Clear(int max_blocks) {
+  token_ids.clear();
+  for (auto& p : positions) p.clear();
+  slot_mapping.clear();
+  query_start.assign(1, 0);
+  context_lens.clear();
+  block_tables.clear();
+  max_blocks_per_seq = max_blocks;
+  logit_rows.clear();
+  embed_rows.clear();
+  embeds.clear();
+}
+
+absl::Status DecoderBatch::AddSequence(const BlockTable& table, int block_size, int64_t num_new, bool want_logits) {
+  const int64_t blocks = static_cast<int64_t>(table.blocks.size());
+  if (num_new <= 0 || num_new > table.num_tokens || block_size <= 0 ||
+      (table.num_tokens + block_size - 1) / block_size > blocks) {
+    return absl::InvalidArgumentError("DecoderBatch: a sequence's block table does not hold its new tokens");
+  }
+  if (blocks > max_blocks_per_seq) {
+    return absl::InvalidArgumentError(absl::StrCat("DecoderBatch: a sequence has ", blocks, " blocks, the batch ",
+                                                   "allows ", max_blocks_per_seq));
+  }
+  const int64_t first = table.num_tokens - num_new;
+  for (int64_t i = first; i < table.num_tokens; ++i) {
+    slot_mapping.push_back(int64_t{table.blocks[i / block_size]} * block_size + i % block_size);
+  }
+  block_tables.insert(block_tables.end(), table.blocks.begin(), table.blocks.end());
+  block_tables.resize(block_tables.size() + (max_blocks_per_seq - blocks), 0);
+  context_lens.push_back(static_cast<int32_t>(table.num_tokens));
+  query_start.push_back(static_cast<int32_t>(query_start.back() + num_new));
+  if (want_logits) logit_rows.push_back(query_start.back() - 1);
+  return absl::OkStatus();
+}
+
+namespace {
 
 absl::Status ValidateConfig(const core::TextConfig& c) {
   if (c.hidden_size <= 0 || c.num_hidden_layers <= 0 || c.num_attention_heads <= 0 ||
@@ -62,29 +110,30 @@ absl::Status ValidateConfig(const core::TextConfig& c) {
 
 }  // namespace
 
-Decoder::Decoder(const core::TextConfig& config, const DecoderOptions& options)
-    : config_(config), options_(options) {}
+Decoder::Decoder(kernels::Device& device, const core::TextConfig& config, const DecoderOptions& options)
+    : device_(device), config_(config), options_(options) {}
 
 Decoder::~Decoder() = default;
 
-absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Load(const core::Checkpoint& ckpt,
+absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Load(kernels::Device& device, const core::Checkpoint& ckpt,
                                                        const core::TextConfig& config,
                                                        const DecoderOptions& options) {
   IRIS_RETURN_IF_ERROR(ValidateConfig(config));
-  std::unique_ptr<Decoder> dec(new Decoder(config, options));
+  std::unique_ptr<Decoder> dec(new Decoder(device, config, options));
   const auto compute = options.compute;
   const int64_t h = config.hidden_size, inter = config.intermediate_size, d = config.head_dim();
   const int64_t qd = int64_t{config.num_attention_heads} * d, kvd = int64_t{config.num_key_value_heads} * d;
 
-  IRIS_ASSIGN_OR_RETURN(dec->embed_, core::GetWeight(ckpt, "model.embed_tokens.weight", {config.vocab_size, h}));
+  IRIS_ASSIGN_OR_RETURN(Tensor embed, core::GetWeight(ckpt, "model.embed_tokens.weight", {config.vocab_size, h}));
+  IRIS_ASSIGN_OR_RETURN(dec->embed_, device.Mirror(embed));
   dec->layers_.resize(config.num_hidden_layers);
   for (int i = 0; i < config.num_hidden_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     Layer& l = dec->layers_[i];
     IRIS_ASSIGN_OR_RETURN(Tensor n1, core::GetWeight(ckpt, p + "input_layernorm.weight", {h}));
     IRIS_ASSIGN_OR_RETURN(Tensor n2, core::GetWeight(ckpt, p + "post_attention_layernorm.weight", {h}));
-    l.input_norm = n1.ToF32();
-    l.post_norm = n2.ToF32();
+    IRIS_ASSIGN_OR_RETURN(l.input_norm, device.Mirror(n1.ToF32()));
+    IRIS_ASSIGN_OR_RETURN(l.post_norm, device.Mirror(n2.ToF32()));
 
     IRIS_ASSIGN_OR_RETURN(Tensor qw, core::GetWeight(ckpt, p + "self_attn.q_proj.weight", {qd, h}));
     IRIS_ASSIGN_OR_RETURN(Tensor kw, core::GetWeight(ckpt, p + "self_attn.k_proj.weight", {kvd, h}));
@@ -97,55 +146,65 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Load(const core::Checkpoint& c
            vb32 = vb.ToF32().Reshaped({kvd, 1});
     IRIS_ASSIGN_OR_RETURN(Tensor qkv_b, core::ConcatRows({&qb32, &kb32, &vb32}));
     Tensor qkv_bias = qkv_b.Reshaped({qd + 2 * kvd});
-    IRIS_ASSIGN_OR_RETURN(l.qkv, Linear::Create(qkv_w, &qkv_bias, compute));
+    IRIS_ASSIGN_OR_RETURN(l.qkv, Linear::Create(device, qkv_w, &qkv_bias, compute));
 
     IRIS_ASSIGN_OR_RETURN(Tensor ow, core::GetWeight(ckpt, p + "self_attn.o_proj.weight", {h, qd}));
-    IRIS_ASSIGN_OR_RETURN(l.o, Linear::Create(ow, nullptr, compute));
+    IRIS_ASSIGN_OR_RETURN(l.o, Linear::Create(device, ow, nullptr, compute));
 
     IRIS_ASSIGN_OR_RETURN(Tensor gw, core::GetWeight(ckpt, p + "mlp.gate_proj.weight", {inter, h}));
     IRIS_ASSIGN_OR_RETURN(Tensor uw, core::GetWeight(ckpt, p + "mlp.up_proj.weight", {inter, h}));
     IRIS_ASSIGN_OR_RETURN(Tensor gu_w, core::ConcatRows({&gw, &uw}));
-    IRIS_ASSIGN_OR_RETURN(l.gate_up, Linear::Create(gu_w, nullptr, compute));
+    IRIS_ASSIGN_OR_RETURN(l.gate_up, Linear::Create(device, gu_w, nullptr, compute));
     IRIS_ASSIGN_OR_RETURN(Tensor dw, core::GetWeight(ckpt, p + "mlp.down_proj.weight", {h, inter}));
-    IRIS_ASSIGN_OR_RETURN(l.down, Linear::Create(dw, nullptr, compute));
+    IRIS_ASSIGN_OR_RETURN(l.down, Linear::Create(device, dw, nullptr, compute));
   }
   IRIS_ASSIGN_OR_RETURN(Tensor fn, core::GetWeight(ckpt, "model.norm.weight", {h}));
-  dec->final_norm_ = fn.ToF32();
+  IRIS_ASSIGN_OR_RETURN(dec->final_norm_, device.Mirror(fn.ToF32()));
   if (config.tie_word_embeddings && !ckpt.Has("lm_head.weight")) {
-    IRIS_ASSIGN_OR_RETURN(dec->lm_head_, Linear::Create(dec->embed_, nullptr, compute));
+    IRIS_ASSIGN_OR_RETURN(dec->lm_head_, Linear::Create(device, dec->embed_, nullptr, compute));
   } else {
     IRIS_ASSIGN_OR_RETURN(Tensor lw, core::GetWeight(ckpt, "lm_head.weight", {config.vocab_size, h}));
-    IRIS_ASSIGN_OR_RETURN(dec->lm_head_, Linear::Create(lw, nullptr, compute));
+    IRIS_ASSIGN_OR_RETURN(dec->lm_head_, Linear::Create(device, lw, nullptr, compute));
   }
-  dec->buffers_.resize(kNumSlots);
+  IRIS_RETURN_IF_ERROR(dec->ReserveActivations(options.max_tokens, options.max_logit_rows));
   return dec;
 }
 
 absl::Status Decoder::Embed(std::span<const int32_t> ids, float* out) const {
-  const int64_t h = config_.hidden_size;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const int32_t id = ids[i];
-    if (id < 0 || id >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " at index ", i,
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at index ", i,
                                                      " is outside the vocabulary [0, ", config_.vocab_size, ")"));
     }
-    float* row = out + static_cast<int64_t>(i) * h;
-    switch (embed_.dtype()) {
-      case DType::kF32:
-        std::memcpy(row, embed_.data<float>() + id * h, h * sizeof(float));
-        break;
-      case DType::kBF16: {
-        const uint16_t* src = embed_.data<uint16_t>() + id * h;
-        for (int64_t j = 0; j < h; ++j) row[j] = core::Bf16ToFloat(src[j]);
-        break;
-      }
-      default: {
-        const uint16_t* src = embed_.data<uint16_t>() + id * h;
-        for (int64_t j = 0; j < h; ++j) row[j] = core::F16ToFloat(src[j]);
-        break;
-      }
-    }
   }
+  kernels::EmbeddingLookup(device_, embed_, ids, out);
+  return absl::OkStatus();
+}
+
+absl::Status Decoder::ReserveActivations(int64_t max_tokens, int64_t max_logit_rows) {
+  if (max_tokens <= 0 || max_logit_rows <= 0) {
+    return absl::InvalidArgumentError("decoder: max_tokens and max_logit_rows must be positive");
+  }
+  const core::TextConfig& c = config_;
+  const int64_t T = max_tokens, R = max_logit_rows, h = c.hidden_size, d = c.head_dim();
+  auto act = std::make_unique<Activations>();
+  act->max_tokens = T;
+  act->max_logit_rows = R;
+  auto alloc = [&](Tensor* t, int64_t floats) -> absl::Status {
+    IRIS_ASSIGN_OR_RETURN(*t, device_.Allocate(DType::kF32, {floats}));
+    return absl::OkStatus();
+  };
+  IRIS_RETURN_IF_ERROR(alloc(&act->hidden, T * h));
+  IRIS_RETURN_IF_ERROR(alloc(&act->normed, T * h));
+  IRIS_RETURN_IF_ERROR(alloc(&act->qkv, T * (c.num_attention_heads + 2 * int64_t{c.num_key_value_heads}) * d));
+  IRIS_RETURN_IF_ERROR(alloc(&act->attn, T * c.num_attention_heads * d));
+  IRIS_RETURN_IF_ERROR(alloc(&act->gate_up, T * 2 * c.intermediate_size));
+  IRIS_RETURN_IF_ERROR(alloc(&act->act, T * c.intermediate_size));
+  IRIS_RETURN_IF_ERROR(alloc(&act->final_rows, T * h));
+  IRIS_RETURN_IF_ERROR(alloc(&act->logit_hidden, R * h));
+  IRIS_RETURN_IF_ERROR(alloc(&act->logits, R * c.vocab_size));
+  IRIS_RETURN_IF_ERROR(alloc(&act->embeds, T * h));
+  act_ = std::move(act);
   return absl::OkStatus();
 }
 
@@ -159,71 +218,135 @@ KvCacheShape Decoder::CacheShape(int64_t num_blocks, int block_size) const {
   return s;
 }
 
-float* Decoder::Buffer(int slot, int64_t floats) {
-  Tensor& t = buffers_[slot];
-  if (t.numel() < floats) t = Tensor::Empty(DType::kF32, {floats});
-  return t.data<float>();
+absl::Status Decoder::Validate(const DecoderBatch& b, const KvCache& cache) const {
+  const KvCacheShape& cs = cache.shape();
+  const core::TextConfig& c = config_;
+  if (cs.num_layers != c.num_hidden_layers || cs.num_kv_heads != c.num_key_value_heads || cs.head_dim != c.head_dim()) {
+    return absl::InvalidArgumentError("Decoder::Forward: the KV cache was made for another model shape");
+  }
+  const int64_t T = b.num_rows();
+  const int S = b.num_seqs();
+  if (T > act_->max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: ", T, " rows exceed the decoder's capacity of ",
+                                                   act_->max_tokens, " (max_tokens)"));
+  }
+  if (static_cast<int64_t>(b.logit_rows.size()) > act_->max_logit_rows) {
+    return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: ", b.logit_rows.size(), " logit rows exceed ",
+                                                   "the decoder's capacity of ", act_->max_logit_rows,
+                                                   " (max_logit_rows)"));
+  }
+  for (int a = 0; a < 3; ++a) {
+    if (static_cast<int64_t>(b.positions[a].size()) != T) {
+      return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: ", b.positions[a].size(), " positions on axis ",
+                                                     a, " for ", T, " rows"));
+    }
+  }
+  if (static_cast<int64_t>(b.slot_mapping.size()) != T || static_cast<int>(b.query_start.size()) != S + 1 ||
+      b.query_start.back() != T || static_cast<int64_t>(b.block_tables.size()) != int64_t{S} * b.max_blocks_per_seq) {
+    return absl::InvalidArgumentError("Decoder::Forward: the batch's per-row and per-sequence arrays disagree");
+  }
+  for (int32_t id : b.token_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: token id ", id, " outside the vocabulary [0, ",
+                                                     c.vocab_size, ")"));
+    }
+  }
+  const int64_t num_slots = cs.num_blocks * cs.block_size;
+  for (int64_t slot : b.slot_mapping) {
+    if (slot < 0 || slot >= num_slots) return absl::InvalidArgumentError("Decoder::Forward: a KV slot is out of range");
+  }
+  for (int32_t block : b.block_tables) {
+    if (block < 0 || block >= cs.num_blocks) return absl::InvalidArgumentError("Decoder::Forward: a block id is out of range");
+  }
+  for (int s = 0; s < S; ++s) {
+    const int64_t q_len = b.query_start[s + 1] - b.query_start[s];
+    if (q_len <= 0 || q_len > b.context_lens[s] ||
+        (b.context_lens[s] + cs.block_size - 1) / cs.block_size > b.max_blocks_per_seq) {
+      return absl::InvalidArgumentError("Decoder::Forward: a sequence's block table does not hold its new tokens");
+    }
+  }
+  for (int32_t r : b.logit_rows) {
+    if (r < 0 || r >= T) return absl::InvalidArgumentError("Decoder::Forward: a logit row is out of range");
+  }
+  if (b.embeds.size() != b.embed_rows.size() * static_cast<size_t>(c.hidden_size)) {
+    return absl::InvalidArgumentError("Decoder::Forward: embeds do not hold one row per embed_rows entry");
+  }
+  for (int32_t r : b.embed_rows) {
+    if (r < 0 || r >= T) return absl::InvalidArgumentError("Decoder::Forward: an embed row is out of range");
+  }
+  return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> Decoder::Forward(const DecoderStep& step, KvCache* cache) {
+absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cache) {
+  IRIS_RETURN_IF_ERROR(Validate(batch, *cache));
   const core::TextConfig& c = config_;
   const int64_t h = c.hidden_size, d = c.head_dim(), inter = c.intermediate_size;
   const int nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t qkv_width = (nh + 2 * int64_t{nkv}) * d;
+  const int64_t rows = batch.num_rows();
+  const int64_t logit_rows = static_cast<int64_t>(batch.logit_rows.size());
+  Activations& A = *act_;
+  if (rows == 0) return A.logits.Reshaped({A.max_logit_rows, c.vocab_size}).Rows(0, 0);
 
-  const KvCacheShape& cs = cache->shape();
-  if (cs.num_layers != c.num_hidden_layers || cs.num_kv_heads != nkv || cs.head_dim != d) {
-    return absl::InvalidArgumentError("Decoder::Forward: the KV cache was made for another model shape");
+  // The step's flat arrays as the device reads them (the same memory on the CPU).
+  auto i32 = [](const std::vector<int32_t>& v) {
+    return Tensor::View(const_cast<int32_t*>(v.data()), DType::kI32, {static_cast<int64_t>(v.size())}, nullptr);
+  };
+  auto span32 = [](const Tensor& t) { return std::span<const int32_t>(t.data<int32_t>(), t.numel()); };
+  IRIS_ASSIGN_OR_RETURN(const Tensor ids, device_.Mirror(i32(batch.token_ids)));
+  IRIS_ASSIGN_OR_RETURN(const Tensor query_start, device_.Mirror(i32(batch.query_start)));
+  IRIS_ASSIGN_OR_RETURN(const Tensor context_lens, device_.Mirror(i32(batch.context_lens)));
+  IRIS_ASSIGN_OR_RETURN(const Tensor block_tables, device_.Mirror(i32(batch.block_tables)));
+  IRIS_ASSIGN_OR_RETURN(const Tensor logit_index, device_.Mirror(i32(batch.logit_rows)));
+  IRIS_ASSIGN_OR_RETURN(const Tensor embed_index, device_.Mirror(i32(batch.embed_rows)));
+  IRIS_ASSIGN_OR_RETURN(const Tensor slots, device_.Mirror(Tensor::View(const_cast<int64_t*>(batch.slot_mapping.data()),
+                                                                         DType::kI64, {rows}, nullptr)));
+  kernels::PagedMetadata md;
+  md.num_seqs = batch.num_seqs();
+  md.query_start = span32(query_start);
+  md.context_lens = span32(context_lens);
+  md.block_tables = span32(block_tables);
+  md.max_blocks_per_seq = batch.max_blocks_per_seq;
+  for (int s = 0; s < md.num_seqs; ++s) {
+    md.max_query_len = std::max(md.max_query_len, batch.query_start[s + 1] - batch.query_start[s]);
+    md.max_context_len = std::max<int64_t>(md.max_context_len, batch.context_lens[s]);
   }
-  // Rows, slots and per-sequence attention descriptors.
-  int64_t rows = 0, logit_rows = 0;
-  std::vector<kernels::PagedSequence> seqs;
-  seqs.reserve(step.sequences.size());
-  std::vector<int64_t> slots;
-  for (const DecoderSequence& s : step.sequences) {
-    if (s.table == nullptr || s.num_new <= 0 || s.num_new > s.table->num_tokens ||
-        cache->BlocksFor(s.table->num_tokens) > static_cast<int64_t>(s.table->blocks.size())) {
-      return absl::InvalidArgumentError("Decoder::Forward: a sequence's block table does not hold its new tokens");
-    }
-    kernels::PagedSequence ps;
-    ps.block_table = s.table->blocks;
-    ps.context_len = s.table->num_tokens;
-    ps.q_begin = rows;
-    ps.q_len = s.num_new;
-    seqs.push_back(ps);
-    for (int64_t i = s.table->num_tokens - s.num_new; i < s.table->num_tokens; ++i) {
-      slots.push_back(cache->Slot(*s.table, i));
-    }
-    rows += s.num_new;
-    if (s.want_logits) ++logit_rows;
-  }
-  if (rows == 0) return Tensor::Empty(DType::kF32, {0, c.vocab_size});
-  if (static_cast<int64_t>(step.positions.size()) != 3 * rows) {
-    return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: ", step.positions.size(),
-                                                   " positions for ", rows, " rows (need 3 per row)"));
-  }
-  // One cos/sin table per step, shared by every layer.
-  IRIS_ASSIGN_OR_RETURN(RotaryTable rope, BuildMropeTable(step.positions, rows, static_cast<int>(d),
+
+  // One cos/sin table per step, built on the host from the positions and shared by every layer.
+  std::vector<int64_t> positions;
+  positions.reserve(3 * rows);
+  for (const auto& axis : batch.positions) positions.insert(positions.end(), axis.begin(), axis.end());
+  IRIS_ASSIGN_OR_RETURN(RotaryTable rope, BuildMropeTable(positions, rows, static_cast<int>(d),
                                                           c.mrope_section, c.rope_theta));
+  const int64_t half = d / 2;
+  IRIS_ASSIGN_OR_RETURN(const Tensor cos, device_.Mirror(Tensor::View(rope.cos.data(), DType::kF32, {rows, half}, nullptr)));
+  IRIS_ASSIGN_OR_RETURN(const Tensor sin, device_.Mirror(Tensor::View(rope.sin.data(), DType::kF32, {rows, half}, nullptr)));
 
-  float* x = Buffer(kHidden, rows * h);
-  std::memcpy(x, step.input_embeds, rows * h * sizeof(float));
-  float* normed = Buffer(kNormed, rows * h);
-  float* qkv = Buffer(kQkv, rows * qkv_width);
-  float* attn = Buffer(kAttn, rows * nh * d);
-  float* gu = Buffer(kGateUp, rows * 2 * inter);
-  float* act = Buffer(kAct, rows * inter);
+  // Input rows: embeddings looked up by id, then the given (image) rows placed over theirs.
+  float* x = A.hidden.data<float>();
+  kernels::EmbeddingLookup(device_, embed_, span32(ids), x);
+  if (!batch.embed_rows.empty()) {
+    float* given = A.embeds.data<float>();
+    device_.CopyToDevice(batch.embeds.data(), given, batch.embeds.size() * sizeof(float));
+    kernels::ScatterRows(device_, given, h, span32(embed_index), x);
+  }
+  float* normed = A.normed.data<float>();
+  float* qkv = A.qkv.data<float>();
+  float* attn = A.attn.data<float>();
+  float* gu = A.gate_up.data<float>();
+  float* act = A.act.data<float>();
   const bool bf16 = options_.compute == kernels::ComputeType::kBF16;
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  const std::span<const int64_t> slot_span(slots.data<int64_t>(), static_cast<size_t>(rows));
 
   for (int li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
-    kernels::RmsNorm(x, l.input_norm.data<float>(), rows, h, c.rms_norm_eps, normed);
+    kernels::RmsNorm(device_, x, l.input_norm.data<float>(), rows, h, c.rms_norm_eps, normed);
     l.qkv->Forward(normed, rows, qkv);
-    kernels::RotaryQK({qkv, qkv_width, nh}, {qkv + nh * d, qkv_width, nkv}, rows, static_cast<int>(d),
-                      rope.cos.data(), rope.sin.data());
+    kernels::RotaryQK(device_, {qkv, qkv_width, nh}, {qkv + nh * d, qkv_width, nkv}, rows, static_cast<int>(d),
+                      cos.data<float>(), sin.data<float>());
     kernels::PagedKvLayer kv = cache->layer(li);
-    kernels::WritePagedKv(kv, qkv + nh * d, qkv_width, qkv + (nh + nkv) * d, qkv_width, slots);
+    kernels::WritePagedKv(device_, kv, qkv + nh * d, qkv_width, qkv + (nh + nkv) * d, qkv_width, slot_span);
     kernels::PagedAttentionArgs a;
     a.q = qkv;
     a.q_row_stride = qkv_width;
@@ -232,33 +355,29 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderStep& step, KvCache* cache)
     a.num_heads = nh;
     a.scale = scale;
     a.layer = kv;
-    a.sequences = seqs;
+    a.metadata = md;
     a.bf16 = bf16;
-    kernels::PagedAttention(a);
+    kernels::PagedAttention(device_, a);
     l.o->Forward(attn, rows, x, Epilogue::kAccumulate);
 
-    kernels::RmsNorm(x, l.post_norm.data<float>(), rows, h, c.rms_norm_eps, normed);
+    kernels::RmsNorm(device_, x, l.post_norm.data<float>(), rows, h, c.rms_norm_eps, normed);
     l.gate_up->Forward(normed, rows, gu);
-    kernels::SiluMulRows(gu, rows, inter, act);
+    kernels::SiluMulRows(device_, gu, rows, inter, act);
     l.down->Forward(act, rows, x, Epilogue::kAccumulate);
     if (observer_) observer_(li, x, rows);
   }
   if (observer_) {
-    float* all = Buffer(kFinal, rows * h);
-    kernels::RmsNorm(x, final_norm_.data<float>(), rows, h, c.rms_norm_eps, all);
+    float* all = A.final_rows.data<float>();
+    kernels::RmsNorm(device_, x, final_norm_.data<float>(), rows, h, c.rms_norm_eps, all);
     observer_(c.num_hidden_layers, all, rows);
   }
 
   // Final norm and lm_head only for the rows whose logits are wanted.
-  Tensor logits = Tensor::Empty(DType::kF32, {logit_rows, c.vocab_size});
+  Tensor logits = A.logits.Reshaped({A.max_logit_rows, c.vocab_size}).Rows(0, logit_rows);
   if (logit_rows > 0) {
-    float* last = Buffer(kLogitRows, logit_rows * h);
-    int64_t row = 0, k = 0;
-    for (const DecoderSequence& s : step.sequences) {
-      row += s.num_new;
-      if (s.want_logits) std::memcpy(last + (k++) * h, x + (row - 1) * h, h * sizeof(float));
-    }
-    kernels::RmsNorm(last, final_norm_.data<float>(), logit_rows, h, c.rms_norm_eps, last);
+    float* last = A.logit_hidden.data<float>();
+    kernels::GatherRows(device_, x, h, span32(logit_index), last);
+    kernels::RmsNorm(device_, last, final_norm_.data<float>(), logit_rows, h, c.rms_norm_eps, last);
     lm_head_->Forward(last, logit_rows, logits.data<float>());
   }
   return logits;

@@ -1,7 +1,9 @@
-// The Qwen2 text decoder of Qwen2.5-VL on the CPU: token embeddings, layers of RMSNorm → GQA
-// attention (q/k/v with bias, M-RoPE) over the paged KV cache → RMSNorm → SwiGLU MLP, final norm and
-// lm_head (tied to the embeddings or not). One Forward runs one scheduler step: any mix of prefill
-// chunks and decode tokens from many sequences, packed row after row.
+// The Qwen2 text decoder of Qwen2.5-VL: token embeddings, layers of RMSNorm → GQA attention
+// (q/k/v with bias, M-RoPE) over the paged KV cache → RMSNorm → SwiGLU MLP, final norm and lm_head
+// (tied to the embeddings or not). One Forward runs one scheduler step: any mix of prefill chunks
+// and decode tokens from many sequences, packed row after row, described by one DecoderBatch.
+// Device-free: every step is an op on the kernels::Device it was loaded for; activations are
+// named buffers allocated once for a row capacity.
 #pragma once
 
 #include <cstdint>
@@ -21,30 +23,46 @@ namespace iris::llm {
 
 struct DecoderOptions {
   kernels::ComputeType compute = kernels::ComputeType::kBF16;
+  // Rows one step can hold (the engine's max_num_batched_tokens) and rows whose logits one step
+  // returns (its max_num_seqs): the activation buffers are allocated for these at load.
+  int64_t max_tokens = 2048;
+  int64_t max_logit_rows = 256;
 };
 
-// One sequence's part of a step: its next `num_new` tokens (consecutive rows of the step). Its
-// block table must already hold them: table->num_tokens = tokens before them + num_new.
-struct DecoderSequence {
-  const BlockTable* table = nullptr;
-  int64_t num_new = 0;
-  bool want_logits = false;  // logits of its last new token
-};
+// One step's inputs, filled by the engine (or a test) and read by Decoder::Forward: plain host
+// arrays, the attention metadata already flat (what a device holds a copy of). clear() keeps
+// capacity, so a batch reused step after step stops allocating once it has seen the budgets.
+struct DecoderBatch {
+  // Per row, T rows in all.
+  std::vector<int32_t> token_ids;
+  std::vector<int64_t> positions[3];   // M-RoPE t, h, w of each row
+  std::vector<int64_t> slot_mapping;   // the KV cache slot each row's k/v is written to
+  // Per sequence, S in all: sequence s owns rows [query_start[s], query_start[s + 1]).
+  std::vector<int32_t> query_start = {0};
+  std::vector<int32_t> context_lens;   // tokens in its cache after this step, the new ones included
+  std::vector<int32_t> block_tables;   // [S, max_blocks_per_seq], unused entries 0
+  int max_blocks_per_seq = 0;
+  std::vector<int32_t> logit_rows;     // rows whose logits Forward returns, in this order
+  // Rows whose input embedding is given here (image tokens) instead of looked up by token id.
+  std::vector<int32_t> embed_rows;
+  std::vector<float> embeds;           // [embed_rows.size(), hidden]
 
-struct DecoderStep {
-  // [T, hidden] float32, T = sum of num_new: token embeddings, with image embeddings already in
-  // the image-pad rows (see Decoder::Embed).
-  const float* input_embeds = nullptr;
-  // M-RoPE positions, axis-major: positions[axis * T + row], axis 0 = t, 1 = h, 2 = w.
-  std::span<const int64_t> positions;
-  std::span<const DecoderSequence> sequences;
+  int64_t num_rows() const { return static_cast<int64_t>(token_ids.size()); }
+  int num_seqs() const { return static_cast<int>(context_lens.size()); }
+  // Empties the batch for a step whose sequences have at most `max_blocks_per_seq` blocks.
+  void Clear(int max_blocks_per_seq);
+  // Adds a sequence's bookkeeping for its next `num_new` rows, whose k/v go to the last num_new
+  // token slots of `table` (already reserved: table.num_tokens counts them); with want_logits its
+  // last row's logits are returned. The caller appends the rows' token ids and positions.
+  // INVALID_ARGUMENT when the table does not hold them or has more blocks than the batch allows.
+  absl::Status AddSequence(const BlockTable& table, int block_size, int64_t num_new, bool want_logits);
 };
 
 class Decoder {
  public:
   // Loads `model.*` (and `lm_head.weight` unless tied) with HF names; q/k/v and gate/up are fused
   // into one projection each.
-  static absl::StatusOr<std::unique_ptr<Decoder>> Load(const core::Checkpoint& checkpoint,
+  static absl::StatusOr<std::unique_ptr<Decoder>> Load(kernels::Device& device, const core::Checkpoint& checkpoint,
                                                        const core::TextConfig& config,
                                                        const DecoderOptions& options);
   ~Decoder();
@@ -54,15 +72,21 @@ class Decoder {
   int64_t hidden_size() const { return config_.hidden_size; }
   int64_t vocab_size() const { return config_.vocab_size; }
 
-  // out[i, :] = embedding row of ids[i] as float32. INVALID_ARGUMENT for an id outside the vocab.
+  // out[i, :] = embedding row of ids[i] as float32 (device memory). INVALID_ARGUMENT for an id
+  // outside the vocab.
   absl::Status Embed(std::span<const int32_t> ids, float* out) const;
+
+  // Re-allocates the activation buffers for steps of up to `max_tokens` rows and
+  // `max_logit_rows` logit rows (at setup, e.g. from the engine's budgets; never in a step).
+  absl::Status ReserveActivations(int64_t max_tokens, int64_t max_logit_rows);
 
   // The KV cache shape this decoder needs for `num_blocks` blocks of `block_size` tokens.
   KvCacheShape CacheShape(int64_t num_blocks, int block_size) const;
 
   // Runs one step: writes the new tokens' k/v into `cache` and returns float32
-  // [number of sequences with want_logits, vocab] logits, in sequence order.
-  absl::StatusOr<core::Tensor> Forward(const DecoderStep& step, KvCache* cache);
+  // [logit_rows.size(), vocab] logits in the batch's logit_rows order, in the decoder's own buffer:
+  // valid until the next Forward. INVALID_ARGUMENT for an inconsistent batch or one over capacity.
+  absl::StatusOr<core::Tensor> Forward(const DecoderBatch& batch, KvCache* cache);
 
   // For tests: called with the hidden states [T, hidden] after each layer (layer 0..n-1), and with
   // the final-norm output of every row (layer = n).
@@ -76,9 +100,11 @@ class Decoder {
 
  private:
   struct Layer;
-  Decoder(const core::TextConfig& config, const DecoderOptions& options);
-  float* Buffer(int slot, int64_t floats);
+  struct Activations;
+  Decoder(kernels::Device& device, const core::TextConfig& config, const DecoderOptions& options);
+  absl::Status Validate(const DecoderBatch& batch, const KvCache& cache) const;
 
+  kernels::Device& device_;
   core::TextConfig config_;
   DecoderOptions options_;
   core::Tensor embed_;  // [vocab, hidden] as stored (mmap view)
@@ -86,7 +112,7 @@ class Decoder {
   core::Tensor final_norm_;  // F32 [hidden]
   std::unique_ptr<kernels::Linear> lm_head_;
   LayerObserver observer_;
-  std::vector<core::Tensor> buffers_;
+  std::unique_ptr<Activations> act_;
 };
 
 }  // namespace iris::llm

@@ -39,7 +39,7 @@ Model LoadTiny(kernels::ComputeType compute) {
   m.config = *config;
   auto ckpt = core::Checkpoint::Open(testing::ModelPath("tiny"));
   EXPECT_TRUE(ckpt.ok()) << ckpt.status();
-  auto dec = Decoder::Load(*ckpt, m.config.text, DecoderOptions{compute});
+  auto dec = Decoder::Load(kernels::DefaultCpuDevice(), *ckpt, m.config.text, DecoderOptions{compute});
   EXPECT_TRUE(dec.ok()) << dec.status();
   m.decoder = std::move(*dec);
   return m;
@@ -66,6 +66,33 @@ std::vector<int64_t> TextPositions(int64_t pos, int64_t n) {
   return p;
 }
 
+// One step over `seqs` (table, new rows; tables already reserved) whose every row's input
+// embedding is given (as the reference's inputs_embeds), positions axis-major [3, rows]. Returns
+// a copy of the logits (the decoder's own buffer is reused by the next step).
+absl::StatusOr<Tensor> Step(Decoder& dec, KvCache& cache, const std::vector<std::pair<BlockTable*, int64_t>>& seqs,
+                            const float* embeds, const std::vector<int64_t>& pos) {
+  DecoderBatch batch;
+  size_t max_blocks = 0;
+  for (const auto& [t, n] : seqs) max_blocks = std::max(max_blocks, t->blocks.size());
+  batch.Clear(static_cast<int>(max_blocks));
+  for (const auto& [t, n] : seqs) {
+    absl::Status added = batch.AddSequence(*t, cache.shape().block_size, n, true);
+    if (!added.ok()) return added;
+  }
+  const int64_t rows = batch.query_start.back();
+  batch.token_ids.assign(rows, 0);
+  for (int a = 0; a < 3; ++a) {
+    for (int64_t i = 0; i < rows && a * rows + i < static_cast<int64_t>(pos.size()); ++i) {
+      batch.positions[a].push_back(pos[a * rows + i]);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) batch.embed_rows.push_back(static_cast<int32_t>(r));
+  batch.embeds.assign(embeds, embeds + rows * dec.hidden_size());
+  auto logits = dec.Forward(batch, &cache);
+  if (!logits.ok()) return logits.status();
+  return logits->Clone();
+}
+
 // Runs one sequence's rows [begin, end) of `embeds`/`positions` (prompt of length L) as one step.
 Tensor RunChunk(Decoder& dec, KvCache& cache, BlockTable& table, const float* embeds,
                 const std::vector<int64_t>& positions, int64_t L, int64_t begin, int64_t end) {
@@ -74,9 +101,7 @@ Tensor RunChunk(Decoder& dec, KvCache& cache, BlockTable& table, const float* em
   std::vector<int64_t> pos(3 * n);
   for (int a = 0; a < 3; ++a)
     for (int64_t i = 0; i < n; ++i) pos[a * n + i] = positions[a * L + begin + i];
-  DecoderSequence seq{&table, n, true};
-  DecoderStep step{embeds + begin * h, pos, {&seq, 1}};
-  auto logits = dec.Forward(step, &cache);
+  auto logits = Step(dec, cache, {{&table, n}}, embeds + begin * h, pos);
   EXPECT_TRUE(logits.ok()) << logits.status();
   return logits.ok() ? *logits : Tensor();
 }
@@ -183,8 +208,7 @@ TEST_P(DecoderGoldenTest, ForcedDecodeThroughPagedCache) {
     ASSERT_TRUE(m.decoder->Embed({&id, 1}, row.data()).ok());
     std::vector<int64_t> pos = {forced_pos[k], forced_pos[16 + k], forced_pos[32 + k]};
     ASSERT_TRUE(cache.Reserve(&table, table.num_tokens + 1).ok());
-    DecoderSequence seq{&table, 1, true};
-    auto next = m.decoder->Forward({row.data(), pos, {&seq, 1}}, &cache);
+    auto next = Step(*m.decoder, cache, {{&table, 1}}, row.data(), pos);
     ASSERT_TRUE(next.ok()) << next.status();
     logits = *next;
   }
@@ -211,8 +235,7 @@ TEST_P(DecoderGoldenTest, GreedyTokens) {
       ASSERT_TRUE(m.decoder->Embed({&id, 1}, row.data()).ok());
       const std::vector<int64_t> pos = TextPositions(L + static_cast<int64_t>(k) + delta, 1);
       ASSERT_TRUE(cache.Reserve(&table, table.num_tokens + 1).ok());
-      DecoderSequence seq{&table, 1, true};
-      auto next = m.decoder->Forward({row.data(), pos, {&seq, 1}}, &cache);
+      auto next = Step(*m.decoder, cache, {{&table, 1}}, row.data(), pos);
       ASSERT_TRUE(next.ok()) << next.status();
       logits = *next;
     }
@@ -260,7 +283,7 @@ TEST(DecoderTest, BatchedStepEqualsSequential) {
   std::vector<BlockTable> tables(3);
   std::vector<float> packed;
   std::vector<int64_t> pos_axes[3];
-  std::vector<DecoderSequence> seqs;
+  std::vector<std::pair<BlockTable*, int64_t>> seqs;
   for (int s = 0; s < 3; ++s) {
     const int64_t L = embeds[s].dim(0), split = L - tail[s];
     RunChunk(*m.decoder, cache, tables[s], embeds[s].data<float>(), positions[s], L, 0, split);
@@ -268,11 +291,11 @@ TEST(DecoderTest, BatchedStepEqualsSequential) {
     packed.insert(packed.end(), embeds[s].data<float>() + split * h, embeds[s].data<float>() + L * h);
     for (int a = 0; a < 3; ++a)
       pos_axes[a].insert(pos_axes[a].end(), positions[s].begin() + a * L + split, positions[s].begin() + a * L + L);
-    seqs.push_back({&tables[s], tail[s], true});
+    seqs.push_back({&tables[s], tail[s]});
   }
   std::vector<int64_t> pos;
   for (int a = 0; a < 3; ++a) pos.insert(pos.end(), pos_axes[a].begin(), pos_axes[a].end());
-  auto logits = m.decoder->Forward({packed.data(), pos, seqs}, &cache);
+  auto logits = Step(*m.decoder, cache, seqs, packed.data(), pos);
   ASSERT_TRUE(logits.ok()) << logits.status();
   ASSERT_EQ(logits->dim(0), 3);
   for (int s = 0; s < 3; ++s) {
@@ -286,13 +309,12 @@ TEST(DecoderTest, RejectsBadSteps) {
   BlockTable table;
   std::vector<float> row(m.decoder->hidden_size());
   // Table not reserved for the new token.
-  DecoderSequence seq{&table, 1, true};
   std::vector<int64_t> pos = TextPositions(0, 1);
-  EXPECT_FALSE(m.decoder->Forward({row.data(), pos, {&seq, 1}}, &cache).ok());
+  EXPECT_FALSE(Step(*m.decoder, cache, {{&table, 1}}, row.data(), pos).ok());
   // Wrong number of positions.
   ASSERT_TRUE(cache.Reserve(&table, 1).ok());
   std::vector<int64_t> short_pos = {0, 0};
-  EXPECT_FALSE(m.decoder->Forward({row.data(), short_pos, {&seq, 1}}, &cache).ok());
+  EXPECT_FALSE(Step(*m.decoder, cache, {{&table, 1}}, row.data(), short_pos).ok());
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 std::unique_ptr<Engine> MakeEngine(const EngineOptions& options) {
-  auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{kernels::ComputeType::kF32, {}});
+  auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{kernels::ComputeType::kF32, {}, {}});
   EXPECT_TRUE(model.ok()) << model.status();
   auto engine = Engine::Create(std::move(*model), options);
   EXPECT_TRUE(engine.ok()) << engine.status();

@@ -117,7 +117,9 @@ void CheckGoldenCases(const std::string& dtype, double max_rel, bool check_text)
                                  " --greedy --max-tokens 20 --dump " + dump);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("20 tokens, finish length"), std::string::npos) << r.err;
-    if (check_text) EXPECT_EQ(r.out, c["greedy"]["text"].get<std::string>() + "\n");
+    if (check_text) {
+      EXPECT_EQ(r.out, c["greedy"]["text"].get<std::string>() + "\n");
+    }
 
     const Dump d = ReadDump(dump);
     EXPECT_EQ(d.input_ids, testing::Int64Values(testing::LoadGolden(file, "input_ids")));

@@ -14,6 +14,8 @@
 namespace iris::kernels {
 namespace {
 
+Device& dev = DefaultCpuDevice();
+
 struct Problem {
   std::vector<int32_t> lengths;
   int heads;
@@ -87,7 +89,7 @@ void Check(const Problem& p, uint32_t seed) {
   a.max_seqlen = max_len;
   a.causal = p.causal;
   a.bf16 = p.bf16;
-  VarlenAttention(a);
+  VarlenAttention(dev, a);
 
   std::vector<double> ref(rows * out_stride, sentinel);
   Reference(a, &ref);
@@ -135,7 +137,7 @@ void Check(const Problem& p, uint32_t seed) {
   b.v = {vh.data(), d, rows * d};
   std::vector<float> out2(rows * out_stride, sentinel);
   b.out = out2.data();
-  VarlenAttention(b);
+  VarlenAttention(dev, b);
   EXPECT_EQ(out, out2) << "the layout of the inputs changed the result";
 }
 

@@ -13,6 +13,8 @@
 namespace iris::kernels {
 namespace {
 
+Device& dev = DefaultCpuDevice();
+
 std::vector<float> Random(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   return testing::RandomFloats(n, seed, lo, hi);
 }
@@ -49,10 +51,10 @@ TEST(RmsNormTest, MatchesReference) {
       for (int64_t i = 0; i < dim; ++i) ref[r * dim + i] = x[r * dim + i] * inv * w[i];
     }
     std::vector<float> y(rows * dim, std::numeric_limits<float>::quiet_NaN());
-    RmsNorm(x.data(), w.data(), rows, dim, eps, y.data());
+    RmsNorm(dev, x.data(), w.data(), rows, dim, eps, y.data());
     ExpectClose(y, ref, 2e-6, 1e-7);
     std::vector<float> inplace = x;  // y aliases x
-    RmsNorm(inplace.data(), w.data(), rows, dim, eps, inplace.data());
+    RmsNorm(dev, inplace.data(), w.data(), rows, dim, eps, inplace.data());
     EXPECT_EQ(inplace, y);
   }
 }
@@ -60,7 +62,7 @@ TEST(RmsNormTest, MatchesReference) {
 TEST(RmsNormTest, EpsDominatesZeroRow) {
   const std::vector<float> x(20, 0.f), w(20, 1.f);
   std::vector<float> y(20, 1.f);
-  RmsNorm(x.data(), w.data(), 1, 20, 1e-6f, y.data());
+  RmsNorm(dev, x.data(), w.data(), 1, 20, 1e-6f, y.data());
   for (float v : y) EXPECT_EQ(v, 0.f);
 }
 
@@ -75,7 +77,7 @@ TEST(SiluMulTest, RowsMatchReference) {
       for (int64_t j = 0; j < inter; ++j)
         ref[r * inter + j] = Silu(gu[r * 2 * inter + j]) * gu[r * 2 * inter + inter + j];
     std::vector<float> out(rows * inter);
-    SiluMulRows(gu.data(), rows, inter, out.data());
+    SiluMulRows(dev, gu.data(), rows, inter, out.data());
     ExpectClose(out, ref, 2e-6, 1e-30);
   }
 }
@@ -93,10 +95,10 @@ TEST(SiluMulTest, FlatMatchesReferenceAndAliases) {
     std::vector<double> ref(n);
     for (int64_t i = 0; i < n; ++i) ref[i] = Silu(gate[i]) * up[i];
     std::vector<float> out(n);
-    SiluMul(gate.data(), up.data(), n, out.data());
+    SiluMul(dev, gate.data(), up.data(), n, out.data());
     // Below about -88.7, e^-x overflows f32 (as in torch) and silu is -0 instead of ~1e-37.
     ExpectClose(out, ref, 2e-6, 1e-30);
-    SiluMul(gate.data(), up.data(), n, gate.data());  // out aliases gate
+    SiluMul(dev, gate.data(), up.data(), n, gate.data());  // out aliases gate
     EXPECT_EQ(gate, out);
   }
 }
@@ -112,9 +114,9 @@ TEST(GeluErfTest, MatchesErfReference) {
     std::vector<double> ref(n);
     for (int64_t i = 0; i < n; ++i) ref[i] = Gelu(x[i]);
     std::vector<float> y(n);
-    GeluErf(x.data(), n, y.data());
+    GeluErf(dev, x.data(), n, y.data());
     ExpectClose(y, ref, 2e-6, 1e-10);  // far left gelu is ~0: relative error there is moot
-    GeluErf(x.data(), n, x.data());  // in place
+    GeluErf(dev, x.data(), n, x.data());  // in place
     EXPECT_EQ(x, y);
   }
 }
@@ -127,7 +129,7 @@ TEST(GeluErfTest, NarrowRangeIsAccurate) {
   std::vector<double> ref(n);
   for (int64_t i = 0; i < n; ++i) ref[i] = Gelu(x[i]);
   std::vector<float> y(n);
-  GeluErf(x.data(), n, y.data());
+  GeluErf(dev, x.data(), n, y.data());
   ExpectClose(y, ref, 2e-6, 1e-12);
 }
 
@@ -135,11 +137,11 @@ TEST(AddTest, MatchesAndAliases) {
   for (int64_t n : {1, 31, 32, 33, 50000}) {
     const std::vector<float> a = Random(n, 40 + n), b = Random(n, 41 + n);
     std::vector<float> y(n);
-    Add(a.data(), b.data(), n, y.data());
+    Add(dev, a.data(), b.data(), n, y.data());
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], a[i] + b[i]) << i;
     std::vector<float> a2 = a, b2 = b;
-    Add(a2.data(), b.data(), n, a2.data());
-    Add(a.data(), b2.data(), n, b2.data());
+    Add(dev, a2.data(), b.data(), n, a2.data());
+    Add(dev, a.data(), b2.data(), n, b2.data());
     EXPECT_EQ(a2, y);
     EXPECT_EQ(b2, y);
   }

@@ -16,6 +16,8 @@
 namespace iris::kernels {
 namespace {
 
+Device& dev = DefaultCpuDevice();
+
 using core::DType;
 using core::Tensor;
 
@@ -91,7 +93,7 @@ TEST_P(LinearF32Test, MatchesReferenceOnOddShapes) {
     Tensor b = Tensor::Empty(DType::kF32, {c.n});
     const std::vector<float> bv = Random(c.n, seed++);
     std::memcpy(b.raw(), bv.data(), bv.size() * 4);
-    auto lin = Linear::Create(w, with_bias ? &b : nullptr, ComputeType::kF32);
+    auto lin = Linear::Create(dev, w, with_bias ? &b : nullptr, ComputeType::kF32);
     ASSERT_TRUE(lin.ok()) << lin.status();
     EXPECT_EQ((*lin)->in_features(), c.k);
     EXPECT_EQ((*lin)->out_features(), c.n);
@@ -129,7 +131,7 @@ TEST(LinearBf16Test, MatchesReferenceLoosely) {
         b.data<uint16_t>()[j] = core::FloatToBf16(bv[j]);
         bv[j] = core::Bf16ToFloat(b.data<uint16_t>()[j]);
       }
-      auto lin = Linear::Create(w, &b, ComputeType::kBF16);
+      auto lin = Linear::Create(dev, w, &b, ComputeType::kBF16);
       ASSERT_TRUE(lin.ok()) << lin.status();
       EXPECT_EQ((*lin)->compute(), ComputeType::kBF16);
       const std::vector<float> x = Random(c.m * c.k, seed++);
@@ -159,7 +161,7 @@ TEST(LinearBf16Test, FewRowsAgreeWithManyRows) {
     Tensor b = Tensor::Empty(DType::kF32, {c.n});
     const std::vector<float> bv = Random(c.n, seed++);
     std::memcpy(b.raw(), bv.data(), bv.size() * 4);
-    auto lin = Linear::Create(w, &b, ComputeType::kBF16);
+    auto lin = Linear::Create(dev, w, &b, ComputeType::kBF16);
     ASSERT_TRUE(lin.ok()) << lin.status();
     const std::vector<float> x = Random(c.m * c.k, seed++);
     for (Epilogue ep : {Epilogue::kNone, Epilogue::kGeluErf, Epilogue::kAccumulate}) {
@@ -184,7 +186,7 @@ TEST(LinearTest, PrimitiveCacheAcrossRowCounts) {
   const int64_t k = 80, n = 48;
   std::vector<float> wr;
   const Tensor w = MakeWeight(Random(n * k, 7), n, k, DType::kF32, &wr);
-  auto lin = Linear::Create(w, nullptr, ComputeType::kF32);
+  auto lin = Linear::Create(dev, w, nullptr, ComputeType::kF32);
   ASSERT_TRUE(lin.ok());
   const std::vector<float> x = Random(64 * k, 8);
   // The same rows computed as part of batches of different sizes agree exactly with themselves
@@ -206,8 +208,8 @@ TEST(LinearTest, PrimitiveCacheAcrossRowCounts) {
 TEST(LinearTest, ConcurrentCallersOnDistinctLayers) {
   const int64_t k = 96, n = 40;
   std::vector<float> wr1, wr2;
-  auto l1 = Linear::Create(MakeWeight(Random(n * k, 11), n, k, DType::kF32, &wr1), nullptr, ComputeType::kF32);
-  auto l2 = Linear::Create(MakeWeight(Random(n * k, 12), n, k, DType::kBF16, &wr2), nullptr, ComputeType::kBF16);
+  auto l1 = Linear::Create(dev, MakeWeight(Random(n * k, 11), n, k, DType::kF32, &wr1), nullptr, ComputeType::kF32);
+  auto l2 = Linear::Create(dev, MakeWeight(Random(n * k, 12), n, k, DType::kBF16, &wr2), nullptr, ComputeType::kBF16);
   ASSERT_TRUE(l1.ok() && l2.ok());
   const std::vector<float> x = Random(37 * k, 13);
   std::vector<float> y1(37 * n), y2(37 * n);
@@ -222,22 +224,22 @@ TEST(LinearTest, ConcurrentCallersOnDistinctLayers) {
 }
 
 TEST(LinearTest, RejectsBadArguments) {
-  EXPECT_FALSE(Linear::Create(Tensor::Empty(DType::kF32, {16}), nullptr, ComputeType::kF32).ok());
-  EXPECT_FALSE(Linear::Create(Tensor::Empty(DType::kF32, {2, 3, 4}), nullptr, ComputeType::kF32).ok());
-  EXPECT_FALSE(Linear::Create(Tensor::Empty(DType::kI32, {4, 4}), nullptr, ComputeType::kF32).ok());
-  EXPECT_FALSE(Linear::Create(Tensor::Empty(DType::kF32, {0, 4}), nullptr, ComputeType::kF32).ok());
+  EXPECT_FALSE(Linear::Create(dev, Tensor::Empty(DType::kF32, {16}), nullptr, ComputeType::kF32).ok());
+  EXPECT_FALSE(Linear::Create(dev, Tensor::Empty(DType::kF32, {2, 3, 4}), nullptr, ComputeType::kF32).ok());
+  EXPECT_FALSE(Linear::Create(dev, Tensor::Empty(DType::kI32, {4, 4}), nullptr, ComputeType::kF32).ok());
+  EXPECT_FALSE(Linear::Create(dev, Tensor::Empty(DType::kF32, {0, 4}), nullptr, ComputeType::kF32).ok());
   const Tensor w = Tensor::Zeros(DType::kF32, {4, 8});
   const Tensor bad_bias = Tensor::Zeros(DType::kF32, {8});
-  EXPECT_FALSE(Linear::Create(w, &bad_bias, ComputeType::kF32).ok());
+  EXPECT_FALSE(Linear::Create(dev, w, &bad_bias, ComputeType::kF32).ok());
   const Tensor int_bias = Tensor::Zeros(DType::kI64, {4});
-  EXPECT_FALSE(Linear::Create(w, &int_bias, ComputeType::kF32).ok());
+  EXPECT_FALSE(Linear::Create(dev, w, &int_bias, ComputeType::kF32).ok());
   const Tensor good_bias = Tensor::Zeros(DType::kF16, {4});
-  EXPECT_TRUE(Linear::Create(w, &good_bias, ComputeType::kBF16).ok());
+  EXPECT_TRUE(Linear::Create(dev, w, &good_bias, ComputeType::kBF16).ok());
 }
 
 TEST(LinearTest, PeakFlopsIsPositive) {
-  EXPECT_GT(MeasureMatmulPeakFlops(ComputeType::kF32, 128, 1), 1e6);
-  EXPECT_GT(MeasureMatmulPeakFlops(ComputeType::kBF16, 128, 1), 1e6);
+  EXPECT_GT(MeasureMatmulPeakFlops(dev, ComputeType::kF32, 128, 1), 1e6);
+  EXPECT_GT(MeasureMatmulPeakFlops(dev, ComputeType::kBF16, 128, 1), 1e6);
 }
 
 }  // namespace

@@ -19,6 +19,16 @@
 namespace iris::kernels {
 namespace {
 
+Device& dev = DefaultCpuDevice();
+
+// One sequence of a step, as the test builds it (flattened into PagedMetadata for the kernel).
+struct PagedSequence {
+  std::span<const int32_t> block_table;
+  int64_t context_len = 0;
+  int64_t q_begin = 0;
+  int64_t q_len = 0;
+};
+
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kSentinel = 12345.f;
 
@@ -50,6 +60,7 @@ struct Step {
   int64_t q_stride = 0;  // padded rows
   std::vector<float> q;
   int64_t out_stride = 0;
+  PagedMetadataBuilder meta;
 
   PagedKvLayer Layer() {
     PagedKvLayer l;
@@ -71,7 +82,9 @@ struct Step {
     a.num_heads = p.heads;
     a.scale = 1.f / std::sqrt(static_cast<float>(p.head_dim));
     a.layer = Layer();
-    a.sequences = seqs;
+    meta = PagedMetadataBuilder();
+    for (const PagedSequence& s : seqs) meta.Add(s.block_table, s.context_len, s.q_begin, s.q_len);
+    a.metadata = meta.Build();
     a.bf16 = p.bf16;
     return a;
   }
@@ -105,7 +118,7 @@ Step Build(const Problem& p, uint32_t seed) {
     for (int64_t t = 0; t < s.context_len; ++t) {
       slots[t] = static_cast<int64_t>(table[t / p.block_size]) * p.block_size + t % p.block_size;
     }
-    WritePagedKv(layer, k.data(), st.row_floats, v.data(), st.row_floats, slots);
+    WritePagedKv(dev, layer, k.data(), st.row_floats, v.data(), st.row_floats, slots);
     st.kctx.push_back(std::move(k));
     st.vctx.push_back(std::move(v));
     st.tables.push_back(std::move(table));
@@ -164,7 +177,7 @@ std::vector<double> Reference(const Step& st) {
 
 std::vector<float> RunPaged(Step& st) {
   std::vector<float> out(st.rows * st.out_stride, kSentinel);
-  PagedAttention(st.Args(out.data()));
+  PagedAttention(dev, st.Args(out.data()));
   return out;
 }
 
@@ -296,7 +309,7 @@ TEST(PagedAttentionTest, MatchesVarlenAttentionWithoutPrefix) {
     a.cu_seqlens = cu;
     a.max_seqlen = 130;
     a.causal = true;
-    VarlenAttention(a);
+    VarlenAttention(dev, a);
     double max_err = 0, max_ref = 0;
     for (size_t i = 0; i < paged.size(); ++i) {
       const double d = std::fabs(paged[i] - varlen[i]);
@@ -315,7 +328,7 @@ TEST(PagedAttentionTest, BatchInvariant) {
     Step one = all;
     one.seqs = {all.seqs[s]};
     std::vector<float> out(all.rows * all.out_stride, kSentinel);
-    PagedAttention(one.Args(out.data()));
+    PagedAttention(dev, one.Args(out.data()));
     const PagedSequence& ps = all.seqs[s];
     for (int64_t r = ps.q_begin; r < ps.q_begin + ps.q_len; ++r) {
       for (int64_t i = 0; i < all.out_stride; ++i) {
@@ -329,8 +342,8 @@ TEST(PagedAttentionTest, EmptyStepAndZeroLengthQueriesWriteNothing) {
   Step st = Build({{{10, 0}, {5, 2}}, 2, 1, 16, 4}, 20);
   std::vector<float> out(st.rows * st.out_stride, kSentinel);
   PagedAttentionArgs a = st.Args(out.data());
-  a.sequences = {};
-  PagedAttention(a);
+  a.metadata = {};
+  PagedAttention(dev, a);
   for (float x : out) ASSERT_EQ(x, kSentinel);
   const Errors e = Compare(st, RunPaged(st), Reference(st));
   EXPECT_LE(e.max_err, 1e-5 * e.max_ref);
@@ -342,7 +355,7 @@ TEST(PagedAttentionDeathTest, RejectsHeadsNotAMultipleOfKvHeads) {
   std::vector<float> out(st.rows * st.out_stride);
   PagedAttentionArgs a = st.Args(out.data());
   a.num_heads = 3;
-  EXPECT_DEATH(PagedAttention(a), "multiple");
+  EXPECT_DEATH(PagedAttention(dev, a), "multiple");
 }
 
 TEST(PagedAttentionDeathTest, RejectsShortBlockTable) {
@@ -350,7 +363,7 @@ TEST(PagedAttentionDeathTest, RejectsShortBlockTable) {
   Step st = Build({{{20, 4}}, 2, 2, 16, 4}, 22);
   st.seqs[0].block_table = std::span<const int32_t>(st.tables[0]).first(4);  // 5 needed
   std::vector<float> out(st.rows * st.out_stride);
-  EXPECT_DEATH(PagedAttention(st.Args(out.data())), "block table");
+  EXPECT_DEATH(PagedAttention(dev, st.Args(out.data())), "block table");
 }
 
 TEST(WritePagedKvTest, PlacesRowsInTheirSlots) {
@@ -369,7 +382,7 @@ TEST(WritePagedKvTest, PlacesRowsInTheirSlots) {
   std::vector<float> src(4 * stride);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;
   const std::vector<int64_t> slots = {29, 0, 12, 7};
-  WritePagedKv(layer, src.data() + row, stride, src.data() + 2 * row, stride, slots);
+  WritePagedKv(dev, layer, src.data() + row, stride, src.data() + 2 * row, stride, slots);
   for (int64_t slot = 0; slot < blocks * bs; ++slot) {
     const auto it = std::find(slots.begin(), slots.end(), slot);
     for (int64_t i = 0; i < row; ++i) {
@@ -390,7 +403,7 @@ TEST(WritePagedKvDeathTest, RejectsSlotOutOfRange) {
   std::vector<float> kpool(2 * 4 * 16), vpool(kpool.size()), src(16);
   PagedKvLayer layer{kpool.data(), vpool.data(), 2, 4, 1, 16};
   const std::vector<int64_t> slots = {8};
-  EXPECT_DEATH(WritePagedKv(layer, src.data(), 16, src.data(), 16, slots), "out of range");
+  EXPECT_DEATH(WritePagedKv(dev, layer, src.data(), 16, src.data(), 16, slots), "out of range");
 }
 
 }  // namespace

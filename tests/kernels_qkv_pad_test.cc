@@ -13,6 +13,8 @@
 namespace iris::kernels {
 namespace {
 
+Device& dev = DefaultCpuDevice();
+
 struct PadCase {
   int64_t rows;
   int heads;
@@ -36,8 +38,8 @@ TEST_P(PadQkvTest, MatchesReferenceAndUnfused) {
     fused[w].assign(out_size + 7, nan);
     single[w].assign(out_size + 7, nan);
   }
-  PadQkv(qkv.data(), c.rows, c.heads, c.head_dim, c.padded, fused[0].data(), fused[1].data(), fused[2].data());
-  for (int w = 0; w < 3; ++w) PadOneOfQkv(qkv.data(), c.rows, c.heads, c.head_dim, c.padded, w, single[w].data());
+  PadQkv(dev, qkv.data(), c.rows, c.heads, c.head_dim, c.padded, fused[0].data(), fused[1].data(), fused[2].data());
+  for (int w = 0; w < 3; ++w) PadOneOfQkv(dev, qkv.data(), c.rows, c.heads, c.head_dim, c.padded, w, single[w].data());
   for (int w = 0; w < 3; ++w) {
     SCOPED_TRACE(w);
     for (int h = 0; h < c.heads; ++h) {

@@ -1,5 +1,5 @@
 // Rotary (rotate-half) on strided heads against a scalar reference; the fused RotaryQK equals
-// Rotary(q) then Rotary(k) bit for bit and leaves everything else (v, row padding) untouched.
+// Rotary(dev, q) then Rotary(dev, k) bit for bit and leaves everything else (v, row padding) untouched.
 #include "kernels/rotary.h"
 
 #include <cmath>
@@ -12,6 +12,8 @@
 
 namespace iris::kernels {
 namespace {
+
+Device& dev = DefaultCpuDevice();
 
 std::vector<float> Random(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   return testing::RandomFloats(n, seed, lo, hi);
@@ -67,11 +69,11 @@ TEST_P(RotaryTest, FusedEqualsSeparateAndReference) {
   const int64_t k_off = static_cast<int64_t>(L.heads) * L.head_dim;
 
   std::vector<float> fused = qkv;
-  RotaryQK({fused.data(), stride, L.heads}, {fused.data() + k_off, stride, L.heads}, L.rows, L.head_dim,
+  RotaryQK(dev, {fused.data(), stride, L.heads}, {fused.data() + k_off, stride, L.heads}, L.rows, L.head_dim,
            cos.data(), sin.data());
   std::vector<float> separate = qkv;
-  Rotary({separate.data(), stride, L.heads}, L.rows, L.head_dim, cos.data(), sin.data());
-  Rotary({separate.data() + k_off, stride, L.heads}, L.rows, L.head_dim, cos.data(), sin.data());
+  Rotary(dev, {separate.data(), stride, L.heads}, L.rows, L.head_dim, cos.data(), sin.data());
+  Rotary(dev, {separate.data() + k_off, stride, L.heads}, L.rows, L.head_dim, cos.data(), sin.data());
   EXPECT_EQ(std::memcmp(fused.data(), separate.data(), fused.size() * 4), 0);
 
   std::vector<float> ref = qkv;
@@ -97,7 +99,7 @@ TEST(RotaryTest, DifferentHeadCountsForQAndK) {
   std::vector<float> cos, sin;
   MakeTables(rows, hd, &cos, &sin);
   std::vector<float> fused = x, ref = x;
-  RotaryQK({fused.data(), stride, 4}, {fused.data() + 4 * hd, stride, 1}, rows, hd, cos.data(), sin.data());
+  RotaryQK(dev, {fused.data(), stride, 4}, {fused.data() + 4 * hd, stride, 1}, rows, hd, cos.data(), sin.data());
   RotaryRef(ref.data(), stride, 5, rows, hd, cos.data(), sin.data());
   for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(fused[i], ref[i], 2e-6) << i;
 }

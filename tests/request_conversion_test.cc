@@ -40,7 +40,9 @@ void ExpectInvalid(const v1::GenerateRequest& r, const std::string& field, const
   ASSERT_FALSE(v.ok()) << field;
   EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << v.status();
   EXPECT_THAT(std::string(v.status().message()), HasSubstr(field));
-  if (!detail.empty()) EXPECT_THAT(std::string(v.status().message()), HasSubstr(detail));
+  if (!detail.empty()) {
+    EXPECT_THAT(std::string(v.status().message()), HasSubstr(detail));
+  }
 }
 
 TEST(ValidateRequestTest, GoodRequestInEngineTerms) {

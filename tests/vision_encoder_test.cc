@@ -68,7 +68,7 @@ std::unique_ptr<Model> LoadModel(const std::string& dir, ComputeType compute, En
   m->config = *config;
   m->pp = *pp;
   options.compute = compute;
-  auto enc = VisionEncoder::Load(*ckpt, config->vision, options);
+  auto enc = VisionEncoder::Load(kernels::DefaultCpuDevice(), *ckpt, config->vision, options);
   EXPECT_TRUE(enc.ok()) << enc.status();
   if (!enc.ok()) return nullptr;
   m->encoder = std::move(*enc);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/parallel_for.h"
 
 namespace iris::vision {
 namespace {
@@ -49,8 +50,11 @@ void ComputeRotaryTables(const core::VisionConfig& config, const EncoderPlan& pl
   rows.reserve(plan.num_patches);
   cols.reserve(plan.num_patches);
   for (const auto& g : plan.grid_thw) PatchPositions(g, merge, &rows, &cols);
-#pragma omp parallel for schedule(static)
-  for (int64_t m = 0; m < plan.num_merged; ++m) {
+  // Host work on the host helpers, in slices of merged tokens.
+  constexpr int64_t kSlice = 256;
+  const int slices = static_cast<int>((plan.num_merged + kSlice - 1) / kSlice);
+  core::ParallelFor(slices, [&](int slice, int) {
+  for (int64_t m = slice * kSlice; m < std::min(plan.num_merged, (slice + 1) * kSlice); ++m) {
     const int64_t src_group = plan.window_index[m];
     for (int j = 0; j < unit; ++j) {
       const int64_t src = src_group * unit + j;
@@ -68,6 +72,7 @@ void ComputeRotaryTables(const core::VisionConfig& config, const EncoderPlan& pl
       }
     }
   }
+  });
 }
 
 absl::StatusOr<std::shared_ptr<const EncoderPlan>> BuildEncoderPlan(

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "vision/parallel_for.h"
+#include "core/parallel_for.h"
 #include "vision/resize_bicubic_internal.h"
 
 namespace iris::vision {
@@ -544,7 +544,7 @@ void ResizeStrips(const RgbImage& in, int out_height, int out_width, int strip_r
 
   // Consecutive strips share input rows: hand them out in runs so that a worker mostly
   // continues where it left off, yet small enough to balance the workers.
-  const int workers = ParallelWorkers();
+  const int workers = core::ParallelWorkers();
   const int run = std::max(1, std::min(8, strips / (4 * workers)));
   const int items = (strips + run - 1) / run;
 
@@ -559,7 +559,7 @@ void ResizeStrips(const RgbImage& in, int out_height, int out_width, int strip_r
   };
   std::vector<std::unique_ptr<Scratch>> scratch(workers);
 
-  ParallelFor(items, [&](int item, int worker) {
+  core::ParallelFor(items, [&](int item, int worker) {
     if (scratch[worker] == nullptr) {
       auto sc = std::make_unique<Scratch>();
       if (ring_needed) sc->ring.reset(new uint8_t[static_cast<size_t>(ring_rows) * stride]);

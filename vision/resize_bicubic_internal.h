@@ -84,7 +84,7 @@ using StripFn = absl::FunctionRef<void(int strip, const uint8_t* const* rows, in
                                        int64_t readable)>;
 
 // The resize to out_height x out_width, produced strip by strip (strip_rows output rows each;
-// the last strip may be shorter) on ParallelFor's workers, so that the resized image need not
+// the last strip may be shorter) on core::ParallelFor's workers, so that the resized image need not
 // exist in full: each worker keeps a ring of horizontally resampled input rows, reused between
 // consecutive strips, and the strip's vertically resampled rows. With `dst` (out_height x
 // out_width) the rows are written there instead of to scratch.

@@ -1,6 +1,7 @@
-// The Qwen2.5-VL vision transformer on the CPU: patch embed, 2-D rotary, window and
-// full-attention blocks, merger, inverse window order. Several images of different sizes go
-// through one forward (varlen). Activation buffers are owned by the encoder and reused.
+// The Qwen2.5-VL vision transformer: patch embed, 2-D rotary, window and full-attention blocks,
+// merger, inverse window order. Several images of different sizes go through one forward
+// (varlen). Device-free: every step is an op on the kernels::Device it was loaded for; the
+// activations are named buffers on that device, allocated once for a patch capacity.
 #pragma once
 
 #include <array>
@@ -19,28 +20,44 @@
 
 namespace iris::vision {
 
-// The encoder-path techniques, each a runtime switch so that its effect can be measured.
+// The encoder-path techniques, each a runtime switch so that its effect can be measured. The names
+// are the public ones (flags, GetModelInfo); what each removes is said here per case.
 struct EncoderTechniques {
-  // cos/sin built once per forward and q, k rotated together in one pass inside the qkv output;
-  // off: tables rebuilt for every layer and q, k rotated in two passes.
+  // On: q and k rotated together in one op inside the qkv output, with the plan's cos/sin (built
+  // once per forward). Off: the tables recomputed for every layer and q, k rotated by two ops.
   bool fused_rotary = true;
-  // q/k/v padded (to the attention kernel's head dim) in one pass, and not at all where the kernel
-  // takes the head dim as it is (the CPU kernel takes 80 directly); off: three separate passes
-  // that split q, k, v into head-major buffers padded to `unfused_padded_head_dim`.
+  // How attention gets q, k, v (see QkvPadding). On: kNone where attention takes the model's head
+  // dim (the CPU kernel takes 80), else kOnePass to EncoderOptions::padded_head_dim. Off: the
+  // usual way, kPerTensor to padded_head_dim (96 when that is 0).
   bool parallel_qkv_padding = true;
-  // The plan (window index, cu_seqlens, rotary tables) kept while grid_thw repeats and shared by
-  // all layers; off: rebuilt for every layer of every forward.
+  // On: the plan (window index, both cu_seqlens sets, cos/sin) built once per distinct grid_thw
+  // list, mirrored to the device once and shared by all layers. Off: built and mirrored again for
+  // every layer of every forward.
   bool cached_cu_seqlens = true;
+};
+
+// What the encoder does with q, k, v between the qkv projection and attention.
+enum class QkvPadding {
+  kNone,       // attention reads q, k, v in place in the qkv output (no copy, no un-pad)
+  kOnePass,    // one op splits and pads all three into head-major buffers; output un-padded
+  kPerTensor,  // three ops, one per tensor, then the output un-padded
 };
 
 struct EncoderOptions {
   kernels::ComputeType compute = kernels::ComputeType::kBF16;
   EncoderTechniques techniques;
-  // Head dim the attention kernel is fed when parallel_qkv_padding is off (aligned tiles).
-  int unfused_padded_head_dim = 96;
+  // The head dim attention runs at when q/k/v are padded; 0 = the model's own (no padding needed,
+  // as on the CPU), in which case the unfused path pads to 96 (aligned tiles).
+  int padded_head_dim = 0;
   // Pad the MLP intermediate size up to a multiple of this (zero weights: exact); 0 = never.
   int intermediate_multiple = 64;
+  // Patches one forward can hold: the activation buffers are allocated for this many at load
+  // (ReserveActivations changes it). A forward over more is refused.
+  int64_t max_patches = 16384;
 };
+
+// The padding the switches resolve to for this model's head dim.
+QkvPadding ResolveQkvPadding(const EncoderOptions& options, int head_dim);
 
 struct EncoderStats {
   int64_t forwards = 0;
@@ -51,13 +68,20 @@ struct EncoderStats {
 class VisionEncoder {
  public:
   // Loads `visual.*` tensors from the checkpoint (HF names) and prepares the kernels.
-  static absl::StatusOr<std::unique_ptr<VisionEncoder>> Load(const core::Checkpoint& checkpoint,
+  static absl::StatusOr<std::unique_ptr<VisionEncoder>> Load(kernels::Device& device,
+                                                             const core::Checkpoint& checkpoint,
                                                              const core::VisionConfig& config,
                                                              const EncoderOptions& options);
   ~VisionEncoder();
 
+  // Re-allocates the activation buffers for forwards of up to `max_patches` patches (at setup,
+  // e.g. from the engine's encoder budget; never in a forward).
+  absl::Status ReserveActivations(int64_t max_patches);
+  int64_t max_patches() const { return max_patches_; }
+
   // pixel_values: F32 [patches, C*T*P*P], the images' rows concatenated in order; grid_thw one
   // entry per image. Returns F32 [merged tokens, out_hidden] in each image's raster order.
+  // INVALID_ARGUMENT for a bad grid or more patches than max_patches().
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& pixel_values,
                                        std::span<const GridThw> grid_thw);
 
@@ -74,10 +98,13 @@ class VisionEncoder {
 
  private:
   struct Block;
-  VisionEncoder(const core::VisionConfig& config, const EncoderOptions& options);
-  void Attention(const EncoderPlan& plan, bool full, int64_t n);
-  float* Buffer(int slot, int64_t floats);
+  struct Activations;
+  struct DevicePlan;
+  VisionEncoder(kernels::Device& device, const core::VisionConfig& config, const EncoderOptions& options);
+  absl::StatusOr<std::shared_ptr<const DevicePlan>> MirrorPlan(std::shared_ptr<const EncoderPlan> plan);
+  void Attention(const DevicePlan& plan, bool full, int64_t n);
 
+  kernels::Device& device_;
   core::VisionConfig config_;
   EncoderOptions options_;
   std::unique_ptr<kernels::Linear> patch_embed_;
@@ -88,8 +115,10 @@ class VisionEncoder {
   int64_t padded_intermediate_ = 0;
   EncoderPlanCache plan_cache_;
   EncoderStats stats_;
+  std::shared_ptr<const DevicePlan> device_plan_;  // the cached plan's device copy
   BlockObserver observer_;
-  std::vector<core::Tensor> buffers_;  // reused activation buffers, by slot
+  int64_t max_patches_ = 0;
+  std::unique_ptr<Activations> act_;
 };
 
 }  // namespace iris::vision

@@ -14,7 +14,7 @@
 // The bf16 option runs both products on vdpbf16ps (pairs of bf16 products summed into f32):
 // Kt is packed as bf16 pairs of dims (Ktb[d/2][key][2]), V as pairs of keys (Vb[key/2][d][2]),
 // q and P are rounded to bf16; the softmax and all accumulation stay f32.
-#include "kernels/attention.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
 
@@ -30,7 +30,7 @@
 
 #include "core/tensor.h"
 
-namespace iris::kernels {
+namespace iris::kernels::cpu::avx512 {
 namespace {
 
 using cpu::PrefetchL2;
@@ -111,19 +111,6 @@ void PackKt(const float* k0, int64_t row_stride, int kn, int head_dim, float* kt
     }
   }
 }
-
-// Per-thread scratch (grows, never shrinks).
-struct Scratch {
-  std::shared_ptr<void> buf;
-  size_t capacity = 0;
-  float* Get(size_t floats) {
-    if (floats > capacity) {
-      capacity = floats;
-      buf = core::AllocateAligned(capacity * sizeof(float));
-    }
-    return static_cast<float*>(buf.get());
-  }
-};
 
 struct UnitState {
   float* o;     // [64][head_dim] running (unnormalised) output
@@ -528,7 +515,7 @@ struct Carver {
 };
 
 template <bool kBf16>
-void Run(const AttentionArgs& a) {
+void Run(CpuDevice& dev, const AttentionArgs& a) {
   const int num_seqs = static_cast<int>(a.cu_seqlens.size()) - 1;
   const int kv_heads = a.num_kv_heads > 0 ? a.num_kv_heads : a.num_heads;
   const int group = a.num_heads / kv_heads;
@@ -577,10 +564,9 @@ void Run(const AttentionArgs& a) {
   };
 
   char* packed = nullptr;
-  thread_local Scratch packed_scratch;  // of the calling thread, reused across calls
   if (total_blocks > 0) {
-    packed = reinterpret_cast<char*>(
-        packed_scratch.Get((static_cast<size_t>(kv_heads) * total_blocks * block_bytes + 3) / 4));
+    packed = static_cast<char*>(
+        dev.Scratch(CpuDevice::kSlotPackedKeys, 0, static_cast<size_t>(kv_heads) * total_blocks * block_bytes));
     std::vector<std::pair<int32_t, int32_t>> blocks;  // (seq, block)
     blocks.reserve(total_blocks);
     for (int s = 0; s < num_seqs; ++s) {
@@ -589,7 +575,7 @@ void Run(const AttentionArgs& a) {
       for (int b = 0; b * kBlock < n; ++b) blocks.push_back({s, b});
     }
     const int64_t jobs = static_cast<int64_t>(kv_heads) * total_blocks;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(dev.threads()) schedule(static)
     for (int64_t job = 0; job < jobs; ++job) {
       const int g = static_cast<int>(job / total_blocks);
       const auto [s, b] = blocks[job % total_blocks];
@@ -623,12 +609,11 @@ void Run(const AttentionArgs& a) {
   };
   const int qb_stride = sh.hp * 2;  // bf16 q row: head_dim rounded up to even
 
-#pragma omp parallel
+#pragma omp parallel num_threads(dev.threads())
   {
-    thread_local Scratch scratch;
     const size_t need = block_bytes + 64 + static_cast<size_t>(kBlock) * hd * 4 + kRows * kBlock * 4 + 64 +
                         kRows * kBlock * 2 + 64 + static_cast<size_t>(kBlock) * qb_stride * 2 + 64;
-    Carver carve{reinterpret_cast<char*>(scratch.Get((need + 3) / 4))};
+    Carver carve{static_cast<char*>(dev.Scratch(CpuDevice::kSlotTile, omp_get_thread_num(), need))};
     char* block_local = carve.Take<char>(block_bytes);
     UnitState st;
     st.o = carve.Take<float>(static_cast<size_t>(kBlock) * hd);
@@ -713,7 +698,7 @@ void Run(const AttentionArgs& a) {
 
 }  // namespace
 
-void VarlenAttention(const AttentionArgs& a) {
+void VarlenAttention(CpuDevice& dev, const AttentionArgs& a) {
   const int num_seqs = static_cast<int>(a.cu_seqlens.size()) - 1;
   if (num_seqs <= 0 || a.num_heads <= 0 || a.head_dim <= 0) return;
   const int kv_heads = a.num_kv_heads > 0 ? a.num_kv_heads : a.num_heads;
@@ -722,11 +707,11 @@ void VarlenAttention(const AttentionArgs& a) {
                  kv_heads);
     std::abort();
   }
-  if (a.bf16 && kHaveBf16) {
-    Run<true>(a);
+  if (a.bf16 && kHaveBf16 && dev.native_bf16()) {
+    Run<true>(dev, a);
   } else {
-    Run<false>(a);
+    Run<false>(dev, a);
   }
 }
 
-}  // namespace iris::kernels
+}  // namespace iris::kernels::cpu::avx512

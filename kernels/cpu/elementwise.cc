@@ -1,5 +1,5 @@
 // Row-wise and element-wise kernels: AVX-512 inside a row or chunk, OpenMP across them.
-#include "kernels/elementwise.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
 
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace iris::kernels {
+namespace iris::kernels::cpu::avx512 {
 namespace {
 
 using cpu::TailMask;
@@ -18,9 +18,9 @@ constexpr int64_t kParallelThreshold = 1 << 15;
 constexpr int64_t kChunk = 4096;
 
 template <typename F>
-void ForChunks(int64_t n, F&& body) {
+void ForChunks(CpuDevice& dev, int64_t n, F&& body) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n > kParallelThreshold)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kChunk;
     body(begin, std::min(n, begin + kChunk));
@@ -29,8 +29,8 @@ void ForChunks(int64_t n, F&& body) {
 
 }  // namespace
 
-void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) {
-#pragma omp parallel for schedule(static) if (rows * dim > kParallelThreshold)
+void RmsNorm(CpuDevice& dev, const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) {
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (rows * dim > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
@@ -57,8 +57,8 @@ void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, flo
   }
 }
 
-void SiluMulRows(const float* gu, int64_t rows, int64_t inter, float* out) {
-#pragma omp parallel for schedule(static) if (rows * inter > kParallelThreshold)
+void SiluMulRows(CpuDevice& dev, const float* gu, int64_t rows, int64_t inter, float* out) {
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (rows * inter > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gu + r * 2 * inter;
     const float* u = g + inter;
@@ -72,8 +72,8 @@ void SiluMulRows(const float* gu, int64_t rows, int64_t inter, float* out) {
   }
 }
 
-void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
-  ForChunks(n, [&](int64_t begin, int64_t end) {
+void SiluMul(CpuDevice& dev, const float* gate, const float* up, int64_t n, float* out) {
+  ForChunks(dev, n, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i += 16) {
       const __mmask16 m = TailMask(end - i);
       const __m512 a = _mm512_maskz_loadu_ps(m, gate + i);
@@ -83,8 +83,8 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   });
 }
 
-void GeluErf(const float* x, int64_t n, float* y) {
-  ForChunks(n, [&](int64_t begin, int64_t end) {
+void GeluErf(CpuDevice& dev, const float* x, int64_t n, float* y) {
+  ForChunks(dev, n, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i += 16) {
       const __mmask16 m = TailMask(end - i);
       _mm512_mask_storeu_ps(y + i, m, cpu::GeluErf(_mm512_maskz_loadu_ps(m, x + i)));
@@ -92,8 +92,8 @@ void GeluErf(const float* x, int64_t n, float* y) {
   });
 }
 
-void Add(const float* a, const float* b, int64_t n, float* y) {
-  ForChunks(n, [&](int64_t begin, int64_t end) {
+void Add(CpuDevice& dev, const float* a, const float* b, int64_t n, float* y) {
+  ForChunks(dev, n, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i += 16) {
       const __mmask16 m = TailMask(end - i);
       _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
@@ -101,4 +101,4 @@ void Add(const float* a, const float* b, int64_t n, float* y) {
   });
 }
 
-}  // namespace iris::kernels
+}  // namespace iris::kernels::cpu::avx512

@@ -1,6 +1,6 @@
 // Linear on oneDNN matmul: weights reordered once into the primitive's preferred (blocked)
 // layout, one primitive per (row count, epilogue) created on first use and cached.
-#include "kernels/linear.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
 
@@ -20,33 +20,12 @@
 #include "core/bf16.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
-namespace iris::kernels {
+namespace iris::kernels::cpu {
 namespace {
 
 using dnnl::memory;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
-
-dnnl::engine& Engine() {
-  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *engine;
-}
-
-dnnl::stream& ThreadStream() {
-  thread_local dnnl::stream stream(Engine());
-  return stream;
-}
-
-// A per-thread scratch buffer (grows, never shrinks): bf16 activations.
-uint16_t* ThreadBf16Scratch(size_t elems) {
-  thread_local std::shared_ptr<void> buffer;
-  thread_local size_t capacity = 0;
-  if (elems > capacity) {
-    capacity = std::max(elems, capacity * 2);
-    buffer = core::AllocateAligned(capacity * sizeof(uint16_t));
-  }
-  return static_cast<uint16_t*>(buffer.get());
-}
 
 dnnl::primitive_attr MakeAttr(Epilogue epilogue) {
   dnnl::post_ops ops;
@@ -62,7 +41,8 @@ dnnl::primitive_attr MakeAttr(Epilogue epilogue) {
 
 class CpuLinear final : public Linear {
  public:
-  CpuLinear(int64_t out, int64_t in, ComputeType compute) : out_(out), in_(in), compute_(compute) {}
+  CpuLinear(CpuDevice& dev, int64_t out, int64_t in, ComputeType compute)
+      : dev_(dev), out_(out), in_(in), compute_(compute) {}
 
   absl::Status Init(const core::Tensor& weight, const core::Tensor* bias) {
     const Dt dt = compute_ == ComputeType::kBF16 ? Dt::bf16 : Dt::f32;
@@ -79,7 +59,7 @@ class CpuLinear final : public Linear {
         bf16_copy = core::AllocateAligned(static_cast<size_t>(f32.numel()) * 2);
         const float* src = f32.data<float>();
         uint16_t* dst = static_cast<uint16_t*>(bf16_copy.get());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(dev_.threads()) schedule(static)
         for (int64_t r = 0; r < out_; ++r) cpu::FloatToBf16Row(src + r * in_, in_, dst + r * in_);
         plain = bf16_copy.get();
       }
@@ -93,12 +73,12 @@ class CpuLinear final : public Linear {
     const memory::desc bias_md({1, out_}, Dt::f32, Tag::ab);
     const memory::desc dst_md({kProbeM, out_}, Dt::f32, Tag::ab);
     try {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, any_md, bias_md, dst_md), Engine());
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, any_md, bias_md, dst_md), dev_.dnnl_engine());
       weight_md_ = pd.weights_desc();
       weight_buf_ = core::AllocateAligned(weight_md_.get_size());
-      dnnl::memory plain_mem(plain_md, Engine(), const_cast<void*>(plain));  // only read
-      dnnl::memory packed_mem(weight_md_, Engine(), weight_buf_.get());
-      dnnl::stream& s = ThreadStream();
+      dnnl::memory plain_mem(plain_md, dev_.dnnl_engine(), const_cast<void*>(plain));  // only read
+      dnnl::memory packed_mem(weight_md_, dev_.dnnl_engine(), weight_buf_.get());
+      dnnl::stream& s = dev_.dnnl_stream();
       dnnl::reorder(plain_mem, packed_mem).execute(s, plain_mem, packed_mem);
       s.wait();
     } catch (const dnnl::error& e) {
@@ -144,19 +124,20 @@ class CpuLinear final : public Linear {
     const Dt dt = bf16 ? Dt::bf16 : Dt::f32;
     void* src = const_cast<float*>(x);
     if (bf16) {
-      uint16_t* xb = ThreadBf16Scratch(static_cast<size_t>(m * in_));
+      uint16_t* xb = static_cast<uint16_t*>(
+          dev_.Scratch(CpuDevice::kSlotBf16Activations, 0, static_cast<size_t>(m * in_) * sizeof(uint16_t)));
       const int64_t in = in_;
       // Vectorised f32 -> bf16 over rows (one thread per chunk of rows).
-#pragma omp parallel for schedule(static) if (m * in > 32768)
+#pragma omp parallel for num_threads(dev_.threads()) schedule(static) if (m * in > 32768)
       for (int64_t r = 0; r < m; ++r) cpu::FloatToBf16Row(x + r * in, in, xb + r * in);
       src = xb;
     }
-    dnnl::engine& eng = Engine();
+    dnnl::engine& eng = dev_.dnnl_engine();
     dnnl::memory src_mem({{m, in_}, dt, Tag::ab}, eng, src);
     dnnl::memory wei_mem(weight_md_, eng, weight_buf_.get());
     dnnl::memory bias_mem({{1, out_}, Dt::f32, Tag::ab}, eng, bias_.get());
     dnnl::memory dst_mem({{m, out_}, Dt::f32, Tag::ab}, eng, y);
-    dnnl::stream& s = ThreadStream();
+    dnnl::stream& s = dev_.dnnl_stream();
     prim.execute(s, {{DNNL_ARG_SRC, src_mem},
                      {DNNL_ARG_WEIGHTS, wei_mem},
                      {DNNL_ARG_BIAS, bias_mem},
@@ -180,7 +161,7 @@ class CpuLinear final : public Linear {
     dnnl::matmul prim;
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, weight_md_, bias_md, dst_md),
-                                      MakeAttr(epilogue), Engine());
+                                      MakeAttr(epilogue), dev_.dnnl_engine());
       prim = dnnl::matmul(pd);
     } catch (const dnnl::error& e) {
       // Shapes were validated at creation; oneDNN refusing them is a broken installation.
@@ -192,6 +173,7 @@ class CpuLinear final : public Linear {
     return cache_.emplace(key, prim).first->second;
   }
 
+  CpuDevice& dev_;
   const int64_t out_, in_;
   const ComputeType compute_;
   memory::desc weight_md_;
@@ -203,9 +185,8 @@ class CpuLinear final : public Linear {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(const core::Tensor& weight,
-                                                       const core::Tensor* bias,
-                                                       ComputeType compute) {
+absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CpuDevice& dev, const core::Tensor& weight,
+                                                     const core::Tensor* bias, ComputeType compute) {
   if (weight.device() != core::Device::kCpu) return absl::InvalidArgumentError("Linear: weight must be on the CPU");
   if (weight.rank() != 2) {
     return absl::InvalidArgumentError(
@@ -232,17 +213,17 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(const core::Tensor& weigh
                                                      " does not match weight ", weight.ShapeString()));
     }
   }
-  auto linear = std::make_unique<CpuLinear>(out, in, compute);
+  auto linear = std::make_unique<CpuLinear>(dev, out, in, compute);
   absl::Status status = linear->Init(weight, bias);
   if (!status.ok()) return status;
   return std::unique_ptr<Linear>(std::move(linear));
 }
 
-double MeasureMatmulPeakFlops(ComputeType compute, int64_t size, int repeats) {
+double MeasureMatmulPeakFlops(CpuDevice& dev, ComputeType compute, int64_t size, int repeats) {
   const int64_t n = size;
   const Dt dt = compute == ComputeType::kBF16 ? Dt::bf16 : Dt::f32;
-  dnnl::engine& eng = Engine();
-  dnnl::stream& s = ThreadStream();
+  dnnl::engine& eng = dev.dnnl_engine();
+  dnnl::stream& s = dev.dnnl_stream();
   const memory::desc src_md({n, n}, dt, Tag::ab);
   const memory::desc wei_any({n, n}, dt, Tag::any);
   const memory::desc dst_md({n, n}, Dt::f32, Tag::ab);
@@ -292,4 +273,4 @@ double MeasureMatmulPeakFlops(ComputeType compute, int64_t size, int repeats) {
   return 2.0 * static_cast<double>(n) * n * n / best;
 }
 
-}  // namespace iris::kernels
+}  // namespace iris::kernels::cpu

@@ -1,7 +1,7 @@
 // Memory read bandwidth: every thread streams through its own contiguous slice with aligned
 // 64-byte loads into 8 independent accumulators (so the adds never wait on each other and the
 // loads are the only limit); the hardware prefetchers see one sequential stream per thread.
-#include "kernels/memory_bandwidth.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
 
@@ -14,7 +14,7 @@
 
 #include "core/tensor.h"
 
-namespace iris::kernels {
+namespace iris::kernels::cpu::avx512 {
 namespace {
 
 constexpr int64_t kLine = 64;             // bytes per zmm load
@@ -35,8 +35,8 @@ __m512 SumSlice(const float* p, int64_t n) {
 
 }  // namespace
 
-double MeasureMemoryReadBandwidth(int64_t bytes, int repeats) {
-  const int threads = std::max(1, omp_get_max_threads());
+double MeasureMemoryReadBandwidth(CpuDevice& dev, int64_t bytes, int repeats) {
+  const int threads = dev.threads();
   // Each thread's slice is a whole number of 512-byte steps (and so 64-byte aligned).
   const int64_t steps_per_thread = std::max<int64_t>(1, bytes / kStep / threads);
   const int64_t slice = steps_per_thread * kStep / 4;  // floats
@@ -74,4 +74,4 @@ double MeasureMemoryReadBandwidth(int64_t bytes, int repeats) {
   return static_cast<double>(total) * sizeof(float) / best;
 }
 
-}  // namespace iris::kernels
+}  // namespace iris::kernels::cpu::avx512

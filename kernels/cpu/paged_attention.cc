@@ -25,7 +25,7 @@
 // DRAM (batch 32 x 1024, 64 MiB) 8-13 GB/s against a 29-38 GB/s streaming read, limited by the
 // misses the prefetches can keep in flight. Prefill of 1000 tokens (8/2 heads) at ~72% of the f32
 // matmul peak, within 5% of VarlenAttention on the same data.
-#include "kernels/paged_attention.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
 
@@ -42,7 +42,7 @@
 
 #include "core/tensor.h"
 
-namespace iris::kernels {
+namespace iris::kernels::cpu::avx512 {
 namespace {
 
 using cpu::PrefetchL2;
@@ -520,19 +520,6 @@ inline void Tile(const Shape& sh, const TileInputs& in, const int64_t qpos[kRows
   }
 }
 
-// Per-thread scratch (grows, never shrinks).
-struct Scratch {
-  std::shared_ptr<void> buf;
-  size_t capacity = 0;
-  char* Get(size_t bytes) {
-    if (bytes > capacity) {
-      capacity = bytes;
-      buf = core::AllocateAligned(capacity);
-    }
-    return static_cast<char*>(buf.get());
-  }
-};
-
 // Bytes from a 64-byte aligned base, each piece rounded up to 64 bytes.
 struct Carver {
   char* base;
@@ -543,6 +530,14 @@ struct Carver {
     used += (count * sizeof(T) + 63) / 64 * 64;
     return p;
   }
+};
+
+// One sequence of the step, read from the flat metadata.
+struct PagedSequence {
+  std::span<const int32_t> block_table;
+  int64_t context_len = 0;
+  int64_t q_begin = 0;
+  int64_t q_len = 0;
 };
 
 struct Item {
@@ -575,7 +570,8 @@ void GatherRows(const PagedKvLayer& L, const PagedSequence& s, int g, int64_t kb
 }
 
 template <bool kBf16>
-void Run(const PagedAttentionArgs& a, const std::vector<Item>& items, int group, int max_q) {
+void Run(CpuDevice& dev, const PagedAttentionArgs& a, std::span<const PagedSequence> seqs, const std::vector<Item>& items,
+         int group, int max_q) {
   const PagedKvLayer& L = a.layer;
   const int hd = L.head_dim;
   Shape sh;
@@ -600,32 +596,32 @@ void Run(const PagedAttentionArgs& a, const std::vector<Item>& items, int group,
 
   // Sequences split into several row tiles (prefills) share their key chunks between the
   // tiles: those chunks are packed once up front, [seq][kv head][chunk], instead of per item.
-  std::vector<int64_t> pack_base(a.sequences.size(), -1);
+  std::vector<int64_t> pack_base(seqs.size(), -1);
   int64_t total_packed = 0;
   {
-    std::vector<int> tiles_of(a.sequences.size(), 0);
+    std::vector<int> tiles_of(seqs.size(), 0);
     for (const Item& item : items) tiles_of[item.seq] += item.g == 0;
-    for (size_t si = 0; si < a.sequences.size(); ++si) {
+    for (size_t si = 0; si < seqs.size(); ++si) {
       if (tiles_of[si] < 2) continue;
       pack_base[si] = total_packed;
-      total_packed += L.num_kv_heads * ((a.sequences[si].context_len + kChunk - 1) / kChunk);
+      total_packed += L.num_kv_heads * ((seqs[si].context_len + kChunk - 1) / kChunk);
     }
   }
   char* packed = nullptr;
   if (total_packed > 0) {
-    thread_local Scratch packed_scratch;  // of the calling thread, reused across calls
-    packed = packed_scratch.Get(static_cast<size_t>(total_packed) * block_bytes);
+    packed = static_cast<char*>(
+        dev.Scratch(CpuDevice::kSlotPackedKeys, 0, static_cast<size_t>(total_packed) * block_bytes));
     std::vector<std::pair<int32_t, int64_t>> jobs;  // (seq, chunk of all its kv heads)
     jobs.reserve(total_packed);
-    for (size_t si = 0; si < a.sequences.size(); ++si) {
+    for (size_t si = 0; si < seqs.size(); ++si) {
       if (pack_base[si] < 0) continue;
-      const int64_t nch = (a.sequences[si].context_len + kChunk - 1) / kChunk;
+      const int64_t nch = (seqs[si].context_len + kChunk - 1) / kChunk;
       for (int64_t j = 0; j < L.num_kv_heads * nch; ++j) jobs.push_back({static_cast<int32_t>(si), j});
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(dev.threads()) schedule(static)
     for (size_t j = 0; j < jobs.size(); ++j) {
       const auto [si, gc] = jobs[j];
-      const PagedSequence& s = a.sequences[si];
+      const PagedSequence& s = seqs[si];
       const int64_t nch = (s.context_len + kChunk - 1) / kChunk;
       const int g = static_cast<int>(gc / nch);
       const int64_t c = gc % nch;
@@ -645,14 +641,13 @@ void Run(const PagedAttentionArgs& a, const std::vector<Item>& items, int group,
     }
   }
 
-#pragma omp parallel if (num_items > 1)
+#pragma omp parallel num_threads(dev.threads()) if (num_items > 1)
   {
-    thread_local Scratch scratch;
     const size_t need = (kt_bytes + 64) + (vb_bytes + 64) + (static_cast<size_t>(max_q_state) * hd * 4 + 64) +
                         2 * (static_cast<size_t>(max_q_state) * 4 + 64) + (kRows * kChunk * 4 + 64) +
                         (kRows * kChunk * 2 + 64) + (static_cast<size_t>(max_q) * qb_stride * 2 + 64) +
                         4 * (kChunk * sizeof(float*) + 64);
-    Carver carve{scratch.Get(need)};
+    Carver carve{static_cast<char*>(dev.Scratch(CpuDevice::kSlotTile, omp_get_thread_num(), need))};
     float* kt = carve.Take<float>(kt_bytes / 4);
     uint16_t* vb = carve.Take<uint16_t>(vb_bytes / 2);
     ItemState st;
@@ -669,7 +664,7 @@ void Run(const PagedAttentionArgs& a, const std::vector<Item>& items, int group,
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < num_items; ++it) {
       const Item& item = items[it];
-      const PagedSequence& s = a.sequences[item.seq];
+      const PagedSequence& s = seqs[item.seq];
       const int nq = item.nrows * group;
       const int64_t pos0 = s.context_len - s.q_len + item.row0;  // position of the item's first row
       const int64_t kend = pos0 + item.nrows;                    // keys [0, kend)
@@ -797,7 +792,7 @@ void Run(const PagedAttentionArgs& a, const std::vector<Item>& items, int group,
 
 }  // namespace
 
-void WritePagedKv(const PagedKvLayer& layer, const float* k, int64_t k_row_stride, const float* v,
+void WritePagedKv(CpuDevice& dev, const PagedKvLayer& layer, const float* k, int64_t k_row_stride, const float* v,
                   int64_t v_row_stride, std::span<const int64_t> slots) {
   if (slots.empty()) return;
   if (layer.k == nullptr || layer.v == nullptr || layer.block_size <= 0 || layer.num_kv_heads <= 0 ||
@@ -816,16 +811,30 @@ void WritePagedKv(const PagedKvLayer& layer, const float* k, int64_t k_row_strid
     }
   }
   // A prefill writes ~1 MB per layer; small writes stay on the calling thread.
-#pragma omp parallel for schedule(static) if (n * row >= (1 << 16))
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * row >= (1 << 16))
   for (int64_t r = 0; r < n; ++r) {
     std::memcpy(layer.k + slots[r] * row, k + r * k_row_stride, static_cast<size_t>(row) * sizeof(float));
     std::memcpy(layer.v + slots[r] * row, v + r * v_row_stride, static_cast<size_t>(row) * sizeof(float));
   }
 }
 
-void PagedAttention(const PagedAttentionArgs& a) {
+void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& a) {
   const PagedKvLayer& L = a.layer;
-  if (a.sequences.empty()) return;
+  const PagedMetadata& md = a.metadata;
+  if (md.num_seqs <= 0) return;
+  if (static_cast<int64_t>(md.query_start.size()) < md.num_seqs + 1 ||
+      static_cast<int64_t>(md.context_lens.size()) < md.num_seqs || md.max_blocks_per_seq < 0 ||
+      static_cast<int64_t>(md.block_tables.size()) < int64_t{md.num_seqs} * md.max_blocks_per_seq) {
+    Fail("metadata arrays shorter than num_seqs");
+  }
+  std::vector<PagedSequence> seqs(md.num_seqs);
+  for (int si = 0; si < md.num_seqs; ++si) {
+    PagedSequence& s = seqs[si];
+    s.block_table = md.block_tables.subspan(static_cast<size_t>(si) * md.max_blocks_per_seq, md.max_blocks_per_seq);
+    s.context_len = md.context_lens[si];
+    s.q_begin = md.query_start[si];
+    s.q_len = md.query_start[si + 1] - md.query_start[si];
+  }
   if (L.num_kv_heads <= 0 || a.num_heads <= 0 || a.num_heads % L.num_kv_heads != 0) {
     std::fprintf(stderr, "iris PagedAttention: num_heads %d is not a positive multiple of num_kv_heads %d\n",
                  a.num_heads, L.num_kv_heads);
@@ -840,8 +849,8 @@ void PagedAttention(const PagedAttentionArgs& a) {
 
   std::vector<Item> items;
   int max_q = 0;
-  for (size_t si = 0; si < a.sequences.size(); ++si) {
-    const PagedSequence& s = a.sequences[si];
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const PagedSequence& s = seqs[si];
     if (s.q_len < 0 || s.q_len > s.context_len || s.q_begin < 0) Fail("bad sequence: need 0 <= q_len <= context_len");
     if (s.q_len == 0) continue;
     const int64_t nblocks = (s.context_len + L.block_size - 1) / L.block_size;
@@ -864,11 +873,11 @@ void PagedAttention(const PagedAttentionArgs& a) {
   // decodes over short contexts).
   std::stable_sort(items.begin(), items.end(), [](const Item& x, const Item& y) { return x.cost > y.cost; });
 
-  if (a.bf16 && kHaveBf16) {
-    Run<true>(a, items, group, max_q);
+  if (a.bf16 && kHaveBf16 && dev.native_bf16()) {
+    Run<true>(dev, a, seqs, items, group, max_q);
   } else {
-    Run<false>(a, items, group, max_q);
+    Run<false>(dev, a, seqs, items, group, max_q);
   }
 }
 
-}  // namespace iris::kernels
+}  // namespace iris::kernels::cpu::avx512

@@ -1,10 +1,10 @@
 // Splits the fused qkv output into head-major, zero-padded q/k/v in one pass over the rows.
-#include "kernels/qkv_pad.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
 
 
-namespace iris::kernels {
+namespace iris::kernels::cpu::avx512 {
 namespace {
 
 using cpu::TailMask;
@@ -24,11 +24,11 @@ inline void CopyPadded(const float* src, int head_dim, int padded_dim, float* ds
 
 }  // namespace
 
-void PadQkv(const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
+void PadQkv(CpuDevice& dev, const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
             float* q, float* k, float* v) {
   float* outs[3] = {q, k, v};
   const int64_t row_stride = 3LL * num_heads * head_dim;
-#pragma omp parallel for schedule(static) if (rows * row_stride > kParallelThreshold)
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (rows * row_stride > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
     const float* src = qkv + r * row_stride;
     for (int which = 0; which < 3; ++which) {
@@ -40,10 +40,10 @@ void PadQkv(const float* qkv, int64_t rows, int num_heads, int head_dim, int pad
   }
 }
 
-void PadOneOfQkv(const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim, int which,
+void PadOneOfQkv(CpuDevice& dev, const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim, int which,
                  float* out) {
   const int64_t row_stride = 3LL * num_heads * head_dim;
-#pragma omp parallel for schedule(static) if (rows * row_stride / 3 > kParallelThreshold)
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (rows * row_stride / 3 > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
     const float* src = qkv + r * row_stride + static_cast<int64_t>(which) * num_heads * head_dim;
     for (int h = 0; h < num_heads; ++h) {
@@ -52,4 +52,4 @@ void PadOneOfQkv(const float* qkv, int64_t rows, int num_heads, int head_dim, in
   }
 }
 
-}  // namespace iris::kernels
+}  // namespace iris::kernels::cpu::avx512

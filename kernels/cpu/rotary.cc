@@ -1,10 +1,10 @@
 // Rotary embedding (rotate-half), in place on strided heads; AVX-512 over the half dimension.
-#include "kernels/rotary.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
 
 
-namespace iris::kernels {
+namespace iris::kernels::cpu::avx512 {
 namespace {
 
 using cpu::TailMask;
@@ -31,10 +31,10 @@ inline void RotateRow(float* row, int num_heads, int head_dim, const float* cos,
 
 }  // namespace
 
-void RotaryQK(HeadsView q, HeadsView k, int64_t rows, int head_dim, const float* cos, const float* sin) {
+void RotaryQK(CpuDevice& dev, HeadsView q, HeadsView k, int64_t rows, int head_dim, const float* cos, const float* sin) {
   const int half = head_dim / 2;
   const int64_t work = rows * (q.num_heads + k.num_heads) * head_dim;
-#pragma omp parallel for schedule(static) if (work > kParallelThreshold)
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (work > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
     const float* c = cos + r * half;
     const float* s = sin + r * half;
@@ -43,13 +43,13 @@ void RotaryQK(HeadsView q, HeadsView k, int64_t rows, int head_dim, const float*
   }
 }
 
-void Rotary(HeadsView x, int64_t rows, int head_dim, const float* cos, const float* sin) {
+void Rotary(CpuDevice& dev, HeadsView x, int64_t rows, int head_dim, const float* cos, const float* sin) {
   const int half = head_dim / 2;
   const int64_t work = rows * x.num_heads * head_dim;
-#pragma omp parallel for schedule(static) if (work > kParallelThreshold)
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (work > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
     RotateRow(x.data + r * x.row_stride, x.num_heads, head_dim, cos + r * half, sin + r * half);
   }
 }
 
-}  // namespace iris::kernels
+}  // namespace iris::kernels::cpu::avx512

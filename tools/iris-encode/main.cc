@@ -83,7 +83,9 @@ absl::Status Run(const std::vector<std::string>& images) {
   options.techniques.parallel_qkv_padding = absl::GetFlag(FLAGS_parallel_qkv_padding);
   options.techniques.cached_cu_seqlens = absl::GetFlag(FLAGS_cached_cu_seqlens);
   IRIS_ASSIGN_OR_RETURN(core::Checkpoint ckpt, core::Checkpoint::Open(dir));
-  IRIS_ASSIGN_OR_RETURN(auto encoder, vision::VisionEncoder::Load(ckpt, config.vision, options));
+  options.max_patches = std::max<int64_t>(rows, options.max_patches);
+  IRIS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Device> device, kernels::CreateDevice(kernels::DeviceOptions{}));
+  IRIS_ASSIGN_OR_RETURN(auto encoder, vision::VisionEncoder::Load(*device, ckpt, config.vision, options));
   const auto t2 = Clock::now();
   IRIS_ASSIGN_OR_RETURN(core::Tensor embeds, encoder->Forward(pixel_values, grids));
   const auto t3 = Clock::now();

@@ -1,18 +1,19 @@
-#include "vision/parallel_for.h"
+#include "core/parallel_for.h"
 
 #include <immintrin.h>
-#include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <system_error>
 #include <thread>
 
-namespace iris::vision::internal {
+namespace iris::core {
 namespace {
 
 struct Job {
@@ -36,6 +37,19 @@ struct Job {
   std::atomic<int> next{0};
   std::atomic<int> done{0};
 };
+
+// OMP_NUM_THREADS's first number when set (what the kernels' thread team uses), else the cores
+// in this process's affinity mask.
+int WantedWorkers() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
 
 // Helper threads, started once and never stopped (they sleep between jobs). One job at a time.
 class Pool {
@@ -91,7 +105,7 @@ class Pool {
 };
 
 Pool& GetPool() {
-  static Pool* pool = new Pool(std::max(1, omp_get_max_threads()) - 1);  // never destroyed
+  static Pool* pool = new Pool(WantedWorkers() - 1);  // never destroyed
   return *pool;
 }
 
@@ -121,4 +135,4 @@ void ParallelFor(int n, absl::FunctionRef<void(int item, int worker)> body) {
   pool.Finish(job.get());
 }
 
-}  // namespace iris::vision::internal
+}  // namespace iris::core

@@ -1,15 +1,16 @@
-// A parallel loop for preprocessing that degrades to one thread instead of stalling when the
+// A parallel loop for host work (preprocessing, plans) that degrades to one thread instead of stalling when the
 // machine is busy: the calling thread works through the items itself and is joined by pooled
 // helper threads as they wake up; it waits only for items a helper has already started, never
 // for a helper that has not been scheduled yet (an OpenMP region joins its whole team, so one
-// descheduled thread delays the region by a scheduler tick or more). Not a public interface.
+// descheduled thread delays the region by a scheduler tick or more).
 #pragma once
 
 #include "absl/functional/function_ref.h"
 
-namespace iris::vision::internal {
+namespace iris::core {
 
-// Threads ParallelFor uses at most: omp_get_max_threads() (OMP_NUM_THREADS), at least 1.
+// Threads ParallelFor uses at most: OMP_NUM_THREADS when set (as the kernels' thread team),
+// else the cores this process may run on; at least 1.
 int ParallelWorkers();
 
 // Calls body(item, worker) once for every item in [0, n), items claimed in increasing order,
@@ -18,4 +19,4 @@ int ParallelWorkers();
 // item is done. Nested or concurrent calls run on the calling thread alone.
 void ParallelFor(int n, absl::FunctionRef<void(int item, int worker)> body);
 
-}  // namespace iris::vision::internal
+}  // namespace iris::core

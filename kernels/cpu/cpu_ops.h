@@ -1,0 +1,59 @@
+// The CPU implementations behind the op API (kernels/*.h). Only the dispatch points
+// (kernels/*.cc) call these; the arguments mean what the op headers say.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "kernels/attention.h"
+#include "kernels/cpu/cpu_device.h"
+#include "kernels/linear.h"
+#include "kernels/paged_attention.h"
+#include "kernels/rotary.h"
+
+namespace iris::kernels::cpu {
+
+// oneDNN matmul (any ISA: oneDNN dispatches itself).
+absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CpuDevice& dev, const core::Tensor& weight,
+                                                     const core::Tensor* bias, ComputeType compute);
+double MeasureMatmulPeakFlops(CpuDevice& dev, ComputeType compute, int64_t size, int repeats);
+
+// Plain C++, any ISA: row copies and the embedding lookup.
+void GatherRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst);
+void ScatterRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst);
+void EmbeddingLookup(CpuDevice& dev, const core::Tensor& table, std::span<const int32_t> ids, float* out);
+void UnpadHeads(CpuDevice& dev, const float* padded, int64_t rows, int num_heads, int head_dim, int padded_dim,
+                float* out);
+
+}  // namespace iris::kernels::cpu
+
+// Hand-written AVX-512 kernels (kernels/cpu/*.cc).
+namespace iris::kernels::cpu::avx512 {
+
+void RmsNorm(CpuDevice& dev, const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y);
+void SiluMulRows(CpuDevice& dev, const float* gu, int64_t rows, int64_t inter, float* out);
+void SiluMul(CpuDevice& dev, const float* gate, const float* up, int64_t n, float* out);
+void GeluErf(CpuDevice& dev, const float* x, int64_t n, float* y);
+void Add(CpuDevice& dev, const float* a, const float* b, int64_t n, float* y);
+
+void RotaryQK(CpuDevice& dev, HeadsView q, HeadsView k, int64_t rows, int head_dim, const float* cos,
+              const float* sin);
+void Rotary(CpuDevice& dev, HeadsView x, int64_t rows, int head_dim, const float* cos, const float* sin);
+
+void PadQkv(CpuDevice& dev, const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim, float* q,
+            float* k, float* v);
+void PadOneOfQkv(CpuDevice& dev, const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
+                 int which, float* out);
+
+void VarlenAttention(CpuDevice& dev, const AttentionArgs& args);
+
+void WritePagedKv(CpuDevice& dev, const PagedKvLayer& layer, const float* k, int64_t k_row_stride, const float* v,
+                  int64_t v_row_stride, std::span<const int64_t> slot_mapping);
+void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& args);
+
+double MeasureMemoryReadBandwidth(CpuDevice& dev, int64_t bytes, int repeats);
+
+}  // namespace iris::kernels::cpu::avx512

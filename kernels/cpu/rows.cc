@@ -1,0 +1,73 @@
+// Row copies and the embedding lookup on the CPU: memcpy and conversion loops, parallel over rows
+// when there are enough bytes to share.
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/bf16.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace iris::kernels::cpu {
+namespace {
+
+// Below this many bytes copied, one thread is faster than waking the team.
+constexpr int64_t kParallelBytes = 1 << 16;
+
+}  // namespace
+
+void GatherRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst) {
+  const int64_t n = static_cast<int64_t>(index.size());
+  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * width * 4 > kParallelBytes)
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * width, src + int64_t{index[i]} * width, row_bytes);
+}
+
+void ScatterRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst) {
+  const int64_t n = static_cast<int64_t>(index.size());
+  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * width * 4 > kParallelBytes)
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + int64_t{index[i]} * width, src + i * width, row_bytes);
+}
+
+void EmbeddingLookup(CpuDevice& dev, const core::Tensor& table, std::span<const int32_t> ids, float* out) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t width = table.dim(1), vocab = table.dim(0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      std::fprintf(stderr, "iris EmbeddingLookup: id %d at %lld outside [0, %lld)\n", ids[i],
+                   static_cast<long long>(i), static_cast<long long>(vocab));
+      std::abort();
+    }
+  }
+  const core::DType dt = table.dtype();
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * width * 4 > kParallelBytes)
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = out + i * width;
+    const int64_t at = int64_t{ids[i]} * width;
+    if (dt == core::DType::kF32) {
+      std::memcpy(row, table.data<float>() + at, static_cast<size_t>(width) * sizeof(float));
+    } else if (dt == core::DType::kBF16) {
+      const uint16_t* src = table.data<uint16_t>() + at;
+      for (int64_t j = 0; j < width; ++j) row[j] = core::Bf16ToFloat(src[j]);
+    } else {
+      const uint16_t* src = table.data<uint16_t>() + at;
+      for (int64_t j = 0; j < width; ++j) row[j] = core::F16ToFloat(src[j]);
+    }
+  }
+}
+
+void UnpadHeads(CpuDevice& dev, const float* padded, int64_t rows, int num_heads, int head_dim, int padded_dim,
+                float* out) {
+  const int64_t in_row = int64_t{num_heads} * padded_dim, out_row = int64_t{num_heads} * head_dim;
+#pragma omp parallel for num_threads(dev.threads()) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int h = 0; h < num_heads; ++h) {
+      std::memcpy(out + r * out_row + int64_t{h} * head_dim, padded + r * in_row + int64_t{h} * padded_dim,
+                  static_cast<size_t>(head_dim) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace iris::kernels::cpu

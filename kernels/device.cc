@@ -1,0 +1,39 @@
+#include "kernels/device.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_device.h"
+
+namespace iris::kernels {
+
+absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options) {
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("device threads must be >= 0, got ", options.threads));
+  }
+  if (options.name == "cpu") {
+    absl::StatusOr<cpu::CpuIsa> isa = cpu::ChooseCpuIsa(options.cpu_isa);
+    if (!isa.ok()) return isa.status();
+    return std::unique_ptr<Device>(new cpu::CpuDevice(options.threads, *isa));
+  }
+  if (options.name == "cuda" || options.name.rfind("cuda:", 0) == 0) {
+    return absl::UnimplementedError("device \"" + options.name + "\": this build of iris has no CUDA backend");
+  }
+  return absl::InvalidArgumentError(absl::StrCat("device \"", options.name, "\" is not one of: cpu"));
+}
+
+Device& DefaultCpuDevice() {
+  static Device* device = [] {
+    absl::StatusOr<std::unique_ptr<Device>> d = CreateDevice(DeviceOptions{});
+    if (!d.ok()) {
+      // Only a processor below the build's baseline (or a bad IRIS_CPU_ISA) gets here.
+      std::fprintf(stderr, "iris: %s\n", d.status().ToString().c_str());
+      std::exit(1);
+    }
+    return d->release();
+  }();
+  return *device;
+}
+
+}  // namespace iris::kernels

@@ -1,0 +1,75 @@
+// The device seam: one object per device holds everything a backend keeps between ops — its
+// memory, its stream (on the CPU: the thread team), library handles and workspaces — and every
+// op takes it. Model code calls ops on a Device and never names a backend; each op has one
+// dispatch point (kernels/<op>.cc) that picks the implementation for the device's kind and
+// instruction set.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace iris::kernels {
+
+enum class DeviceKind { kCpu };  // kCuda arrives with the CUDA backend
+
+// A recorded sequence of ops that can be replayed at the same addresses (a CUDA graph).
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual absl::Status Replay() = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceKind kind() const = 0;
+  // One line for logs and benchmark reports: the backend, the processor, the code path in use.
+  virtual std::string Describe() const = 0;
+
+  // Device memory, 64-byte aligned, at a fixed address for the tensor's life (tagged with the
+  // device in Tensor::device()). Uninitialised. RESOURCE_EXHAUSTED when it cannot be had.
+  virtual absl::StatusOr<core::Tensor> Allocate(core::DType dtype, std::vector<int64_t> shape) = 0;
+  // Host memory that copies to and from the device fastest (pinned on a GPU).
+  virtual absl::StatusOr<core::Tensor> AllocateStaging(core::DType dtype, std::vector<int64_t> shape) = 0;
+  // A device copy of a host tensor, for data built on the host and read by ops many times
+  // (weights, plans, tables). Where the device reads host memory (the CPU) it is the same storage.
+  virtual absl::StatusOr<core::Tensor> Mirror(const core::Tensor& host) = 0;
+
+  // Copies ordered on the device's stream; host memory should come from AllocateStaging.
+  virtual void CopyToDevice(const void* host, void* device, size_t bytes) = 0;
+  virtual void CopyToHost(const void* device, void* host, size_t bytes) = 0;
+  // Waits until every op issued so far has finished.
+  virtual void Synchronize() = 0;
+
+  // Graph capture: ops issued between BeginCapture and EndCapture are recorded, not run, and
+  // the returned graph replays them. UNIMPLEMENTED where the device has no graphs (the CPU).
+  virtual absl::Status BeginCapture() { return absl::UnimplementedError("this device has no graph capture"); }
+  virtual absl::StatusOr<std::unique_ptr<DeviceGraph>> EndCapture() {
+    return absl::UnimplementedError("this device has no graph capture");
+  }
+};
+
+struct DeviceOptions {
+  std::string name = "cpu";  // "cpu" (a CUDA build adds "cuda" / "cuda:N")
+  int threads = 0;           // CPU: the thread team's size; 0 = OMP_NUM_THREADS or every core
+  // CPU: the highest instruction set iris's own kernels may use ("avx2", "avx512",
+  // "avx512_bf16"; empty = what the processor has, capped by the IRIS_CPU_ISA variable).
+  std::string cpu_isa;
+};
+
+// INVALID_ARGUMENT for an unknown name, UNIMPLEMENTED for a backend this build lacks.
+absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options);
+
+// The process's default CPU device (threads and ISA from the environment), for tools and tests
+// that run ops outside an engine. Created on first use, never destroyed.
+Device& DefaultCpuDevice();
+
+}  // namespace iris::kernels

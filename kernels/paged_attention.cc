@@ -1,0 +1,49 @@
+// The dispatch point of these ops: the one place that picks each one's implementation for a device.
+#include "kernels/paged_attention.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace iris::kernels {
+
+void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int64_t k_row_stride,
+                  const float* v, int64_t v_row_stride, std::span<const int64_t> slot_mapping) {
+  switch (device.kind()) {
+    case DeviceKind::kCpu:
+      return cpu::avx512::WritePagedKv(cpu::AsCpu(device), layer, k, k_row_stride, v, v_row_stride, slot_mapping);
+  }
+}
+
+void PagedAttention(Device& device, const PagedAttentionArgs& args) {
+  switch (device.kind()) {
+    case DeviceKind::kCpu:
+      return cpu::avx512::PagedAttention(cpu::AsCpu(device), args);
+  }
+}
+
+void PagedMetadataBuilder::Add(std::span<const int32_t> block_table, int64_t context_len, int64_t q_begin,
+                               int64_t q_len) {
+  if (tables_.empty()) query_start_.assign(1, static_cast<int32_t>(q_begin));
+  tables_.emplace_back(block_table.begin(), block_table.end());
+  context_lens_.push_back(static_cast<int32_t>(context_len));
+  query_start_.push_back(static_cast<int32_t>(query_start_.back() + q_len));
+}
+
+PagedMetadata PagedMetadataBuilder::Build() {
+  PagedMetadata md;
+  md.num_seqs = static_cast<int>(context_lens_.size());
+  for (const auto& t : tables_) md.max_blocks_per_seq = std::max(md.max_blocks_per_seq, static_cast<int>(t.size()));
+  block_tables_.assign(static_cast<size_t>(md.num_seqs) * md.max_blocks_per_seq, 0);
+  for (int s = 0; s < md.num_seqs; ++s) {
+    std::copy(tables_[s].begin(), tables_[s].end(), block_tables_.begin() + static_cast<size_t>(s) * md.max_blocks_per_seq);
+    md.max_query_len = std::max(md.max_query_len, query_start_[s + 1] - query_start_[s]);
+    md.max_context_len = std::max<int64_t>(md.max_context_len, context_lens_[s]);
+  }
+  md.query_start = query_start_;
+  md.context_lens = context_lens_;
+  md.block_tables = block_tables_;
+  return md;
+}
+
+}  // namespace iris::kernels

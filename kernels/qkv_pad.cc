@@ -1,0 +1,32 @@
+// The dispatch point of these ops: the one place that picks each one's implementation for a device.
+#include "kernels/qkv_pad.h"
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace iris::kernels {
+
+void PadQkv(Device& device, const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
+            float* q, float* k, float* v) {
+  switch (device.kind()) {
+    case DeviceKind::kCpu:
+      return cpu::avx512::PadQkv(cpu::AsCpu(device), qkv, rows, num_heads, head_dim, padded_dim, q, k, v);
+  }
+}
+
+void PadOneOfQkv(Device& device, const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
+                 int which, float* out) {
+  switch (device.kind()) {
+    case DeviceKind::kCpu:
+      return cpu::avx512::PadOneOfQkv(cpu::AsCpu(device), qkv, rows, num_heads, head_dim, padded_dim, which, out);
+  }
+}
+
+void UnpadHeads(Device& device, const float* padded, int64_t rows, int num_heads, int head_dim,
+                int padded_dim, float* out) {
+  switch (device.kind()) {
+    case DeviceKind::kCpu:
+      return cpu::UnpadHeads(cpu::AsCpu(device), padded, rows, num_heads, head_dim, padded_dim, out);
+  }
+}
+
+}  // namespace iris::kernels
