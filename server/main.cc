@@ -26,6 +26,9 @@
 
 ABSL_FLAG(std::string, model, "", "model folder (config.json, tokenizer.json, *.safetensors, ...)");
 ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 (fast, the default) or f32");
+ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu");
+ABSL_FLAG(std::string, cpu_isa, "", "CPU device: highest instruction set of iris's kernels, avx2 | avx512 | avx512_bf16 "
+          "(empty = what the processor has, or the IRIS_CPU_ISA variable)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for every interface)");
 ABSL_FLAG(int32_t, port, 50051, "port to listen on (0 = any free port, printed when ready)");
 ABSL_FLAG(int32_t, max_num_seqs, 64, "sequences decoded together at most");
@@ -165,7 +168,10 @@ absl::Status Run(const sigset_t& stop_signals) {
   model_options.techniques.fused_rotary = absl::GetFlag(FLAGS_fused_rotary);
   model_options.techniques.parallel_qkv_padding = absl::GetFlag(FLAGS_parallel_qkv_padding);
   model_options.techniques.cached_cu_seqlens = absl::GetFlag(FLAGS_cached_cu_seqlens);
+  model_options.device.name = absl::GetFlag(FLAGS_device);
+  model_options.device.cpu_isa = absl::GetFlag(FLAGS_cpu_isa);
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::LoadModel(dir, model_options));
+  const std::string device = model->device->Describe();
   if (!model->config.has_text) return absl::InvalidArgumentError(absl::StrCat("--model: ", dir, " has no text model (vision-only checkpoint)"));
   IRIS_RETURN_IF_ERROR(ApplyPixelBounds(*model));
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
@@ -174,9 +180,9 @@ absl::Status Run(const sigset_t& stop_signals) {
   const int64_t max_model_len = engine->max_model_len();
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<server::Server> server, server::Server::Start(std::move(engine), options));
   std::fprintf(stderr,
-               "iris-server: model %s (%s), %lld KV blocks of %d tokens, max_model_len %lld, %d workers, "
+               "iris-server: model %s (%s) on %s, %lld KV blocks of %d tokens, max_model_len %lld, %d workers, "
                "loaded in %.1f s%s%s\n",
-               dir.c_str(), options.dtype.c_str(), static_cast<long long>(stats.kv_blocks_total),
+               dir.c_str(), options.dtype.c_str(), device.c_str(), static_cast<long long>(stats.kv_blocks_total),
                engine_options.kv_block_size, static_cast<long long>(max_model_len), options.workers,
                absl::ToDoubleSeconds(absl::Now() - t0), options.tls_cert_pem.empty() ? "" : ", TLS",
                options.auth_token.empty() ? "" : ", bearer token required");

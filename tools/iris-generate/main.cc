@@ -42,6 +42,8 @@ ABSL_FLAG(std::string, messages, "",
           "chat as JSON: [{\"role\", \"content\": text or [{\"type\":\"text\",\"text\":...} | "
           "{\"type\":\"image\",\"image\":PATH}]}]; relative paths are taken from the file's folder");
 ABSL_FLAG(int64_t, max_tokens, 128, "most tokens to generate");
+ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu");
+ABSL_FLAG(std::string, cpu_isa, "", "CPU device: highest instruction set of iris's kernels, avx2 | avx512 | avx512_bf16");
 ABSL_FLAG(bool, greedy, false, "greedy decoding (the default when --temperature is not given)");
 ABSL_FLAG(double, temperature, -1, "sampling temperature (0 = greedy)");
 ABSL_FLAG(double, top_p, 1.0, "nucleus sampling: keep the most likely tokens up to this probability (1 = off)");
@@ -244,6 +246,8 @@ absl::Status Run(const std::vector<std::string>& images) {
   const auto t0 = Clock::now();
   engine::ModelOptions model_options;
   model_options.compute = dtype == "f32" ? kernels::ComputeType::kF32 : kernels::ComputeType::kBF16;
+  model_options.device.name = absl::GetFlag(FLAGS_device);
+  model_options.device.cpu_isa = absl::GetFlag(FLAGS_cpu_isa);
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::LoadModel(dir, model_options));
   const auto t1 = Clock::now();
   {  // --min-pixels/--max-pixels against the model's bounds, even when no image uses them
