@@ -198,7 +198,12 @@ bool Engine::Step() {
   // published before the forward passes, not after them.
   Publish(StepCounters{.preemptions = static_cast<int64_t>(plan.preempted.size())}, outbox);
   StepResult result = runner_.Run(plan);
-  StepCounters counters{.steps = 1};
+  StepCounters counters{.steps = 1,
+                        .images_encoded = result.images_encoded,
+                        .encoder_forwards = result.images_encoded > 0 ? 1 : 0,
+                        .encoder_cache_hits = result.encoder_cache_hits,
+                        .encoder_cache_misses = result.encoder_cache_misses,
+                        .encoder_ms = result.encode_ms};
   ProcessOutputs(plan, result, outbox, counters);
   counters.step_ms = Ms(absl::Now() - start);
   Publish(counters, outbox);
@@ -206,11 +211,6 @@ bool Engine::Step() {
 }
 
 void Engine::ProcessOutputs(const StepPlan& plan, StepResult& result, Outbox& outbox, StepCounters& counters) {
-  counters.images_encoded = result.images_encoded;
-  counters.encoder_forwards = result.images_encoded > 0 ? 1 : 0;
-  counters.encoder_ms = result.encode_ms;
-  counters.encoder_cache_hits = result.encoder_cache_hits;
-  counters.encoder_cache_misses = result.encoder_cache_misses;
   const int64_t vocab = model_->decoder->vocab_size();
   const absl::Time now = absl::Now();
   int64_t row = 0;  // of the logits
