@@ -1,8 +1,10 @@
 // The engine: one thread that owns the model and the KV cache and runs continuous batching.
-// Requests enter a queue (Submit, any thread); every step the scheduler picks images to encode
-// (batched across requests into one encoder forward, within an encoder budget, skipping images
-// found in the encoder cache), prefill chunks and decode tokens within a token budget, and
-// preempts (by recompute) when KV blocks run out. Outputs stream through each request's callback.
+// Requests enter a queue (Submit, any thread). Each step on the engine thread takes new requests
+// and cancels, then: the Scheduler plans (decodes, prefill chunks and admissions within the token,
+// sequence, block and encoder budgets; preemption by recompute when blocks run out) → the
+// StepRunner runs the plan (the plan's images in one encoder forward, skipping those in the
+// encoder cache, then one decoder forward) → ProcessOutputs samples, detokenizes, checks stops and
+// finishes → stats are published and outputs stream through each request's callback.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,9 @@
 #include "engine/encoder_cache.h"
 #include "engine/model.h"
 #include "engine/request.h"
-#include "llm/decoder.h"
+#include "engine/request_state.h"
+#include "engine/scheduler.h"
+#include "engine/step_runner.h"
 #include "llm/kv_cache.h"
 
 namespace iris::engine {
@@ -81,34 +85,52 @@ class Engine {
   int64_t max_model_len() const { return max_model_len_; }
 
  private:
-  struct Sequence;
+  // A step's counters, added to the stats in one place (Publish).
+  struct StepCounters {
+    int64_t steps = 0;
+    int64_t preemptions = 0;
+    int64_t images_encoded = 0;
+    int64_t encoder_forwards = 0;
+    int64_t encoder_cache_hits = 0;
+    int64_t encoder_cache_misses = 0;
+    int64_t prompt_tokens_computed = 0;
+    int64_t tokens_generated = 0;
+    double encoder_ms = 0;
+    double step_ms = 0;
+  };
+
   Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::KvCache cache);
   void Loop();
-  bool Step();  // false when idle
+  bool Step();  // false when nothing could be scheduled
+  // New requests into the scheduler's queue; cancelled ones finished and their outputs delivered.
   void TakeIncoming();
-  void EncodeImages(std::vector<Sequence*>& admit);
-  void Finish(Sequence* seq, llm::FinishReason reason, absl::Status status = absl::OkStatus());
-  void Preempt(Sequence* seq);
-  absl::Status RunDecoder(const std::vector<std::pair<Sequence*, int64_t>>& work);
+  // Samples from the step's logits, advances the sequences, detokenizes, checks stops, finishes.
+  void ProcessOutputs(const StepPlan& plan, StepResult& result, Outbox& outbox, StepCounters& counters);
+  // Takes `s` out of the scheduler (blocks freed) and makes its pending output the final one.
+  void Finish(RequestState& s, llm::FinishReason reason, const absl::Status& status, Outbox& outbox);
+  // Adds `counters` and the finished requests to the stats and refreshes the gauges, then delivers
+  // the outputs: stats first, so whoever reacts to a final output sees the request gone and its
+  // blocks free.
+  void Publish(const StepCounters& counters, Outbox& outbox);
+  void RefreshGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<Model> model_;
   EngineOptions options_;
   int64_t max_model_len_ = 0;
   llm::KvCache cache_;
   EncoderCache encoder_cache_;
-  llm::DecoderBatch batch_;  // the decoder's inputs, refilled every step (capacity kept)
 
   // Shared with other threads.
   mutable absl::Mutex mu_;
-  std::deque<std::unique_ptr<Sequence>> incoming_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<RequestState>> incoming_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> cancels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
 
   // Engine thread only.
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;
+  Scheduler scheduler_;
+  StepRunner runner_;
   bool progressed_ = true;  // the last step ran something
   bool trim_when_idle_ = false;  // work was done since the heap was last trimmed
   std::thread thread_;

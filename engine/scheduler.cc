@@ -1,0 +1,156 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace iris::engine {
+
+int64_t StepPlan::num_tokens() const {
+  int64_t n = 0;
+  for (const ScheduledWork& w : work) n += w.num_tokens;
+  return n;
+}
+
+Scheduler::Scheduler(const SchedulerOptions& options, llm::KvCache* cache, const EncoderCache* encoder_cache)
+    : options_(options), cache_(cache), encoder_cache_(encoder_cache) {}
+
+void Scheduler::Add(std::unique_ptr<Sequence> seq) {
+  seq->state = SequenceState::kWaiting;
+  waiting_.push_back(std::move(seq));
+}
+
+StepPlan Scheduler::Schedule() {
+  StepPlan plan;
+  int64_t budget = options_.max_num_batched_tokens;
+  ScheduleRunning(plan, budget);
+  // After a preemption blocks are short: let the running sequences finish first.
+  if (plan.preempted.empty()) Admit(plan, budget);
+  return plan;
+}
+
+ScheduledWork Scheduler::Work(Sequence* seq, int64_t n) {
+  return ScheduledWork{seq, seq->num_computed, n, seq->num_computed < seq->prompt_len,
+                       seq->num_computed + n == static_cast<int64_t>(seq->tokens.size())};
+}
+
+void Scheduler::ScheduleRunning(StepPlan& plan, int64_t& budget) {
+  // Decodes first (they keep everyone's tokens flowing), then prefill chunks.
+  for (const bool decodes : {true, false}) {
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      Sequence* seq = running_[i].get();
+      if (seq->in_decode() != decodes) continue;
+      const int64_t n = std::min(seq->remaining(), budget);
+      bool placed = true;
+      while (!cache_->Reserve(&seq->table, seq->num_computed + n).ok()) {
+        // The newest running sequence gives its blocks back (and its rows, if already planned).
+        Sequence* victim = running_.back().get();
+        auto it = std::find_if(plan.work.begin(), plan.work.end(), [&](const auto& w) { return w.seq == victim; });
+        if (it != plan.work.end()) {
+          budget += it->num_tokens;
+          plan.work.erase(it);
+        }
+        Preempt(victim, plan);
+        if (victim == seq) {
+          placed = false;
+          break;
+        }
+      }
+      if (!placed) break;  // seq itself was the newest: it waits; everything before it is placed
+      plan.work.push_back(Work(seq, n));
+      budget -= n;
+    }
+  }
+}
+
+void Scheduler::Preempt(Sequence* seq, StepPlan& plan) {
+  cache_->Release(&seq->table);
+  seq->num_computed = 0;
+  seq->state = SequenceState::kWaiting;
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == seq; });
+  waiting_.push_front(std::move(*it));
+  running_.erase(it);
+  plan.preempted.push_back(seq);
+}
+
+void Scheduler::Admit(StepPlan& plan, int64_t budget) {
+  int64_t patches = 0;
+  auto planned = [&](const std::string& hash) {
+    return std::find_if(plan.images.begin(), plan.images.end(),
+                        [&](const ImageToEncode& im) { return im.content_hash == hash; });
+  };
+  while (!waiting_.empty() && num_running() < options_.max_num_seqs && budget > 0) {
+    Sequence* seq = waiting_.front().get();
+    // Its images that would join this step's encoder batch: not cached, not planned already.
+    std::vector<size_t> fresh;
+    int64_t need = 0;
+    if (seq->needs_images()) {
+      for (size_t j = 0; j < seq->images.size(); ++j) {
+        const SequenceImage& im = seq->images[j];
+        const bool seen = std::any_of(fresh.begin(), fresh.end(),
+                                      [&](size_t k) { return seq->images[k].content_hash == im.content_hash; });
+        if (encoder_cache_->Contains(im.content_hash) || planned(im.content_hash) != plan.images.end() || seen) {
+          continue;
+        }
+        fresh.push_back(j);
+        need += im.num_patches;
+      }
+    }
+    if (need > 0 && patches > 0 && patches + need > options_.max_encoder_patches_per_step) break;
+    const int64_t n = std::min(seq->remaining(), budget);
+    if (!cache_->Reserve(&seq->table, seq->num_computed + n).ok()) break;
+
+    patches += need;
+    for (size_t j : fresh) {
+      plan.images.push_back(
+          ImageToEncode{seq->images[j].content_hash, seq->images[j].num_patches, seq, j, {}});
+    }
+    if (seq->needs_images()) {
+      for (const SequenceImage& im : seq->images) {
+        auto it = planned(im.content_hash);
+        if (it != plan.images.end() && (it->sequences.empty() || it->sequences.back() != seq)) {
+          it->sequences.push_back(seq);
+        }
+      }
+    }
+    plan.work.push_back(Work(seq, n));
+    budget -= n;
+    plan.admitted.push_back(seq);
+    seq->state = SequenceState::kRunning;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+std::unique_ptr<Sequence> Scheduler::Finish(Sequence* seq) {
+  std::unique_ptr<Sequence> owned;
+  auto match = [&](const std::unique_ptr<Sequence>& s) { return s.get() == seq; };
+  if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
+    owned = std::move(*it);
+    running_.erase(it);
+  } else if (auto wt = std::find_if(waiting_.begin(), waiting_.end(), match); wt != waiting_.end()) {
+    owned = std::move(*wt);
+    waiting_.erase(wt);
+  }
+  cache_->Release(&seq->table);
+  seq->state = SequenceState::kFinished;
+  return owned;
+}
+
+Sequence* Scheduler::Find(std::string_view id) const {
+  for (const auto& s : running_) {
+    if (s->id == id) return s.get();
+  }
+  for (const auto& s : waiting_) {
+    if (s->id == id) return s.get();
+  }
+  return nullptr;
+}
+
+std::vector<Sequence*> Scheduler::sequences() const {
+  std::vector<Sequence*> out;
+  for (const auto& s : running_) out.push_back(s.get());
+  for (const auto& s : waiting_) out.push_back(s.get());
+  return out;
+}
+
+}  // namespace iris::engine

@@ -1,0 +1,96 @@
+// The scheduler: owns the waiting queue and the running set and their KV blocks, and decides each
+// step's work as a plain-data StepPlan. Knows nothing of the model: what it runs and what comes of
+// it is the StepRunner's and the engine's business. Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/encoder_cache.h"
+#include "engine/sequence.h"
+#include "llm/kv_cache.h"
+
+namespace iris::engine {
+
+struct SchedulerOptions {
+  int64_t max_num_batched_tokens = 2048;  // decoder rows per step
+  int max_num_seqs = 64;                  // running at once
+  int64_t max_encoder_patches_per_step = 16384;  // one image alone may exceed it
+};
+
+// One sequence's rows in this step's decoder forward: tokens [start, start + num_tokens).
+struct ScheduledWork {
+  Sequence* seq = nullptr;
+  int64_t start = 0;       // seq->num_computed when scheduled
+  int64_t num_tokens = 0;
+  bool is_prefill = false;  // starts inside the prompt (else a decode, or the recompute of generated ids)
+  bool samples = false;     // reaches the last known token: its logits are wanted and a token is sampled
+};
+
+// An image to encode this step: not in the encoder cache, listed once however many carry it.
+struct ImageToEncode {
+  std::string content_hash;
+  int64_t num_patches = 0;
+  Sequence* source = nullptr;  // the first admitted sequence carrying it: source->images[index]
+  size_t index = 0;
+  std::vector<Sequence*> sequences;  // admitted sequences that carry it, in admission order
+};
+
+struct StepPlan {
+  // Decoder rows in order: running decodes, running prefill chunks, then admitted sequences.
+  std::vector<ScheduledWork> work;
+  std::vector<ImageToEncode> images;  // encoded together in one forward before the decoder runs
+  std::vector<Sequence*> admitted;    // waiting → running this step, first come first served
+  std::vector<Sequence*> preempted;   // running → front of the waiting queue, blocks freed
+
+  bool empty() const { return work.empty() && admitted.empty(); }
+  int64_t num_tokens() const;
+};
+
+class Scheduler {
+ public:
+  // `cache` (blocks) and `encoder_cache` (only asked what it holds) outlive the scheduler.
+  Scheduler(const SchedulerOptions& options, llm::KvCache* cache, const EncoderCache* encoder_cache);
+
+  // Appends to the waiting queue.
+  void Add(std::unique_ptr<Sequence> seq);
+
+  // Plans one step. Running sequences first — decodes, then prefill chunks — within the token
+  // budget; when blocks run out the newest running sequence is preempted (recomputed later). Then,
+  // unless something was preempted, waiting sequences first come first served while max_num_seqs,
+  // the token budget, free blocks and the encoder patch budget allow; the first that does not fit
+  // stops admission. Blocks for every planned row are reserved here; the caller advances
+  // num_computed after the forward.
+  StepPlan Schedule();
+
+  // Takes `seq` out of the queues (waiting or running), frees its blocks and marks it finished.
+  // Returns its ownership: keep it alive until its last output is delivered.
+  std::unique_ptr<Sequence> Finish(Sequence* seq);
+
+  Sequence* Find(std::string_view id) const;  // running or waiting; null when neither
+  // Running in admission order, then waiting in queue order.
+  std::vector<Sequence*> sequences() const;
+
+  bool empty() const { return waiting_.empty() && running_.empty(); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  const llm::KvCache& cache() const { return *cache_; }
+
+ private:
+  void ScheduleRunning(StepPlan& plan, int64_t& budget);
+  void Admit(StepPlan& plan, int64_t budget);
+  void Preempt(Sequence* seq, StepPlan& plan);
+  static ScheduledWork Work(Sequence* seq, int64_t n);
+
+  SchedulerOptions options_;
+  llm::KvCache* cache_;
+  const EncoderCache* encoder_cache_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // oldest first: the back is preempted first
+};
+
+}  // namespace iris::engine
