@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/host_cpu.h"
 #include "core/model_config.h"
 #include "core/sha256.h"
 #include "gtest/gtest.h"
@@ -102,6 +103,7 @@ TEST(ResizeBicubic, MatchesScalarPillowTranscription) {
 // Every horizontal kernel, forced, against the scalar transcription, over scales from 1/4 to
 // 60 (where the kernels' windows fill up or no longer fit) and odd widths.
 TEST(ResizeBicubic, EveryHorizontalKernelMatchesTheScalarOne) {
+  if (!core::HostHasAvx512Vbmi()) GTEST_SKIP() << "the vector kernels need AVX-512 VBMI; this run uses the scalar path";
   using Mode = internal::HorizontalPlan::Mode;
   const std::vector<std::pair<int, int>> widths = {
       {2048, 2044}, {1000, 1008}, {300, 308},  {640, 644},  {64, 56},   {4032, 1148}, {2048, 1148},
@@ -136,6 +138,7 @@ TEST(ResizeBicubic, EveryHorizontalKernelMatchesTheScalarOne) {
 }
 
 TEST(ResizeBicubic, ChoosesAKernelByCost) {
+  if (!core::HostHasAvx512Vbmi()) GTEST_SKIP() << "the vector kernels need AVX-512 VBMI; this run uses the scalar path";
   using Mode = internal::HorizontalPlan::Mode;
   EXPECT_EQ(internal::HorizontalPlan(internal::ComputeAxisCoeffs(2048, 2044)).mode(), Mode::kInterleaved);
   EXPECT_EQ(internal::HorizontalPlan(internal::ComputeAxisCoeffs(4032, 1148)).mode(), Mode::kPlanarBlocks);

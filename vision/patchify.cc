@@ -8,6 +8,9 @@
 #include <memory>
 #include <new>
 
+#include "core/host_cpu.h"
+#include "core/isa_region.h"
+
 namespace iris::vision::internal {
 
 Patchifier::Patchifier(int patch, int temporal, int merge, const std::array<float, 3>& mean,
@@ -50,6 +53,23 @@ void Patchifier::StripScalar(const uint8_t* const* rows, int width, float* out) 
 
 namespace {
 
+struct AlignedFree {
+  void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
+};
+
+}  // namespace
+
+void Patchifier::Strip(const uint8_t* const* rows, int width, int64_t readable, float* out) const {
+  if (patch_ > 16 || !core::HostHasAvx512Vbmi()) {
+    StripScalar(rows, width, out);
+    return;
+  }
+  StripAvx512(rows, width, readable, out);
+}
+
+IRIS_AVX512_BEGIN
+namespace {
+
 // 16 bytes of one channel -> 16 normalized floats, with the reference's roundings:
 // float32(double(u8) * (1/255)), then (x - mean) / std in float32.
 inline __m512 Normalize(__m128i bytes, __m512 mean, __m512 std) {
@@ -61,21 +81,13 @@ inline __m512 Normalize(__m128i bytes, __m512 mean, __m512 std) {
   return _mm512_div_ps(_mm512_sub_ps(x, mean), std);
 }
 
-struct AlignedFree {
-  void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
-};
-
 }  // namespace
 
 // One merge group (m*m output rows) is assembled in an L1-resident buffer with masked stores,
 // then written out whole: with 64-byte aligned groups (the usual case: 4 * 1176 floats), as
 // non-temporal stores, which skip reading the destination lines.
-void Patchifier::Strip(const uint8_t* const* rows, int width, int64_t readable, float* out) const {
+void Patchifier::StripAvx512(const uint8_t* const* rows, int width, int64_t readable, float* out) const {
   const int P = patch_, T = temporal_, M = merge_;
-  if (P > 16) {
-    StripScalar(rows, width, out);
-    return;
-  }
   const int groups = width / (P * M);
   const int64_t row_len = row_length();
   const int64_t group_len = row_len * M * M;
@@ -127,5 +139,6 @@ void Patchifier::Strip(const uint8_t* const* rows, int width, int64_t readable, 
   }
   if (stream) _mm_sfence();
 }
+IRIS_AVX512_END
 
 }  // namespace iris::vision::internal

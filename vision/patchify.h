@@ -31,6 +31,8 @@ class Patchifier {
 
  private:
   void StripScalar(const uint8_t* const* rows, int width, float* out) const;
+  // AVX-512 with VBMI (patch <= 16), chosen at run time.
+  void StripAvx512(const uint8_t* const* rows, int width, int64_t readable, float* out) const;
 
   int patch_, temporal_, merge_;
   std::array<float, 3> mean_, std_;

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/host_cpu.h"
+#include "core/isa_region.h"
 #include "core/parallel_for.h"
 #include "vision/resize_bicubic_internal.h"
 
@@ -41,11 +43,13 @@ inline uint8_t Clip8(int32_t v) {
   return static_cast<uint8_t>(v >> kPrecisionBits);
 }
 
+IRIS_AVX512_BEGIN
 // 16 int32 lanes -> 16 bytes: >> 22, clamped to [0, 255].
 inline __m128i PackClip(__m512i acc) {
   const __m512i v = _mm512_max_epi32(_mm512_srai_epi32(acc, kPrecisionBits), _mm512_setzero_si512());
   return _mm512_cvtusepi32_epi8(v);
 }
+IRIS_AVX512_END
 
 constexpr int kWindowBytes = 128;  // two zmm registers, addressed by vpermi2b
 constexpr int kBlockPixels = 16;   // 48 output bytes = three zmm of int32 accumulators
@@ -174,6 +178,10 @@ HorizontalPlan::HorizontalPlan(AxisCoeffs coeffs, std::optional<Mode> force) : c
     }
     return false;
   };
+  if (!core::HostHasAvx512Vbmi()) {  // the vector kernels are AVX-512 (VBMI byte permutes)
+    mode_ = Mode::kScalar;
+    return;
+  }
   if (force.has_value()) {
     mode_ = build(*force) ? *force : Mode::kScalar;
     if (mode_ == Mode::kScalar) reset();
@@ -212,6 +220,7 @@ HorizontalPlan::HorizontalPlan(AxisCoeffs coeffs, std::optional<Mode> force) : c
 
 namespace {
 
+IRIS_AVX512_BEGIN
 // R input rows through one horizontal plan block.
 template <int R>
 inline void HorizontalBlock(const uint8_t* const* in_rows, uint8_t* const* out_rows, int64_t row_bytes,
@@ -273,6 +282,8 @@ inline void HorizontalBlock(const uint8_t* const* in_rows, uint8_t* const* out_r
   }
 }
 
+IRIS_AVX512_END
+
 void HorizontalRowScalar(const AxisCoeffs& c, const uint8_t* in, uint8_t* out) {
   for (int xx = 0; xx < c.out_size; ++xx) {
     const int xmin = c.start[xx];
@@ -293,6 +304,7 @@ void HorizontalRowScalar(const AxisCoeffs& c, const uint8_t* in, uint8_t* out) {
 
 }  // namespace
 
+IRIS_AVX512_BEGIN
 void HorizontalPlan::RunInterleaved(const uint8_t* const* in_rows, uint8_t* const* out_rows,
                                     int n) const {
   const int64_t row_bytes = static_cast<int64_t>(c_.in_size) * 3;
@@ -464,6 +476,8 @@ void HorizontalPlan::RunPlanar(const uint8_t* const* in_rows, uint8_t* const* ou
   }
 }
 
+IRIS_AVX512_END
+
 void HorizontalPlan::Run(const uint8_t* const* in_rows, uint8_t* const* out_rows, int n) const {
   switch (mode_) {
     case Mode::kScalar:
@@ -479,8 +493,26 @@ void HorizontalPlan::Run(const uint8_t* const* in_rows, uint8_t* const* out_rows
   }
 }
 
-void VerticalRow(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_t bytes,
-                 uint8_t* out) {
+void VerticalRowScalar(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_t bytes, uint8_t* out) {
+  const int s = c.start[yy];
+  const int32_t* w = c.w(yy);
+  for (int64_t x = 0; x < bytes; ++x) {
+    int32_t ss = 1 << (kPrecisionBits - 1);
+    for (int k = 0; k < c.count[yy]; ++k) ss += rows[s + k][x] * w[k];
+    out[x] = Clip8(ss);
+  }
+}
+
+void VerticalRow(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_t bytes, uint8_t* out) {
+  if (core::HostHasAvx512Vbmi()) {
+    VerticalRowAvx512(c, yy, rows, bytes, out);
+  } else {
+    VerticalRowScalar(c, yy, rows, bytes, out);
+  }
+}
+
+IRIS_AVX512_BEGIN
+void VerticalRowAvx512(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_t bytes, uint8_t* out) {
   const int s = c.start[yy];
   const int n = c.count[yy];
   const int32_t* w = c.w(yy);
@@ -512,6 +544,7 @@ void VerticalRow(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_
     _mm_mask_storeu_epi8(out + x, m, PackClip(a));
   }
 }
+IRIS_AVX512_END
 
 void ResizeStrips(const RgbImage& in, int out_height, int out_width, int strip_rows, RgbImage* dst,
                   StripFn emit) {

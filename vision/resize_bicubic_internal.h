@@ -72,8 +72,11 @@ class HorizontalPlan {
 
 // Output row `yy` of the vertical pass over `bytes` bytes: Σ_k w[yy][k] * rows[start[yy] + k],
 // where rows[y] points at intermediate (horizontally resampled) row y.
+// AVX-512 where the processor has it (VerticalRowAvx512), else Pillow's loop (VerticalRowScalar).
 void VerticalRow(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_t bytes,
                  uint8_t* out);
+void VerticalRowAvx512(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_t bytes, uint8_t* out);
+void VerticalRowScalar(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_t bytes, uint8_t* out);
 
 // Bytes of slack after every row of the strip driver's scratch rows (full 64-byte loads).
 inline constexpr int64_t kScratchRowPad = 64;
