@@ -1,7 +1,9 @@
 #include "vision/resize_bicubic.h"
 
 // GCC 12 warns about the _mm512_undefined_* idiom inside its own AVX-512 headers.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
