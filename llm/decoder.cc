@@ -268,7 +268,8 @@ absl::Status Decoder::Validate(const DecoderBatch& b, const KvCache& cache) cons
   for (int32_t r : b.logit_rows) {
     if (r < 0 || r >= T) return absl::InvalidArgumentError("Decoder::Forward: a logit row is out of range");
   }
-  if (b.embeds.size() != b.embed_rows.size() * static_cast<size_t>(c.hidden_size)) {
+  if (static_cast<int64_t>(b.embed_rows.size()) > T ||
+      b.embeds.size() != b.embed_rows.size() * static_cast<size_t>(c.hidden_size)) {
     return absl::InvalidArgumentError("Decoder::Forward: embeds do not hold one row per embed_rows entry");
   }
   for (int32_t r : b.embed_rows) {

@@ -303,6 +303,29 @@ TEST(DecoderTest, BatchedStepEqualsSequential) {
   }
 }
 
+// The activations are allocated for a row capacity: a step over it is refused (never grown), one
+// within it runs; so is a step wanting more logit rows than allocated.
+TEST(DecoderTest, RefusesStepsOverItsCapacity) {
+  Model m = LoadTiny(kernels::ComputeType::kF32);
+  ASSERT_TRUE(m.decoder->ReserveActivations(4, 1).ok());
+  KvCache cache = MakeCache(*m.decoder, 8, 16);
+  const int64_t h = m.decoder->hidden_size();
+  std::vector<float> rows(5 * h, 0.01f);
+  BlockTable five, four, other;
+  ASSERT_TRUE(cache.Reserve(&five, 5).ok());
+  auto over = Step(*m.decoder, cache, {{&five, 5}}, rows.data(), TextPositions(0, 5));
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(over.status().message().find("max_tokens"), std::string::npos) << over.status();
+  ASSERT_TRUE(cache.Reserve(&four, 4).ok());
+  EXPECT_TRUE(Step(*m.decoder, cache, {{&four, 4}}, rows.data(), TextPositions(0, 4)).ok());
+  ASSERT_TRUE(cache.Reserve(&other, 1).ok());
+  std::vector<int64_t> pos = TextPositions(0, 2);
+  auto logits_over = Step(*m.decoder, cache, {{&four, 1}, {&other, 1}}, rows.data(), pos);
+  ASSERT_FALSE(logits_over.ok());
+  EXPECT_NE(logits_over.status().message().find("max_logit_rows"), std::string::npos) << logits_over.status();
+}
+
 TEST(DecoderTest, RejectsBadSteps) {
   Model m = LoadTiny(kernels::ComputeType::kF32);
   KvCache cache = MakeCache(*m.decoder, 8, 16);

@@ -247,5 +247,22 @@ TEST(VisionEncoderProperties, RejectsMismatchedInputs) {
   EXPECT_FALSE(m->encoder->Forward(wrong, grids).ok());
 }
 
+// The activations are allocated for a patch capacity: a forward over it is refused (never grown),
+// one within it runs.
+TEST(VisionEncoderProperties, RefusesForwardsOverItsCapacity) {
+  auto m = LoadModel(testing::ModelPath("tiny"), ComputeType::kF32);
+  ASSERT_NE(m, nullptr);
+  ASSERT_TRUE(m->encoder->ReserveActivations(16).ok());
+  Tensor px = Tensor::Zeros(core::DType::kF32, {32, 1176});
+  std::vector<GridThw> grids = {{1, 4, 8}};
+  auto r = m->encoder->Forward(px, grids);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("max_patches"), std::string::npos) << r.status();
+  ASSERT_TRUE(m->encoder->ReserveActivations(32).ok());
+  EXPECT_TRUE(m->encoder->Forward(px, grids).ok());
+  EXPECT_FALSE(m->encoder->ReserveActivations(3).ok());  // not one merged token
+}
+
 }  // namespace
 }  // namespace iris::vision

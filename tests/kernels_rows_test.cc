@@ -1,0 +1,139 @@
+// The row ops and the device seam: GatherRows / ScatterRows against direct indexing (and as each
+// other's inverse), EmbeddingLookup against the dtype conversions, UnpadHeads as the inverse of
+// the padding layout; CreateDevice's answers for names it does not serve.
+#include "kernels/rows.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/bf16.h"
+#include "gtest/gtest.h"
+#include "kernels/device.h"
+#include "kernels/qkv_pad.h"
+
+namespace iris::kernels {
+namespace {
+
+Device& dev = DefaultCpuDevice();
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-2.f, 2.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(RowsTest, GatherAndScatterAreInversePermutations) {
+  // Wide enough that the CPU device splits the copy over its threads.
+  for (const auto& [rows, width] : std::vector<std::pair<int, int64_t>>{{7, 3}, {1000, 80}, {4096, 1280}}) {
+    const std::vector<float> src = Random(static_cast<size_t>(rows) * width, rows);
+    std::vector<int32_t> index(rows);
+    std::iota(index.begin(), index.end(), 0);
+    std::shuffle(index.begin(), index.end(), std::mt19937(rows));
+    std::vector<float> gathered(src.size(), -1.f), back(src.size(), -1.f);
+    GatherRows(dev, src.data(), width, index, gathered.data());
+    for (int i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < width; ++j) ASSERT_EQ(gathered[i * width + j], src[index[i] * width + j]);
+    }
+    ScatterRows(dev, gathered.data(), width, index, back.data());
+    EXPECT_EQ(back, src) << rows << "x" << width;
+  }
+}
+
+TEST(RowsTest, ScatterLeavesOtherRowsAlone) {
+  const int64_t width = 5;
+  const std::vector<float> src = Random(2 * width, 1);
+  std::vector<float> dst(6 * width, 7.f);
+  const std::vector<int32_t> index = {4, 1};
+  ScatterRows(dev, src.data(), width, index, dst.data());
+  for (int r = 0; r < 6; ++r) {
+    for (int64_t j = 0; j < width; ++j) {
+      const float want = r == 4 ? src[j] : r == 1 ? src[width + j] : 7.f;
+      ASSERT_EQ(dst[r * width + j], want) << r;
+    }
+  }
+}
+
+TEST(RowsTest, EmbeddingLookupConvertsEachDtype) {
+  const int64_t vocab = 50, width = 37;
+  const std::vector<float> f32 = Random(vocab * width, 3);
+  core::Tensor t32 = core::Tensor::Empty(core::DType::kF32, {vocab, width});
+  core::Tensor tb16 = core::Tensor::Empty(core::DType::kBF16, {vocab, width});
+  core::Tensor tf16 = core::Tensor::Empty(core::DType::kF16, {vocab, width});
+  std::mt19937 rng(4);
+  for (int64_t i = 0; i < vocab * width; ++i) {
+    t32.data<float>()[i] = f32[i];
+    tb16.data<uint16_t>()[i] = core::FloatToBf16(f32[i]);
+    uint16_t h = static_cast<uint16_t>(rng());
+    if ((h & 0x7C00) == 0x7C00) h &= 0xBFFF;  // finite halves only (subnormals included)
+    tf16.data<uint16_t>()[i] = h;
+  }
+  const std::vector<int32_t> ids = {0, 49, 7, 7, 23};
+  for (const core::Tensor* table : {&t32, &tb16, &tf16}) {
+    std::vector<float> out(ids.size() * width);
+    EmbeddingLookup(dev, *table, ids, out.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int64_t j = 0; j < width; ++j) {
+        const int64_t at = ids[i] * width + j;
+        const float want = table == &t32    ? f32[at]
+                           : table == &tb16 ? core::Bf16ToFloat(tb16.data<uint16_t>()[at])
+                                            : core::F16ToFloat(tf16.data<uint16_t>()[at]);
+        ASSERT_EQ(out[i * width + j], want) << core::DTypeName(table->dtype()) << " id " << ids[i];
+      }
+    }
+  }
+}
+
+TEST(RowsTest, UnpadHeadsUndoesThePadding) {
+  const int64_t rows = 33;
+  const int heads = 3, head_dim = 80, padded = 96;
+  const std::vector<float> attn = Random(rows * heads * head_dim, 5);
+  // Row-major [rows, heads, padded] with garbage in the padding, as attention at 96 writes it.
+  std::vector<float> po(rows * heads * padded, 1e30f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int h = 0; h < heads; ++h)
+      std::copy_n(attn.begin() + (r * heads + h) * head_dim, head_dim, po.begin() + (r * heads + h) * padded);
+  std::vector<float> out(attn.size(), -1.f);
+  UnpadHeads(dev, po.data(), rows, heads, head_dim, padded, out.data());
+  EXPECT_EQ(out, attn);
+}
+
+TEST(DeviceTest, CreateDeviceAnswersForEveryName) {
+  auto cpu = CreateDevice(DeviceOptions{});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->kind(), DeviceKind::kCpu);
+  EXPECT_NE((*cpu)->Describe().find("cpu: "), std::string::npos) << (*cpu)->Describe();
+  DeviceOptions cuda;
+  cuda.name = "cuda";
+  EXPECT_EQ(CreateDevice(cuda).status().code(), absl::StatusCode::kUnimplemented);
+  DeviceOptions tpu;
+  tpu.name = "tpu";
+  auto bad = CreateDevice(tpu);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("tpu"), std::string::npos);
+  DeviceOptions isa;
+  isa.cpu_isa = "sse2";
+  EXPECT_EQ(CreateDevice(isa).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*cpu)->BeginCapture().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(DeviceTest, CpuMemoryIsAlignedAndMirrorsShareStorage) {
+  auto t = dev.Allocate(core::DType::kF32, {3, 5});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t->raw()) % 64, 0u);
+  auto m = dev.Mirror(*t);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->raw(), t->raw());
+  std::vector<float> host = Random(15, 9), back(15);
+  dev.CopyToDevice(host.data(), t->raw(), host.size() * 4);
+  dev.CopyToHost(t->raw(), back.data(), back.size() * 4);
+  dev.Synchronize();
+  EXPECT_EQ(back, host);
+  EXPECT_EQ(dev.Allocate(core::DType::kF32, {-1}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace iris::kernels
