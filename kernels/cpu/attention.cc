@@ -17,6 +17,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "kernels/cpu/isa_region.h"
+
+IRIS_AVX512_BEGIN
 namespace iris::kernels::cpu::avx512 {
 namespace {
 
@@ -243,7 +246,7 @@ void VarlenAttention(CpuDevice& dev, const AttentionArgs& a) {
                  kv_heads);
     std::abort();
   }
-  if (a.bf16 && kHaveBf16 && dev.native_bf16()) {
+  if (a.bf16 && dev.native_bf16()) {
     Run<true>(dev, a);
   } else {
     Run<false>(dev, a);
@@ -251,3 +254,4 @@ void VarlenAttention(CpuDevice& dev, const AttentionArgs& a) {
 }
 
 }  // namespace iris::kernels::cpu::avx512
+IRIS_AVX512_END

@@ -12,7 +12,8 @@
 //
 // The bf16 variant runs both products on vdpbf16ps (pairs of bf16 products summed into f32): Kt
 // is packed as bf16 pairs of dims (Ktb[d/2][key][2]), V as pairs of keys (Vb[key/2][d][2]), q and
-// P are rounded to bf16; the softmax and all accumulation stay f32.
+// P are rounded to bf16; the softmax and all accumulation stay f32. It runs only at tier
+// kAvx512Bf16 (the callers' Run<true>), so its roundings are the hardware's.
 #pragma once
 
 #include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
@@ -23,18 +24,15 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/cpu/isa_region.h"
+
+IRIS_AVX512_BEGIN
 namespace iris::kernels::cpu::avx512::flash {
 
 constexpr int kKeys = 64;        // keys per key block (and per online-softmax step)
 constexpr int kRows = 4;         // query vectors per micro-tile
 constexpr int kMaxPvVectors = 5;  // head_dim vectors accumulated at once in P·V (4 x 5 = 20 zmm)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-#if defined(__AVX512BF16__)
-constexpr bool kHaveBf16 = true;
-#else
-constexpr bool kHaveBf16 = false;
-#endif
 
 // Rows at a fixed stride (varlen: rows of a qkv buffer).
 struct StridedRows {
@@ -240,8 +238,6 @@ __attribute__((noinline)) void QkTile(const float* q0, const float* q1, const fl
     for (int v = 0; v < NJV; ++v) _mm512_store_ps(s + r * kKeys + v * 16, acc[r][v]);
 }
 
-#if defined(__AVX512BF16__)
-
 // Packs keys [0, kn) of one head as bf16 pairs of dims: word kt[p * 64 + j] holds
 // (k[j][2p], k[j][2p+1]) for p < ceil(head_dim/2), j < 16 * ceil(kn/16); zero for j >= kn.
 template <typename Rows>
@@ -259,7 +255,7 @@ void PackKtBf16(const Rows& rows, int kn, int head_dim, uint32_t* kt) {
         const int j = jg * 16 + t;
         if (j < kn) {
           const float* row = rows[j] + d0;
-          r[t] = _mm512_castsi512_ps(ToBf16x32(_mm512_maskz_loadu_ps(m0, row), _mm512_maskz_loadu_ps(m1, row + 16)));
+          r[t] = _mm512_castsi512_ps(ToBf16x32<true>(_mm512_maskz_loadu_ps(m0, row), _mm512_maskz_loadu_ps(m1, row + 16)));
         } else {
           r[t] = _mm512_setzero_ps();
         }
@@ -289,7 +285,7 @@ void PackVBf16(const Rows& rows, int kn, int head_dim, int dpad, uint16_t* vb) {
       const __m512 va = _mm512_maskz_loadu_ps(m, a + d);
       const __m512 vbv = has_b ? _mm512_maskz_loadu_ps(m, b + d) : _mm512_setzero_ps();
       // [a0..a15 | b0..b15] as bf16, then interleaved to a0 b0 a1 b1 ...
-      const __m512i both = ToBf16x32(va, vbv);
+      const __m512i both = ToBf16x32<true>(va, vbv);
       _mm512_store_si512(vb + (static_cast<int64_t>(jp) * dpad + d) * 2, _mm512_permutexvar_epi16(interleave, both));
     }
   }
@@ -391,18 +387,14 @@ __attribute__((noinline)) void PvChunkBf16(__mmask16 tail, const uint16_t* vb, i
   }
 }
 
-#endif  // __AVX512BF16__
-
 // Packs one key block of kn keys: Kt (f32), or Ktb then Vb (bf16) at dst (64-byte aligned).
 template <bool kBf16, typename KRows, typename VRows>
 void PackBlock(const Shape& sh, const BlockLayout& layout, const KRows& k, const VRows& v, int kn, char* dst) {
-#if defined(__AVX512BF16__)
   if constexpr (kBf16) {
     PackKtBf16(k, kn, sh.head_dim, reinterpret_cast<uint32_t*>(dst));
     PackVBf16(v, kn, sh.head_dim, sh.dpad, reinterpret_cast<uint16_t*>(dst + layout.vb_offset));
     return;
   }
-#endif
   PackKt(k, kn, sh.head_dim, reinterpret_cast<float*>(dst));
 }
 
@@ -411,7 +403,7 @@ template <typename RowOf>
 void RoundRowsToBf16(int n, const RowOf& row_of, int head_dim, int qb_stride, uint16_t* qb) {
   for (int i = 0; i < n; ++i) {
     uint16_t* dst = qb + static_cast<size_t>(i) * qb_stride;
-    FloatToBf16Row(row_of(i), head_dim, dst);
+    FloatToBf16Row<true>(row_of(i), head_dim, dst);
     if (head_dim % 2) dst[head_dim] = 0;
   }
 }
@@ -443,12 +435,9 @@ template <bool kBf16, int NJV, typename VRows, typename Pf>
 inline void Tile(const Shape& sh, const TileInputs<VRows>& in, const int64_t qpos[kRows], int64_t kb0, int kn,
                  bool first, bool last, float* const out_rows[kRows], int rows_valid, TileState& st, int t, Pf& pf) {
   const int hd = sh.head_dim;
-#if defined(__AVX512BF16__)
   if constexpr (kBf16) {
     QkTileBf16<NJV>(in.qb_rows[0], in.qb_rows[1], in.qb_rows[2], in.qb_rows[3], in.ktb, sh.hp, st.p, pf);
-  } else
-#endif
-  {
+  } else {
     QkTile<NJV>(in.q_rows[0], in.q_rows[1], in.q_rows[2], in.q_rows[3], in.kt, hd, st.p, pf);
   }
 
@@ -481,13 +470,10 @@ inline void Tile(const Shape& sh, const TileInputs<VRows>& in, const int64_t qpo
     for (int v = 0; v < NJV; ++v) {
       const __m512 pv = Exp(_mm512_sub_ps(sv[v], mb));
       sum = _mm512_add_ps(sum, pv);
-#if defined(__AVX512BF16__)
       if constexpr (kBf16) {
         _mm256_store_si256(reinterpret_cast<__m256i*>(st.pb + r * kKeys + v * 16),
                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(pv)));
-      } else
-#endif
-      {
+      } else {
         _mm512_store_ps(st.p + r * kKeys + v * 16, pv);
       }
     }
@@ -505,7 +491,6 @@ inline void Tile(const Shape& sh, const TileInputs<VRows>& in, const int64_t qpo
     float* out_c[kRows];
     for (int r = 0; r < kRows; ++r) out_c[r] = out_rows[r] + c0 * 16;
     float* oc = o + c0 * 16;
-#if defined(__AVX512BF16__)
     if constexpr (kBf16) {
       const uint16_t* vc = in.vb + c0 * 32;
       const int jpn = (jn + 1) / 2;
@@ -522,9 +507,7 @@ inline void Tile(const Shape& sh, const TileInputs<VRows>& in, const int64_t qpo
         default: IRIS_PV(5); break;
       }
 #undef IRIS_PV
-    } else
-#endif
-    {
+    } else {
       const VRows vc = in.v.Cols(c0 * 16);
 #define IRIS_PV(CN)                                                                                                \
   (tail ? PvChunk<CN, true>(sh.tail, vc, jn, st.p, alpha, first, last, inv_l, out_c, rows_valid, oc, hd, pf)       \
@@ -556,3 +539,4 @@ inline void TileForKeys(const Shape& sh, const TileInputs<VRows>& in, const int6
 }
 
 }  // namespace iris::kernels::cpu::avx512::flash
+IRIS_AVX512_END

@@ -30,12 +30,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/isa_region.h"
+#include "kernels/cpu/paged_sequences.h"
+
+IRIS_AVX512_BEGIN
 namespace iris::kernels::cpu::avx512 {
 namespace {
 
@@ -43,13 +44,7 @@ using namespace flash;
 
 constexpr int kChunk = kKeys;    // keys per online-softmax step
 constexpr int kTargetQ = 64;     // q vectors (rows x group heads) per work item
-constexpr int kMaxHeadDim = 256;
 constexpr int kInLoopPrefetchTiles = 4;
-
-[[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "iris PagedAttention: %s\n", what);
-  std::abort();
-}
 
 // The next chunk's K and V rows, prefetched a few cache lines at a time from inside the compute
 // loops of the current chunk (QkTile's d loop, PvChunk's key loop) when an item has few tiles, or
@@ -100,14 +95,6 @@ struct Prefetcher {
     per_step = 1 << 30;
     Step();
   }
-};
-
-// One sequence of the step, read from the flat metadata.
-struct PagedSequence {
-  std::span<const int32_t> block_table;
-  int64_t context_len = 0;
-  int64_t q_begin = 0;
-  int64_t q_len = 0;
 };
 
 struct Item {
@@ -314,57 +301,10 @@ void Run(CpuDevice& dev, const PagedAttentionArgs& a, std::span<const PagedSeque
 
 }  // namespace
 
-void WritePagedKv(CpuDevice& dev, const PagedKvLayer& layer, const float* k, int64_t k_row_stride, const float* v,
-                  int64_t v_row_stride, std::span<const int64_t> slots) {
-  if (slots.empty()) return;
-  if (layer.k == nullptr || layer.v == nullptr || layer.block_size <= 0 || layer.num_kv_heads <= 0 ||
-      layer.head_dim <= 0) {
-    std::fprintf(stderr, "iris WritePagedKv: bad layer\n");
-    std::abort();
-  }
-  const int64_t num_slots = layer.num_blocks * layer.block_size;
-  const int64_t row = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
-  const int64_t n = static_cast<int64_t>(slots.size());
-  for (int64_t r = 0; r < n; ++r) {
-    if (slots[r] < 0 || slots[r] >= num_slots) {
-      std::fprintf(stderr, "iris WritePagedKv: slot %lld out of range [0, %lld)\n", static_cast<long long>(slots[r]),
-                   static_cast<long long>(num_slots));
-      std::abort();
-    }
-  }
-  // A prefill writes ~1 MB per layer; small writes stay on the calling thread.
-#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * row >= (1 << 16))
-  for (int64_t r = 0; r < n; ++r) {
-    std::memcpy(layer.k + slots[r] * row, k + r * k_row_stride, static_cast<size_t>(row) * sizeof(float));
-    std::memcpy(layer.v + slots[r] * row, v + r * v_row_stride, static_cast<size_t>(row) * sizeof(float));
-  }
-}
-
 void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& a) {
   const PagedKvLayer& L = a.layer;
-  const PagedMetadata& md = a.metadata;
-  if (md.num_seqs <= 0) return;
-  if (static_cast<int64_t>(md.query_start.size()) < md.num_seqs + 1 ||
-      static_cast<int64_t>(md.context_lens.size()) < md.num_seqs || md.max_blocks_per_seq < 0 ||
-      static_cast<int64_t>(md.block_tables.size()) < int64_t{md.num_seqs} * md.max_blocks_per_seq) {
-    Fail("metadata arrays shorter than num_seqs");
-  }
-  std::vector<PagedSequence> seqs(md.num_seqs);
-  for (int si = 0; si < md.num_seqs; ++si) {
-    PagedSequence& s = seqs[si];
-    s.block_table = md.block_tables.subspan(static_cast<size_t>(si) * md.max_blocks_per_seq, md.max_blocks_per_seq);
-    s.context_len = md.context_lens[si];
-    s.q_begin = md.query_start[si];
-    s.q_len = md.query_start[si + 1] - md.query_start[si];
-  }
-  if (L.num_kv_heads <= 0 || a.num_heads <= 0 || a.num_heads % L.num_kv_heads != 0) {
-    std::fprintf(stderr, "iris PagedAttention: num_heads %d is not a positive multiple of num_kv_heads %d\n",
-                 a.num_heads, L.num_kv_heads);
-    std::abort();
-  }
-  if (L.head_dim <= 0 || L.head_dim > kMaxHeadDim) Fail("head_dim must be in 1..256");
-  if (L.block_size <= 0) Fail("block_size must be positive");
-  if (L.k == nullptr || L.v == nullptr || a.q == nullptr || a.out == nullptr) Fail("null pointer");
+  const std::vector<PagedSequence> seqs = CheckedPagedSequences(a);
+  if (seqs.empty()) return;
   const int group = a.num_heads / L.num_kv_heads;
   // Rows per item: all q heads of a group for up to kTargetQ q vectors.
   const int tile_rows = std::max(1, kTargetQ / group);
@@ -373,13 +313,6 @@ void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& a) {
   int max_q = 0;
   for (size_t si = 0; si < seqs.size(); ++si) {
     const PagedSequence& s = seqs[si];
-    if (s.q_len < 0 || s.q_len > s.context_len || s.q_begin < 0) Fail("bad sequence: need 0 <= q_len <= context_len");
-    if (s.q_len == 0) continue;
-    const int64_t nblocks = (s.context_len + L.block_size - 1) / L.block_size;
-    if (static_cast<int64_t>(s.block_table.size()) < nblocks) Fail("block table shorter than the context");
-    for (int64_t b = 0; b < nblocks; ++b) {
-      if (s.block_table[b] < 0 || s.block_table[b] >= L.num_blocks) Fail("block id out of range");
-    }
     for (int64_t r0 = 0; r0 < s.q_len; r0 += tile_rows) {
       const int nrows = static_cast<int>(std::min<int64_t>(tile_rows, s.q_len - r0));
       const int64_t keys = s.context_len - s.q_len + r0 + nrows;
@@ -395,7 +328,7 @@ void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& a) {
   // decodes over short contexts).
   std::stable_sort(items.begin(), items.end(), [](const Item& x, const Item& y) { return x.cost > y.cost; });
 
-  if (a.bf16 && kHaveBf16 && dev.native_bf16()) {
+  if (a.bf16 && dev.native_bf16()) {
     Run<true>(dev, a, seqs, items, group, max_q);
   } else {
     Run<false>(dev, a, seqs, items, group, max_q);
@@ -403,3 +336,4 @@ void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& a) {
 }
 
 }  // namespace iris::kernels::cpu::avx512
+IRIS_AVX512_END
