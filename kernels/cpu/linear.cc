@@ -80,6 +80,12 @@ class CpuLinear final : public Linear {
       dnnl::reorder(plain_mem, packed_mem).execute(s, plain_mem, packed_mem);
       s.wait();
     } catch (const dnnl::error& e) {
+      if (compute_ == ComputeType::kBF16) {
+        // oneDNN 2.6 has bf16 matmuls from AVX-512 on only.
+        return absl::FailedPreconditionError(absl::StrCat(
+            "Linear: oneDNN has no bf16 matmul on this processor (it needs AVX-512); use f32 compute (", e.what(),
+            ")"));
+      }
       return absl::InternalError(absl::StrCat("Linear: oneDNN setup failed: ", e.what()));
     }
 
@@ -227,7 +233,12 @@ double MeasureMatmulPeakFlops(CpuDevice& dev, ComputeType compute, int64_t size,
   const memory::desc src_md({n, n}, dt, Tag::ab);
   const memory::desc wei_any({n, n}, dt, Tag::any);
   const memory::desc dst_md({n, n}, Dt::f32, Tag::ab);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_any, dst_md), eng);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_any, dst_md), eng);
+  } catch (const dnnl::error&) {
+    return 0;  // no matmul of this compute type here (bf16 below AVX-512)
+  }
   dnnl::matmul prim(pd);
   const size_t elem = dt == Dt::bf16 ? 2 : 4;
   auto src = core::AllocateAligned(static_cast<size_t>(n * n) * elem);
