@@ -28,6 +28,8 @@
 
 #include "core/tensor.h"
 #include "kernels/attention.h"
+#include "kernels/cpu/cpu_device.h"
+#include "core/isa_region.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/paged_attention.h"
@@ -82,9 +84,44 @@ bool Enabled(const std::string& filter, const char* name) {
 
 double g_peak_f32 = 0, g_peak_bf16 = 0;
 
-// The f32 FMA instruction rate of all threads together: 12 independent zmm FMA chains per
-// thread (enough to cover latency x ports), best of 3.
-double MeasureFmaPeak() {
+// 12 independent FMA chains of `iters` steps on one thread (enough to cover latency x ports),
+// in zmm (AVX-512 processors only) or ymm; returns their sum, to keep them alive.
+IRIS_AVX512_BEGIN
+float FmaChainsZmm(int64_t iters) {
+  __m512 a0 = _mm512_set1_ps(1.f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+         a9 = a0, a10 = a0, a11 = a0;
+  const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
+  for (int64_t i = 0; i < iters; ++i) {
+    a0 = _mm512_fmadd_ps(a0, b, c); a1 = _mm512_fmadd_ps(a1, b, c); a2 = _mm512_fmadd_ps(a2, b, c);
+    a3 = _mm512_fmadd_ps(a3, b, c); a4 = _mm512_fmadd_ps(a4, b, c); a5 = _mm512_fmadd_ps(a5, b, c);
+    a6 = _mm512_fmadd_ps(a6, b, c); a7 = _mm512_fmadd_ps(a7, b, c); a8 = _mm512_fmadd_ps(a8, b, c);
+    a9 = _mm512_fmadd_ps(a9, b, c); a10 = _mm512_fmadd_ps(a10, b, c); a11 = _mm512_fmadd_ps(a11, b, c);
+  }
+  const __m512 s1 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                  _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  return _mm512_reduce_add_ps(_mm512_add_ps(s1, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11))));
+}
+IRIS_AVX512_END
+
+float FmaChainsYmm(int64_t iters) {
+  __m256 a[12];
+  for (auto& x : a) x = _mm256_set1_ps(1.f);
+  const __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (auto& x : a) x = _mm256_fmadd_ps(x, b, c);
+  }
+  float lanes[8], sum = 0;
+  for (const auto& x : a) {
+    _mm256_storeu_ps(lanes, x);
+    for (float l : lanes) sum += l;
+  }
+  return sum;
+}
+
+// The f32 FMA instruction rate of all threads together (FLOP/s), best of 3; zmm where the kernels
+// run AVX-512, else ymm.
+double MeasureFmaPeak(bool zmm) {
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     const int64_t iters = 20'000'000;
@@ -95,22 +132,11 @@ double MeasureFmaPeak() {
     {
 #pragma omp single
       threads = omp_get_num_threads();
-      __m512 a0 = _mm512_set1_ps(1.f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
-             a9 = a0, a10 = a0, a11 = a0;
-      const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
-      for (int64_t i = 0; i < iters; ++i) {
-        a0 = _mm512_fmadd_ps(a0, b, c); a1 = _mm512_fmadd_ps(a1, b, c); a2 = _mm512_fmadd_ps(a2, b, c);
-        a3 = _mm512_fmadd_ps(a3, b, c); a4 = _mm512_fmadd_ps(a4, b, c); a5 = _mm512_fmadd_ps(a5, b, c);
-        a6 = _mm512_fmadd_ps(a6, b, c); a7 = _mm512_fmadd_ps(a7, b, c); a8 = _mm512_fmadd_ps(a8, b, c);
-        a9 = _mm512_fmadd_ps(a9, b, c); a10 = _mm512_fmadd_ps(a10, b, c); a11 = _mm512_fmadd_ps(a11, b, c);
-      }
-      const __m512 s1 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                                      _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-      sink += _mm512_reduce_add_ps(_mm512_add_ps(s1, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11))));
+      sink += zmm ? FmaChainsZmm(iters) : FmaChainsYmm(iters);
     }
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (sink == 42.f) std::printf(" ");  // keep the loop alive
-    best = std::max(best, 12.0 * 32 * iters * threads / t);
+    best = std::max(best, 12.0 * (zmm ? 32 : 16) * iters * threads / t);
   }
   return best;
 }
@@ -120,8 +146,9 @@ void BenchPeak() {
   g_peak_bf16 = MeasureMatmulPeakFlops(dev, ComputeType::kBF16, 2048, 5);
   std::printf("matmul peak (M=N=K=2048, oneDNN):  f32 %8.1f GFLOP/s   bf16 %8.1f GFLOP/s\n", g_peak_f32 * 1e-9,
               g_peak_bf16 * 1e-9);
-  std::printf("f32 FMA instruction peak (zmm):    %8.1f GFLOP/s  (percentages below are of the matmul peak)\n",
-              MeasureFmaPeak() * 1e-9);
+  const bool zmm = cpu::AsCpu(dev).isa() >= cpu::CpuIsa::kAvx512;
+  std::printf("f32 FMA instruction peak (%s):    %8.1f GFLOP/s  (percentages below are of the matmul peak)\n",
+              zmm ? "zmm" : "ymm", MeasureFmaPeak(zmm) * 1e-9);
 }
 
 void BenchLinear(int64_t tokens) {
@@ -316,9 +343,10 @@ void BenchPaged() {
     float total = 0;
 #pragma omp parallel for reduction(+ : total) schedule(static)
     for (int64_t c = 0; c < n; c += 4096) {
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t i = c; i < c + 4096; i += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(buf.data() + i));
-      total += _mm512_reduce_add_ps(acc);
+      float acc = 0;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t i = c; i < c + 4096; ++i) acc += buf[i];
+      total += acc;
     }
     sink += total;
   });
@@ -400,6 +428,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::printf("%s\n", dev.Describe().c_str());
   const dnnl_version_t* v = dnnl_version();
   std::printf("machine: %s, %d OpenMP threads, oneDNN %d.%d.%d (cpu isa: %s)\n", CpuModel().c_str(),
               omp_get_max_threads(), v->major, v->minor, v->patch,

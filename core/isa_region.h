@@ -1,19 +1,41 @@
-// Code for a wider instruction set inside a binary built for the x86-64-v3 baseline (AVX2, FMA).
-// Function definitions between IRIS_AVX512_BEGIN and IRIS_AVX512_END get the AVX-512 target; put
-// the pair after every #include, so that inline functions and templates from library headers keep
-// the baseline (compiled into such a file with -mavx512f instead, they would be weak symbols the
-// linker may pick for baseline callers: SIGILL on an AVX2 processor). Code in the region runs only
-// after a run-time check that the processor has these features.
+// A region of a source file compiled for AVX-512 in a build whose baseline is lower (x86-64-v3):
+// the functions defined between IRIS_AVX512_BEGIN and IRIS_AVX512_END get the target attribute
+// (F/BW/VL/DQ + BF16: the kernels, picked at run time by kernels/<op>.cc from CpuDevice::isa()),
+// and those between IRIS_AVX512_VBMI_BEGIN and IRIS_AVX512_VBMI_END get F/BW/VL/DQ + VBMI (image
+// preprocessing, picked by core::HostHasAvx512Vbmi()). One binary carries every tier; only
+// functions defined inside a region run its code. The two feature sets stay apart so that neither
+// lets the compiler emit an instruction the other's run-time check did not ask for.
+//
+// Rules for a region:
+//  - It opens after every #include: a std or absl header parsed inside would compile its inline
+//    functions for AVX-512, and the linker may keep that copy for baseline callers (SIGILL on an
+//    AVX2 machine).
+//  - A function in it may only be called when the device's tier allows it; BF16 instructions
+//    (vdpbf16ps, vcvtne2ps2bf16) only when the tier is kAvx512Bf16.
+//  - The body of an OpenMP construct holds no vector values: clang-14 outlines it into a function
+//    without the region's target (GCC keeps it), so it must call region functions instead.
 #pragma once
 
-// The target: AVX-512 F/BW/VL/DQ, VBMI (byte permutes) and BF16, with the AVX2-era extensions.
 #if defined(__clang__)
-#define IRIS_AVX512_BEGIN                                                                           \
-  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt\"))), apply_to = function)")
+#define IRIS_AVX512_BEGIN                                                                               \
+  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c,bmi2\"))), apply_to = function)")
 #define IRIS_AVX512_END _Pragma("clang attribute pop")
+#define IRIS_AVX512_VBMI_BEGIN                                                                          \
+  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,fma,f16c,bmi2\"))), apply_to = function)")
+#define IRIS_AVX512_VBMI_END _Pragma("clang attribute pop")
+#elif defined(__GNUC__)
+// -Wpsabi: GCC warns that a lambda returning a zmm value changes the ABI, although the lambda does
+// get the region's target.
+#define IRIS_AVX512_BEGIN                                                                    \
+  _Pragma("GCC push_options")                                                                \
+  _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c,bmi2\")")     \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wpsabi\"")
+#define IRIS_AVX512_END _Pragma("GCC diagnostic pop") _Pragma("GCC pop_options")
+#define IRIS_AVX512_VBMI_BEGIN                                                               \
+  _Pragma("GCC push_options")                                                                \
+  _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,fma,f16c,bmi2\")")     \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wpsabi\"")
+#define IRIS_AVX512_VBMI_END _Pragma("GCC diagnostic pop") _Pragma("GCC pop_options")
 #else
-#define IRIS_AVX512_BEGIN \
-  _Pragma("GCC push_options") \
-  _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt\")")
-#define IRIS_AVX512_END _Pragma("GCC pop_options")
+#error "iris's AVX-512 kernels need GCC or clang"
 #endif

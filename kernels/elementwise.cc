@@ -1,4 +1,5 @@
-// The dispatch point of these ops: the one place that picks each one's implementation for a device.
+// The dispatch point of these ops: the one place that picks each one's implementation for a device
+// (on the CPU, by instruction-set tier: AVX-512 kernels from kAvx512 on, the portable ones below).
 #include "kernels/elementwise.h"
 
 #include "kernels/cpu/cpu_ops.h"
@@ -7,36 +8,51 @@ namespace iris::kernels {
 
 void RmsNorm(Device& device, const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) {
   switch (device.kind()) {
-    case DeviceKind::kCpu:
-      return cpu::avx512::RmsNorm(cpu::AsCpu(device), x, weight, rows, dim, eps, y);
+    case DeviceKind::kCpu: {
+      cpu::CpuDevice& cpu = cpu::AsCpu(device);
+      if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::RmsNorm(cpu, x, weight, rows, dim, eps, y);
+      return cpu::portable::RmsNorm(cpu, x, weight, rows, dim, eps, y);
+    }
   }
 }
 
 void SiluMulRows(Device& device, const float* gu, int64_t rows, int64_t inter, float* out) {
   switch (device.kind()) {
-    case DeviceKind::kCpu:
-      return cpu::avx512::SiluMulRows(cpu::AsCpu(device), gu, rows, inter, out);
+    case DeviceKind::kCpu: {
+      cpu::CpuDevice& cpu = cpu::AsCpu(device);
+      if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::SiluMulRows(cpu, gu, rows, inter, out);
+      return cpu::portable::SiluMulRows(cpu, gu, rows, inter, out);
+    }
   }
 }
 
 void SiluMul(Device& device, const float* gate, const float* up, int64_t n, float* out) {
   switch (device.kind()) {
-    case DeviceKind::kCpu:
-      return cpu::avx512::SiluMul(cpu::AsCpu(device), gate, up, n, out);
+    case DeviceKind::kCpu: {
+      cpu::CpuDevice& cpu = cpu::AsCpu(device);
+      if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::SiluMul(cpu, gate, up, n, out);
+      return cpu::portable::SiluMul(cpu, gate, up, n, out);
+    }
   }
 }
 
 void GeluErf(Device& device, const float* x, int64_t n, float* y) {
   switch (device.kind()) {
-    case DeviceKind::kCpu:
-      return cpu::avx512::GeluErf(cpu::AsCpu(device), x, n, y);
+    case DeviceKind::kCpu: {
+      cpu::CpuDevice& cpu = cpu::AsCpu(device);
+      if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::GeluErf(cpu, x, n, y);
+      return cpu::portable::GeluErf(cpu, x, n, y);
+    }
   }
 }
 
 void Add(Device& device, const float* a, const float* b, int64_t n, float* y) {
   switch (device.kind()) {
-    case DeviceKind::kCpu:
-      return cpu::avx512::Add(cpu::AsCpu(device), a, b, n, y);
+    case DeviceKind::kCpu: {
+      cpu::CpuDevice& cpu = cpu::AsCpu(device);
+      if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::Add(cpu, a, b, n, y);
+      return cpu::portable::Add(cpu, a, b, n, y);
+    }
   }
 }
 

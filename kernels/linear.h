@@ -13,7 +13,8 @@
 namespace iris::kernels {
 
 // f32: weights upcast to float32, f32 math (for checking against the reference).
-// bf16: bf16 weights and activations, f32 accumulation and f32 output (AVX512-BF16/AMX).
+// bf16: bf16 weights and activations, f32 accumulation and f32 output (AVX512-BF16/AMX; on the
+// CPU it needs AVX-512: Linear::Create fails with FAILED_PRECONDITION below).
 enum class ComputeType { kF32, kBF16 };
 
 // What happens to the matmul result before it is stored in y.
@@ -42,6 +43,7 @@ class Linear {
 
 // Measures this machine's dense matmul rate (FLOP/s) with a large oneDNN matmul of the given
 // compute type (M=N=K=`size`), best of `repeats` after a warm-up. Used by benchmarks as the peak.
+// 0 where the device has no matmul of that compute type.
 double MeasureMatmulPeakFlops(Device& device, ComputeType compute, int64_t size = 2048, int repeats = 5);
 
 }  // namespace iris::kernels

@@ -1,4 +1,5 @@
-// The dispatch point of these ops: the one place that picks each one's implementation for a device.
+// The dispatch point of these ops: the one place that picks each one's implementation for a device
+// (on the CPU, by instruction-set tier: AVX-512 kernels from kAvx512 on, the portable ones below).
 #include "kernels/paged_attention.h"
 
 #include <algorithm>
@@ -11,14 +12,18 @@ void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int
                   const float* v, int64_t v_row_stride, std::span<const int64_t> slot_mapping) {
   switch (device.kind()) {
     case DeviceKind::kCpu:
-      return cpu::avx512::WritePagedKv(cpu::AsCpu(device), layer, k, k_row_stride, v, v_row_stride, slot_mapping);
+      // Row copies: one implementation for every tier.
+      return cpu::WritePagedKv(cpu::AsCpu(device), layer, k, k_row_stride, v, v_row_stride, slot_mapping);
   }
 }
 
 void PagedAttention(Device& device, const PagedAttentionArgs& args) {
   switch (device.kind()) {
-    case DeviceKind::kCpu:
-      return cpu::avx512::PagedAttention(cpu::AsCpu(device), args);
+    case DeviceKind::kCpu: {
+      cpu::CpuDevice& cpu = cpu::AsCpu(device);
+      if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::PagedAttention(cpu, args);
+      return cpu::portable::PagedAttention(cpu, args);
+    }
   }
 }
 

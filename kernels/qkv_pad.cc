@@ -1,4 +1,5 @@
-// The dispatch point of these ops: the one place that picks each one's implementation for a device.
+// The dispatch point of these ops: the one place that picks each one's implementation for a device
+// (on the CPU, by instruction-set tier: AVX-512 kernels from kAvx512 on, the portable ones below).
 #include "kernels/qkv_pad.h"
 
 #include "kernels/cpu/cpu_ops.h"
@@ -8,16 +9,24 @@ namespace iris::kernels {
 void PadQkv(Device& device, const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
             float* q, float* k, float* v) {
   switch (device.kind()) {
-    case DeviceKind::kCpu:
-      return cpu::avx512::PadQkv(cpu::AsCpu(device), qkv, rows, num_heads, head_dim, padded_dim, q, k, v);
+    case DeviceKind::kCpu: {
+      cpu::CpuDevice& cpu = cpu::AsCpu(device);
+      if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::PadQkv(cpu, qkv, rows, num_heads, head_dim,
+          padded_dim, q, k, v);
+      return cpu::portable::PadQkv(cpu, qkv, rows, num_heads, head_dim, padded_dim, q, k, v);
+    }
   }
 }
 
 void PadOneOfQkv(Device& device, const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
                  int which, float* out) {
   switch (device.kind()) {
-    case DeviceKind::kCpu:
-      return cpu::avx512::PadOneOfQkv(cpu::AsCpu(device), qkv, rows, num_heads, head_dim, padded_dim, which, out);
+    case DeviceKind::kCpu: {
+      cpu::CpuDevice& cpu = cpu::AsCpu(device);
+      if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::PadOneOfQkv(cpu, qkv, rows, num_heads, head_dim,
+          padded_dim, which, out);
+      return cpu::portable::PadOneOfQkv(cpu, qkv, rows, num_heads, head_dim, padded_dim, which, out);
+    }
   }
 }
 

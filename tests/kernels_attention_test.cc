@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_device.h"
 #include "tests/test_util.h"
 
 namespace iris::kernels {
@@ -103,10 +104,13 @@ void Check(const Problem& p, uint32_t seed) {
     max_ref = std::max(max_ref, std::fabs(ref[i]));
   }
   if (p.bf16) {
-    // bf16 inputs: ~2^-9 relative per operand. Also make sure the bf16 path really ran.
-    // (Measured: 2e-3, 7e-3 for the peaky case.)
+    // bf16 inputs: ~2^-9 relative per operand. Also make sure the bf16 path really ran where the
+    // device has it (below tier avx512_bf16 the flag is ignored). (Measured: 2e-3, 7e-3 for the
+    // peaky case.)
     EXPECT_LE(std::sqrt(num / den), 2e-2);
-    EXPECT_GE(std::sqrt(num / den), 1e-5);
+    if (cpu::AsCpu(dev).native_bf16()) {
+      EXPECT_GE(std::sqrt(num / den), 1e-5);
+    }
     EXPECT_LE(max_err, 1e-1 * max_ref) << "max_ref " << max_ref;
   } else {
     // (Measured: ~1.5e-7, up to 1e-6 / 5e-6 for the peaky case, where f32 rounding of scores

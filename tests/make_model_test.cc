@@ -167,7 +167,9 @@ TEST(SyntheticWeights, KindFanInAndBaseMatchManifests) {
       const auto shape = t["shape"].get<std::vector<int64_t>>();
       SCOPED_TRACE(name);
       EXPECT_STREQ(KindName(KindOf(name, shape)), t["kind"].get<std::string>().c_str());
-      if (!t["fan_in"].is_null()) EXPECT_EQ(FanIn(shape), t["fan_in"].get<int64_t>());
+      if (!t["fan_in"].is_null()) {
+        EXPECT_EQ(FanIn(shape), t["fan_in"].get<int64_t>());
+      }
       EXPECT_EQ(Hex64(Fnv1a64(name)), t["fnv1a64"].get<std::string>());
       const TensorGenerator gen(seed, name, shape);
       EXPECT_EQ(Hex64(gen.base()), t["base"].get<std::string>());
@@ -362,7 +364,9 @@ TEST(MakeModelWriter, ShardsReadBackIdentical) {
     // Only the embedding may exceed the limit, and then alone.
     uint64_t bytes = 0;
     for (const auto& e : (*st)->entries()) bytes += e.end - e.begin;
-    if (bytes > options.max_shard_bytes) EXPECT_EQ((*st)->entries().size(), 1u) << f;
+    if (bytes > options.max_shard_bytes) {
+      EXPECT_EQ((*st)->entries().size(), 1u) << f;
+    }
   }
 
   auto ckpt = core::Checkpoint::Open(dir.path());

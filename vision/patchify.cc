@@ -69,7 +69,7 @@ void Patchifier::Strip(const uint8_t* const* rows, int width, int64_t readable, 
   StripAvx512(rows, width, readable, out);
 }
 
-IRIS_AVX512_BEGIN
+IRIS_AVX512_VBMI_BEGIN
 namespace {
 
 // 16 bytes of one channel -> 16 normalized floats, with the reference's roundings:
@@ -141,6 +141,6 @@ void Patchifier::StripAvx512(const uint8_t* const* rows, int width, int64_t read
   }
   if (stream) _mm_sfence();
 }
-IRIS_AVX512_END
+IRIS_AVX512_VBMI_END
 
 }  // namespace iris::vision::internal

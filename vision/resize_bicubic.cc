@@ -45,13 +45,13 @@ inline uint8_t Clip8(int32_t v) {
   return static_cast<uint8_t>(v >> kPrecisionBits);
 }
 
-IRIS_AVX512_BEGIN
+IRIS_AVX512_VBMI_BEGIN
 // 16 int32 lanes -> 16 bytes: >> 22, clamped to [0, 255].
 inline __m128i PackClip(__m512i acc) {
   const __m512i v = _mm512_max_epi32(_mm512_srai_epi32(acc, kPrecisionBits), _mm512_setzero_si512());
   return _mm512_cvtusepi32_epi8(v);
 }
-IRIS_AVX512_END
+IRIS_AVX512_VBMI_END
 
 constexpr int kWindowBytes = 128;  // two zmm registers, addressed by vpermi2b
 constexpr int kBlockPixels = 16;   // 48 output bytes = three zmm of int32 accumulators
@@ -222,7 +222,7 @@ HorizontalPlan::HorizontalPlan(AxisCoeffs coeffs, std::optional<Mode> force) : c
 
 namespace {
 
-IRIS_AVX512_BEGIN
+IRIS_AVX512_VBMI_BEGIN
 // R input rows through one horizontal plan block.
 template <int R>
 inline void HorizontalBlock(const uint8_t* const* in_rows, uint8_t* const* out_rows, int64_t row_bytes,
@@ -284,7 +284,7 @@ inline void HorizontalBlock(const uint8_t* const* in_rows, uint8_t* const* out_r
   }
 }
 
-IRIS_AVX512_END
+IRIS_AVX512_VBMI_END
 
 void HorizontalRowScalar(const AxisCoeffs& c, const uint8_t* in, uint8_t* out) {
   for (int xx = 0; xx < c.out_size; ++xx) {
@@ -306,7 +306,7 @@ void HorizontalRowScalar(const AxisCoeffs& c, const uint8_t* in, uint8_t* out) {
 
 }  // namespace
 
-IRIS_AVX512_BEGIN
+IRIS_AVX512_VBMI_BEGIN
 void HorizontalPlan::RunInterleaved(const uint8_t* const* in_rows, uint8_t* const* out_rows,
                                     int n) const {
   const int64_t row_bytes = static_cast<int64_t>(c_.in_size) * 3;
@@ -478,7 +478,7 @@ void HorizontalPlan::RunPlanar(const uint8_t* const* in_rows, uint8_t* const* ou
   }
 }
 
-IRIS_AVX512_END
+IRIS_AVX512_VBMI_END
 
 void HorizontalPlan::Run(const uint8_t* const* in_rows, uint8_t* const* out_rows, int n) const {
   switch (mode_) {
@@ -513,7 +513,7 @@ void VerticalRow(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_
   }
 }
 
-IRIS_AVX512_BEGIN
+IRIS_AVX512_VBMI_BEGIN
 void VerticalRowAvx512(const AxisCoeffs& c, int yy, const uint8_t* const* rows, int64_t bytes, uint8_t* out) {
   const int s = c.start[yy];
   const int n = c.count[yy];
@@ -546,7 +546,7 @@ void VerticalRowAvx512(const AxisCoeffs& c, int yy, const uint8_t* const* rows, 
     _mm_mask_storeu_epi8(out + x, m, PackClip(a));
   }
 }
-IRIS_AVX512_END
+IRIS_AVX512_VBMI_END
 
 void ResizeStrips(const RgbImage& in, int out_height, int out_width, int strip_rows, RgbImage* dst,
                   StripFn emit) {

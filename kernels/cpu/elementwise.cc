@@ -3,10 +3,12 @@
 
 #include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
 
-
 #include <algorithm>
 #include <cmath>
 
+#include "core/isa_region.h"
+
+IRIS_AVX512_BEGIN
 namespace iris::kernels::cpu::avx512 {
 namespace {
 
@@ -27,60 +29,54 @@ void ForChunks(CpuDevice& dev, int64_t n, F&& body) {
   }
 }
 
+// One row of RmsNorm. (The OpenMP loops below call row functions: see isa_region.h.)
+inline void RmsNormRow(const float* xr, const float* weight, int64_t dim, float eps, float* yr) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= dim; i += 32) {
+    const __m512 a = _mm512_loadu_ps(xr + i), b = _mm512_loadu_ps(xr + i + 16);
+    acc0 = _mm512_fmadd_ps(a, a, acc0);
+    acc1 = _mm512_fmadd_ps(b, b, acc1);
+  }
+  for (; i < dim; i += 16) {
+    const __m512 a = _mm512_maskz_loadu_ps(TailMask(dim - i), xr + i);
+    acc0 = _mm512_fmadd_ps(a, a, acc0);
+  }
+  const float variance = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) / static_cast<float>(dim);
+  const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(variance + eps));
+  // HF order: (x * rsqrt(var + eps)) * weight, each product rounded.
+  for (i = 0; i < dim; i += 16) {
+    const __mmask16 m = TailMask(dim - i);
+    const __m512 a = _mm512_maskz_loadu_ps(m, xr + i);
+    const __m512 w = _mm512_maskz_loadu_ps(m, weight + i);
+    _mm512_mask_storeu_ps(yr + i, m, _mm512_mul_ps(w, _mm512_mul_ps(a, inv)));
+  }
+}
+
+// o[i] = silu(g[i]) * u[i], i < n.
+inline void SiluMulRow(const float* g, const float* u, int64_t n, float* o) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 a = _mm512_maskz_loadu_ps(m, g + i);
+    const __m512 b = _mm512_maskz_loadu_ps(m, u + i);
+    _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(cpu::Silu(a), b));
+  }
+}
+
 }  // namespace
 
 void RmsNorm(CpuDevice& dev, const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) {
 #pragma omp parallel for num_threads(dev.threads()) schedule(static) if (rows * dim > kParallelThreshold)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= dim; i += 32) {
-      const __m512 a = _mm512_loadu_ps(xr + i), b = _mm512_loadu_ps(xr + i + 16);
-      acc0 = _mm512_fmadd_ps(a, a, acc0);
-      acc1 = _mm512_fmadd_ps(b, b, acc1);
-    }
-    for (; i < dim; i += 16) {
-      const __m512 a = _mm512_maskz_loadu_ps(TailMask(dim - i), xr + i);
-      acc0 = _mm512_fmadd_ps(a, a, acc0);
-    }
-    const float variance = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) / static_cast<float>(dim);
-    const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(variance + eps));
-    // HF order: (x * rsqrt(var + eps)) * weight, each product rounded.
-    for (i = 0; i < dim; i += 16) {
-      const __mmask16 m = TailMask(dim - i);
-      const __m512 a = _mm512_maskz_loadu_ps(m, xr + i);
-      const __m512 w = _mm512_maskz_loadu_ps(m, weight + i);
-      _mm512_mask_storeu_ps(yr + i, m, _mm512_mul_ps(w, _mm512_mul_ps(a, inv)));
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r) RmsNormRow(x + r * dim, weight, dim, eps, y + r * dim);
 }
 
 void SiluMulRows(CpuDevice& dev, const float* gu, int64_t rows, int64_t inter, float* out) {
 #pragma omp parallel for num_threads(dev.threads()) schedule(static) if (rows * inter > kParallelThreshold)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* g = gu + r * 2 * inter;
-    const float* u = g + inter;
-    float* o = out + r * inter;
-    for (int64_t i = 0; i < inter; i += 16) {
-      const __mmask16 m = TailMask(inter - i);
-      const __m512 a = _mm512_maskz_loadu_ps(m, g + i);
-      const __m512 b = _mm512_maskz_loadu_ps(m, u + i);
-      _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(cpu::Silu(a), b));
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r) SiluMulRow(gu + r * 2 * inter, gu + r * 2 * inter + inter, inter, out + r * inter);
 }
 
 void SiluMul(CpuDevice& dev, const float* gate, const float* up, int64_t n, float* out) {
-  ForChunks(dev, n, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; i += 16) {
-      const __mmask16 m = TailMask(end - i);
-      const __m512 a = _mm512_maskz_loadu_ps(m, gate + i);
-      const __m512 b = _mm512_maskz_loadu_ps(m, up + i);
-      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(cpu::Silu(a), b));
-    }
-  });
+  ForChunks(dev, n, [&](int64_t begin, int64_t end) { SiluMulRow(gate + begin, up + begin, end - begin, out + begin); });
 }
 
 void GeluErf(CpuDevice& dev, const float* x, int64_t n, float* y) {
@@ -102,3 +98,4 @@ void Add(CpuDevice& dev, const float* a, const float* b, int64_t n, float* y) {
 }
 
 }  // namespace iris::kernels::cpu::avx512
+IRIS_AVX512_END

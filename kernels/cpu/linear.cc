@@ -2,8 +2,6 @@
 // layout, one primitive per (row count, epilogue) created on first use and cached.
 #include "kernels/cpu/cpu_ops.h"
 
-#include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -41,8 +39,8 @@ dnnl::primitive_attr MakeAttr(Epilogue epilogue) {
 
 class CpuLinear final : public Linear {
  public:
-  CpuLinear(CpuDevice& dev, int64_t out, int64_t in, ComputeType compute)
-      : dev_(dev), out_(out), in_(in), compute_(compute) {}
+  CpuLinear(CpuDevice& dev, int64_t out, int64_t in, ComputeType compute, RowToBf16Fn to_bf16)
+      : dev_(dev), out_(out), in_(in), compute_(compute), to_bf16_(to_bf16) {}
 
   absl::Status Init(const core::Tensor& weight, const core::Tensor* bias) {
     const Dt dt = compute_ == ComputeType::kBF16 ? Dt::bf16 : Dt::f32;
@@ -60,7 +58,7 @@ class CpuLinear final : public Linear {
         const float* src = f32.data<float>();
         uint16_t* dst = static_cast<uint16_t*>(bf16_copy.get());
 #pragma omp parallel for num_threads(dev_.threads()) schedule(static)
-        for (int64_t r = 0; r < out_; ++r) cpu::FloatToBf16Row(src + r * in_, in_, dst + r * in_);
+        for (int64_t r = 0; r < out_; ++r) to_bf16_(src + r * in_, in_, dst + r * in_);
         plain = bf16_copy.get();
       }
     }
@@ -82,6 +80,12 @@ class CpuLinear final : public Linear {
       dnnl::reorder(plain_mem, packed_mem).execute(s, plain_mem, packed_mem);
       s.wait();
     } catch (const dnnl::error& e) {
+      if (compute_ == ComputeType::kBF16) {
+        // oneDNN 2.6 has bf16 matmuls from AVX-512 on only.
+        return absl::FailedPreconditionError(absl::StrCat(
+            "Linear: oneDNN has no bf16 matmul on this processor (it needs AVX-512); use f32 compute (", e.what(),
+            ")"));
+      }
       return absl::InternalError(absl::StrCat("Linear: oneDNN setup failed: ", e.what()));
     }
 
@@ -129,7 +133,7 @@ class CpuLinear final : public Linear {
       const int64_t in = in_;
       // Vectorised f32 -> bf16 over rows (one thread per chunk of rows).
 #pragma omp parallel for num_threads(dev_.threads()) schedule(static) if (m * in > 32768)
-      for (int64_t r = 0; r < m; ++r) cpu::FloatToBf16Row(x + r * in, in, xb + r * in);
+      for (int64_t r = 0; r < m; ++r) to_bf16_(x + r * in, in, xb + r * in);
       src = xb;
     }
     dnnl::engine& eng = dev_.dnnl_engine();
@@ -176,6 +180,7 @@ class CpuLinear final : public Linear {
   CpuDevice& dev_;
   const int64_t out_, in_;
   const ComputeType compute_;
+  const RowToBf16Fn to_bf16_;
   memory::desc weight_md_;
   std::shared_ptr<void> weight_buf_;
   std::shared_ptr<void> bias_;
@@ -186,7 +191,8 @@ class CpuLinear final : public Linear {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CpuDevice& dev, const core::Tensor& weight,
-                                                     const core::Tensor* bias, ComputeType compute) {
+                                                     const core::Tensor* bias, ComputeType compute,
+                                                     RowToBf16Fn to_bf16) {
   if (weight.device() != core::Device::kCpu) return absl::InvalidArgumentError("Linear: weight must be on the CPU");
   if (weight.rank() != 2) {
     return absl::InvalidArgumentError(
@@ -213,7 +219,7 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CpuDevice& dev, const core:
                                                      " does not match weight ", weight.ShapeString()));
     }
   }
-  auto linear = std::make_unique<CpuLinear>(dev, out, in, compute);
+  auto linear = std::make_unique<CpuLinear>(dev, out, in, compute, to_bf16);
   absl::Status status = linear->Init(weight, bias);
   if (!status.ok()) return status;
   return std::unique_ptr<Linear>(std::move(linear));
@@ -227,7 +233,12 @@ double MeasureMatmulPeakFlops(CpuDevice& dev, ComputeType compute, int64_t size,
   const memory::desc src_md({n, n}, dt, Tag::ab);
   const memory::desc wei_any({n, n}, dt, Tag::any);
   const memory::desc dst_md({n, n}, Dt::f32, Tag::ab);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_any, dst_md), eng);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_any, dst_md), eng);
+  } catch (const dnnl::error&) {
+    return 0;  // no matmul of this compute type here (bf16 below AVX-512)
+  }
   dnnl::matmul prim(pd);
   const size_t elem = dt == Dt::bf16 ? 2 : 4;
   auto src = core::AllocateAligned(static_cast<size_t>(n * n) * elem);

@@ -13,7 +13,9 @@
 #include <limits>
 
 #include "core/tensor.h"
+#include "core/isa_region.h"
 
+IRIS_AVX512_BEGIN
 namespace iris::kernels::cpu::avx512 {
 namespace {
 
@@ -21,8 +23,9 @@ constexpr int64_t kLine = 64;             // bytes per zmm load
 constexpr int64_t kUnroll = 8;            // zmm loads per iteration (independent accumulators)
 constexpr int64_t kStep = kLine * kUnroll;  // 512 bytes
 
-// Sums floats [begin, end) of the buffer (end - begin a multiple of 128 floats).
-__m512 SumSlice(const float* p, int64_t n) {
+// Sums n floats from p (n a multiple of 128) into 16 lanes stored to out. (Called from an OpenMP
+// region, which holds no vector values: see isa_region.h.)
+void SumSlice(const float* p, int64_t n, float* out) {
   __m512 acc[kUnroll];
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += kStep / 4) {
@@ -30,7 +33,7 @@ __m512 SumSlice(const float* p, int64_t n) {
     for (int u = 0; u < kUnroll; ++u) acc[u] = _mm512_add_ps(acc[u], _mm512_load_ps(p + i + u * 16));
   }
   for (int u = 1; u < kUnroll; ++u) acc[0] = _mm512_add_ps(acc[0], acc[u]);
-  return acc[0];
+  _mm512_storeu_ps(out, acc[0]);
 }
 
 }  // namespace
@@ -61,8 +64,9 @@ double MeasureMemoryReadBandwidth(CpuDevice& dev, int64_t bytes, int repeats) {
 #pragma omp parallel num_threads(threads)
     {
       const int t = omp_get_thread_num();
-      const __m512 s = SumSlice(data + t * slice, slice);
-      if (t < 256) _mm512_storeu_ps(partial + t * 16, s);
+      float s[16];
+      SumSlice(data + t * slice, slice, s);
+      if (t < 256) std::memcpy(partial + t * 16, s, sizeof(s));
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r > 0) best = std::min(best, s);
@@ -75,3 +79,4 @@ double MeasureMemoryReadBandwidth(CpuDevice& dev, int64_t bytes, int repeats) {
 }
 
 }  // namespace iris::kernels::cpu::avx512
+IRIS_AVX512_END

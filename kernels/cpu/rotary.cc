@@ -3,7 +3,9 @@
 
 #include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
 
+#include "core/isa_region.h"
 
+IRIS_AVX512_BEGIN
 namespace iris::kernels::cpu::avx512 {
 namespace {
 
@@ -53,3 +55,4 @@ void Rotary(CpuDevice& dev, HeadsView x, int64_t rows, int head_dim, const float
 }
 
 }  // namespace iris::kernels::cpu::avx512
+IRIS_AVX512_END

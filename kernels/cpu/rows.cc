@@ -1,5 +1,5 @@
-// Row copies and the embedding lookup on the CPU: memcpy and conversion loops, parallel over rows
-// when there are enough bytes to share.
+// Row copies (gather, scatter, the paged KV cache's writes) and the embedding lookup on the CPU:
+// memcpy and conversion loops, parallel over rows when there are enough bytes to share.
 #include <omp.h>
 
 #include <cstdio>
@@ -29,6 +29,32 @@ void ScatterRows(CpuDevice& dev, const float* src, int64_t width, std::span<cons
   const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
 #pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * width * 4 > kParallelBytes)
   for (int64_t i = 0; i < n; ++i) std::memcpy(dst + int64_t{index[i]} * width, src + i * width, row_bytes);
+}
+
+void WritePagedKv(CpuDevice& dev, const PagedKvLayer& layer, const float* k, int64_t k_row_stride, const float* v,
+                  int64_t v_row_stride, std::span<const int64_t> slots) {
+  if (slots.empty()) return;
+  if (layer.k == nullptr || layer.v == nullptr || layer.block_size <= 0 || layer.num_kv_heads <= 0 ||
+      layer.head_dim <= 0) {
+    std::fprintf(stderr, "iris WritePagedKv: bad layer\n");
+    std::abort();
+  }
+  const int64_t num_slots = layer.num_blocks * layer.block_size;
+  const int64_t row = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
+  const int64_t n = static_cast<int64_t>(slots.size());
+  for (int64_t r = 0; r < n; ++r) {
+    if (slots[r] < 0 || slots[r] >= num_slots) {
+      std::fprintf(stderr, "iris WritePagedKv: slot %lld out of range [0, %lld)\n", static_cast<long long>(slots[r]),
+                   static_cast<long long>(num_slots));
+      std::abort();
+    }
+  }
+  // A prefill writes ~1 MB per layer; small writes stay on the calling thread.
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * row >= (1 << 16))
+  for (int64_t r = 0; r < n; ++r) {
+    std::memcpy(layer.k + slots[r] * row, k + r * k_row_stride, static_cast<size_t>(row) * sizeof(float));
+    std::memcpy(layer.v + slots[r] * row, v + r * v_row_stride, static_cast<size_t>(row) * sizeof(float));
+  }
 }
 
 void EmbeddingLookup(CpuDevice& dev, const core::Tensor& table, std::span<const int32_t> ids, float* out) {

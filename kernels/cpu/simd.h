@@ -1,4 +1,5 @@
 // AVX-512 helpers private to the CPU kernels: exp, erfc-based GELU, silu, masks, bf16 rounding.
+// Compiled for AVX-512 inside an isa_region.h region: only for code that runs at tier kAvx512+.
 #pragma once
 
 // GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_*()
@@ -12,6 +13,9 @@
 
 #include <cstdint>
 
+#include "core/isa_region.h"
+
+IRIS_AVX512_BEGIN
 namespace iris::kernels::cpu {
 
 // Mask selecting the first n (0..16) lanes.
@@ -86,37 +90,43 @@ inline __m512 GeluErf(__m512 x) {
 inline float HorizontalSum(__m512 v) { return _mm512_reduce_add_ps(v); }
 inline float HorizontalMax(__m512 v) { return _mm512_reduce_max_ps(v); }
 
-// 32 floats -> 32 bf16 (round to nearest even), as the checkpoints round.
+// Rounds f32 lanes to bf16 (round to nearest even; NaN stays a quiet NaN) in software, in the
+// low 16 bits of each 32-bit lane.
+inline __m512i RoundToBf16Lanes(__m512 f) {
+  const __m512i u = _mm512_castps_si512(f);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
+  r = _mm512_srli_epi32(r, 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+}
+
+// 32 floats -> 32 bf16 (round to nearest even), as the checkpoints round: one AVX512-BF16
+// instruction (tier kAvx512Bf16 only), else in software with the same result for normal numbers.
+template <bool kNativeBf16>
 inline __m512i ToBf16x32(__m512 lo, __m512 hi) {
-#if defined(__AVX512BF16__)
-  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-#else
-  auto round = [](__m512 f) {
-    const __m512i u = _mm512_castps_si512(f);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
-    r = _mm512_srli_epi32(r, 16);
-    const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-  };
-  const __m256i l = _mm512_cvtepi32_epi16(round(lo));
-  const __m256i h = _mm512_cvtepi32_epi16(round(hi));
-  return _mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1);
-#endif
+  if constexpr (kNativeBf16) {
+    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  } else {
+    const __m256i l = _mm512_cvtepi32_epi16(RoundToBf16Lanes(lo));
+    const __m256i h = _mm512_cvtepi32_epi16(RoundToBf16Lanes(hi));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1);
+  }
 }
 
 // Converts n floats to bf16 (round to nearest even).
+template <bool kNativeBf16>
 inline void FloatToBf16Row(const float* x, int64_t n, uint16_t* y) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512i v = ToBf16x32(_mm512_loadu_ps(x + i), _mm512_loadu_ps(x + i + 16));
+    const __m512i v = ToBf16x32<kNativeBf16>(_mm512_loadu_ps(x + i), _mm512_loadu_ps(x + i + 16));
     _mm512_storeu_si512(y + i, v);
   }
   if (i < n) {
     const int64_t rem = n - i;
     const __m512 lo = _mm512_maskz_loadu_ps(TailMask(rem), x + i);
     const __m512 hi = _mm512_maskz_loadu_ps(TailMask(rem - 16 > 0 ? rem - 16 : 0), x + i + 16);
-    const __m512i v = ToBf16x32(lo, hi);
+    const __m512i v = ToBf16x32<kNativeBf16>(lo, hi);
     _mm512_mask_storeu_epi16(y + i, static_cast<__mmask32>((rem >= 32) ? 0xFFFFFFFFu : ((1u << rem) - 1u)), v);
   }
 }
@@ -156,8 +166,7 @@ inline void Transpose16(__m512 r[16]) {
   for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
-#if defined(__AVX512BF16__)
 inline __m512bh AsBh(__m512i x) { return reinterpret_cast<__m512bh>(x); }
-#endif
 
 }  // namespace iris::kernels::cpu
+IRIS_AVX512_END

@@ -1,0 +1,78 @@
+// Varlen attention in plain C++ for processors without AVX-512: every query row walks its keys in
+// blocks with an online softmax (flash_row.h). Units of (sequence, head, block of 64 queries) run
+// in parallel, as in the AVX-512 kernel. f32 only: AttentionArgs::bf16 is ignored.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/portable/flash_row.h"
+
+namespace iris::kernels::cpu::portable {
+namespace {
+
+constexpr int kQueryBlock = 64;
+
+struct Unit {
+  int32_t seq;
+  int32_t head;
+  int32_t q0;  // first query of the block, relative to the sequence start
+};
+
+}  // namespace
+
+void VarlenAttention(CpuDevice& dev, const AttentionArgs& a) {
+  const int num_seqs = static_cast<int>(a.cu_seqlens.size()) - 1;
+  if (num_seqs <= 0 || a.num_heads <= 0 || a.head_dim <= 0) return;
+  const int kv_heads = a.num_kv_heads > 0 ? a.num_kv_heads : a.num_heads;
+  if (a.num_heads % kv_heads != 0) {
+    std::fprintf(stderr, "iris VarlenAttention: num_heads %d is not a multiple of num_kv_heads %d\n", a.num_heads,
+                 kv_heads);
+    std::abort();
+  }
+  const int group = a.num_heads / kv_heads;
+  const int hd = a.head_dim;
+  const int32_t* cu = a.cu_seqlens.data();
+  std::vector<Unit> units;
+  for (int s = 0; s < num_seqs; ++s) {
+    const int n = cu[s + 1] - cu[s];
+    for (int h = 0; h < a.num_heads; ++h)
+      for (int q0 = 0; q0 < n; q0 += kQueryBlock) units.push_back({s, h, q0});
+  }
+  const int64_t num_units = static_cast<int64_t>(units.size());
+
+#pragma omp parallel num_threads(dev.threads())
+  {
+    float* scratch = static_cast<float*>(
+        dev.Scratch(CpuDevice::kSlotTile, omp_get_thread_num(), (static_cast<size_t>(hd) + kKeyBlock) * sizeof(float)));
+    float* s = scratch + hd;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < num_units; ++u) {
+      const Unit& unit = units[u];
+      const int64_t t0 = cu[unit.seq];
+      const int n = cu[unit.seq + 1] - cu[unit.seq];
+      const int g = unit.head / group;
+      const float* kh = a.k.data + t0 * a.k.row_stride + static_cast<int64_t>(g) * a.k.head_stride;
+      const float* vh = a.v.data + t0 * a.v.row_stride + static_cast<int64_t>(g) * a.v.head_stride;
+      for (int i = unit.q0; i < std::min(n, unit.q0 + kQueryBlock); ++i) {
+        const float* q = a.q.data + (t0 + i) * a.q.row_stride + static_cast<int64_t>(unit.head) * a.q.head_stride;
+        const int keys = a.causal ? i + 1 : n;
+        RowState st;
+        StartRow(st, scratch, hd);
+        for (int kb = 0; kb < keys; kb += kKeyBlock) {
+          const float* k0 = kh + kb * a.k.row_stride;
+          const float* v0 = vh + kb * a.v.row_stride;
+          AttendKeys(
+              q, std::min(kKeyBlock, keys - kb), [&](int j) { return k0 + j * a.k.row_stride; },
+              [&](int j) { return v0 + j * a.v.row_stride; }, hd, a.scale, s, st);
+        }
+        FinishRow(st, hd, a.out + (t0 + i) * a.out_row_stride + static_cast<int64_t>(unit.head) * hd);
+      }
+    }
+  }
+}
+
+}  // namespace iris::kernels::cpu::portable
