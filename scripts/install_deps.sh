@@ -21,10 +21,12 @@ PACKAGES=(
   grpc-proto python3-grpcio python3-protobuf python3-numpy python3-pil openssl
 )
 # .ci/run's extra stages: clang with libFuzzer and the sanitizer runtimes, OpenMP for clang,
-# llvm-symbolizer for readable sanitizer reports; debootstrap and rsync for the fresh root.
+# llvm-symbolizer for readable sanitizer reports; debootstrap and rsync for the fresh root;
+# qemu-user for the run on an emulated AVX2 processor (scripts/portable_check.sh).
 CI_PACKAGES=(
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
   debootstrap rsync
+  qemu-user
 )
 
 ci=0
