@@ -1,6 +1,7 @@
-// Varlen attention in plain C++ for processors without AVX-512: every query row walks its keys in
-// blocks with an online softmax (flash_row.h). Units of (sequence, head, block of 64 queries) run
-// in parallel, as in the AVX-512 kernel. f32 only: AttentionArgs::bf16 is ignored.
+// Varlen attention in plain C++ for processors without AVX-512 (flash_row.h's online softmax).
+// Units of (sequence, head, block of 64 queries) run in parallel, as in the AVX-512 kernel; a
+// unit walks its keys in blocks of 64, packs each block once and folds it into every query row
+// that sees it. f32 only: AttentionArgs::bf16 is ignored.
 #include <omp.h>
 
 #include <algorithm>
@@ -46,30 +47,39 @@ void VarlenAttention(CpuDevice& dev, const AttentionArgs& a) {
 
 #pragma omp parallel num_threads(dev.threads())
   {
-    float* scratch = static_cast<float*>(
-        dev.Scratch(CpuDevice::kSlotTile, omp_get_thread_num(), (static_cast<size_t>(hd) + kKeyBlock) * sizeof(float)));
-    float* s = scratch + hd;
+    // Per thread: the unit's row outputs o[64][hd], the packed key block kt[hd][64], scores s[64].
+    const size_t floats = (static_cast<size_t>(kQueryBlock) + kKeyBlock) * hd + kKeyBlock;
+    float* o = static_cast<float*>(dev.Scratch(CpuDevice::kSlotTile, omp_get_thread_num(), floats * sizeof(float)));
+    float* kt = o + static_cast<size_t>(kQueryBlock) * hd;
+    float* s = kt + static_cast<size_t>(kKeyBlock) * hd;
+    RowState st[kQueryBlock];
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < num_units; ++u) {
       const Unit& unit = units[u];
       const int64_t t0 = cu[unit.seq];
       const int n = cu[unit.seq + 1] - cu[unit.seq];
+      const int nq = std::min(kQueryBlock, n - unit.q0);
       const int g = unit.head / group;
+      const float* qh = a.q.data + (t0 + unit.q0) * a.q.row_stride + static_cast<int64_t>(unit.head) * a.q.head_stride;
       const float* kh = a.k.data + t0 * a.k.row_stride + static_cast<int64_t>(g) * a.k.head_stride;
       const float* vh = a.v.data + t0 * a.v.row_stride + static_cast<int64_t>(g) * a.v.head_stride;
-      for (int i = unit.q0; i < std::min(n, unit.q0 + kQueryBlock); ++i) {
-        const float* q = a.q.data + (t0 + i) * a.q.row_stride + static_cast<int64_t>(unit.head) * a.q.head_stride;
-        const int keys = a.causal ? i + 1 : n;
-        RowState st;
-        StartRow(st, scratch, hd);
-        for (int kb = 0; kb < keys; kb += kKeyBlock) {
-          const float* k0 = kh + kb * a.k.row_stride;
-          const float* v0 = vh + kb * a.v.row_stride;
-          AttendKeys(
-              q, std::min(kKeyBlock, keys - kb), [&](int j) { return k0 + j * a.k.row_stride; },
-              [&](int j) { return v0 + j * a.v.row_stride; }, hd, a.scale, s, st);
+      for (int i = 0; i < nq; ++i) StartRow(st[i], o + static_cast<size_t>(i) * hd, hd);
+      const int k_end = a.causal ? unit.q0 + nq : n;  // keys the block's last query sees
+      for (int kb0 = 0; kb0 < k_end; kb0 += kKeyBlock) {
+        const int kn = std::min(kKeyBlock, n - kb0);
+        const float* k0 = kh + kb0 * a.k.row_stride;
+        const float* v0 = vh + kb0 * a.v.row_stride;
+        PackKeysT([&](int j) { return k0 + j * a.k.row_stride; }, kn, hd, kt);
+        for (int i = 0; i < nq; ++i) {
+          const int keys = a.causal ? std::min(kn, unit.q0 + i - kb0 + 1) : kn;
+          if (keys <= 0) continue;
+          AttendBlock(
+              qh + i * a.q.row_stride, kt, keys, [&](int j) { return v0 + j * a.v.row_stride; }, hd, a.scale, s,
+              st[i]);
         }
-        FinishRow(st, hd, a.out + (t0 + i) * a.out_row_stride + static_cast<int64_t>(unit.head) * hd);
+      }
+      for (int i = 0; i < nq; ++i) {
+        FinishRow(st[i], hd, a.out + (t0 + unit.q0 + i) * a.out_row_stride + static_cast<int64_t>(unit.head) * hd);
       }
     }
   }
