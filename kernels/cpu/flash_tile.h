@@ -255,7 +255,8 @@ void PackKtBf16(const Rows& rows, int kn, int head_dim, uint32_t* kt) {
         const int j = jg * 16 + t;
         if (j < kn) {
           const float* row = rows[j] + d0;
-          r[t] = _mm512_castsi512_ps(ToBf16x32<true>(_mm512_maskz_loadu_ps(m0, row), _mm512_maskz_loadu_ps(m1, row + 16)));
+          r[t] = _mm512_castsi512_ps(
+              ToBf16x32<true>(_mm512_maskz_loadu_ps(m0, row), _mm512_maskz_loadu_ps(m1, row + 16)));
         } else {
           r[t] = _mm512_setzero_ps();
         }

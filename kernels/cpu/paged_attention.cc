@@ -6,9 +6,10 @@
 // so each K/V row is read once per group, not once per q head. An item walks its keys in chunks
 // of 64 (gathered across pages through the block table, so the block size is free) with an
 // online softmax, on flash_tile.h's micro-kernels (4 q vectors x 64 keys per micro-tile; f32 P·V
-// reads V's rows in place from the pool). Sequences split into several row tiles (prefills) have their chunks packed once up front and
-// shared by the tiles. While a chunk computes, the next chunk's K and V rows are prefetched
-// (pages are scattered, and the hardware prefetchers did not keep up with the gather).
+// reads V's rows in place from the pool). Sequences split into several row tiles (prefills) have
+// their chunks packed once up front and shared by the tiles. While a chunk computes, the next
+// chunk's K and V rows are prefetched (pages are scattered, and the hardware prefetchers did not
+// keep up with the gather).
 //
 // Items are sorted by cost (query vectors x keys) and handed out dynamically: a batch of decodes
 // and the tiles of one long prefill both spread over all threads. (A single decode spreads over

@@ -53,7 +53,8 @@ void SiluMulRows(CpuDevice& dev, const float* gu, int64_t rows, int64_t inter, f
 }
 
 void SiluMul(CpuDevice& dev, const float* gate, const float* up, int64_t n, float* out) {
-  ForChunks(dev, n, [&](int64_t begin, int64_t end) { SiluMulRow(gate + begin, up + begin, end - begin, out + begin); });
+  ForChunks(dev, n,
+            [&](int64_t begin, int64_t end) { SiluMulRow(gate + begin, up + begin, end - begin, out + begin); });
 }
 
 void GeluErf(CpuDevice& dev, const float* x, int64_t n, float* y) {

@@ -146,7 +146,6 @@ void AttendKeys(const float* q, int n, const KRow& k_row, const VRow& v_row, int
   }
 }
 
-
 inline void FinishRow(const RowState& st, int head_dim, float* out) {
   const float inv_l = 1.f / st.l;
 #pragma omp simd
