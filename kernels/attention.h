@@ -30,6 +30,11 @@ struct AttentionArgs {
   std::span<const int32_t> cu_seqlens;
   int max_seqlen = 0;
   bool causal = false;
+  // Only query rows [q_begin, q_end) (absolute token rows; q_end < 0: to the end) are computed;
+  // keys and values stay whole sequences. Lets a forward run attention in row pieces whose
+  // results equal the one-call result row for row (the encoder's resumable forward).
+  int64_t q_begin = 0;
+  int64_t q_end = -1;
   // q·kᵀ and p·v from bf16-rounded q, k, v and p (AVX512-BF16 dot products); softmax and all
   // accumulation stay f32. About 2^-9 relative error per input: for the bf16 compute mode only.
   // Ignored (f32 path) on a CPU device without AVX512-BF16.

@@ -31,6 +31,7 @@ struct Unit {
   int32_t seq;
   int32_t head;
   int32_t q0;  // first query of the block, relative to the sequence start
+  int32_t q_end;  // one past its last query (relative): the block, or the q_end clip
 };
 
 // Where a unit's data lives.
@@ -90,16 +91,19 @@ void Run(CpuDevice& dev, const AttentionArgs& a) {
   std::vector<Unit> units;
   std::vector<int64_t> block_base(num_seqs, -1);  // first packed block of sequence s, or -1
   int64_t total_blocks = 0;
+  const int64_t q_end = a.q_end < 0 ? cu[num_seqs] : a.q_end;
   for (int s = 0; s < num_seqs; ++s) {
     const int n = cu[s + 1] - cu[s];
-    if (n <= 0) continue;
-    const int nqb = (n + kBlock - 1) / kBlock;
+    // The queries of this sequence that are asked for (all, unless clipped to [q_begin, q_end)).
+    const int lo = static_cast<int>(std::clamp<int64_t>(a.q_begin - cu[s], 0, n));
+    const int hi = static_cast<int>(std::clamp<int64_t>(q_end - cu[s], 0, n));
+    if (hi <= lo) continue;
     if (n > kBlock) {
       block_base[s] = total_blocks;
-      total_blocks += nqb;
+      total_blocks += (n + kBlock - 1) / kBlock;
     }
     for (int h = 0; h < a.num_heads; ++h)
-      for (int qb = 0; qb < nqb; ++qb) units.push_back({s, h, qb * kBlock});
+      for (int q0 = lo; q0 < hi; q0 += kBlock) units.push_back({s, h, q0, std::min(q0 + kBlock, hi)});
   }
   if (units.empty()) return;
 
@@ -142,7 +146,7 @@ void Run(CpuDevice& dev, const AttentionArgs& a) {
     ug.q0 = unit.q0;
     const int64_t t0 = cu[unit.seq];
     ug.n = cu[unit.seq + 1] - cu[unit.seq];
-    ug.nq = std::min(kBlock, ug.n - unit.q0);
+    ug.nq = unit.q_end - unit.q0;
     // Keys this block needs: all, or up to its last query when causal.
     const int k_end = a.causal ? unit.q0 + ug.nq : ug.n;
     ug.nkb = (k_end + kBlock - 1) / kBlock;

@@ -21,6 +21,7 @@ struct Unit {
   int32_t seq;
   int32_t head;
   int32_t q0;  // first query of the block, relative to the sequence start
+  int32_t q_end;  // one past its last query (relative): the block, or the q_end clip
 };
 
 }  // namespace
@@ -38,10 +39,14 @@ void VarlenAttention(CpuDevice& dev, const AttentionArgs& a) {
   const int hd = a.head_dim;
   const int32_t* cu = a.cu_seqlens.data();
   std::vector<Unit> units;
+  const int64_t q_end = a.q_end < 0 ? cu[num_seqs] : a.q_end;
   for (int s = 0; s < num_seqs; ++s) {
     const int n = cu[s + 1] - cu[s];
+    // The queries of this sequence that are asked for (all, unless clipped to [q_begin, q_end)).
+    const int lo = static_cast<int>(std::clamp<int64_t>(a.q_begin - cu[s], 0, n));
+    const int hi = static_cast<int>(std::clamp<int64_t>(q_end - cu[s], 0, n));
     for (int h = 0; h < a.num_heads; ++h)
-      for (int q0 = 0; q0 < n; q0 += kQueryBlock) units.push_back({s, h, q0});
+      for (int q0 = lo; q0 < hi; q0 += kQueryBlock) units.push_back({s, h, q0, std::min(q0 + kQueryBlock, hi)});
   }
   const int64_t num_units = static_cast<int64_t>(units.size());
 
@@ -58,7 +63,7 @@ void VarlenAttention(CpuDevice& dev, const AttentionArgs& a) {
       const Unit& unit = units[u];
       const int64_t t0 = cu[unit.seq];
       const int n = cu[unit.seq + 1] - cu[unit.seq];
-      const int nq = std::min(kQueryBlock, n - unit.q0);
+      const int nq = unit.q_end - unit.q0;
       const int g = unit.head / group;
       const float* qh = a.q.data + (t0 + unit.q0) * a.q.row_stride + static_cast<int64_t>(unit.head) * a.q.head_stride;
       const float* kh = a.k.data + t0 * a.k.row_stride + static_cast<int64_t>(g) * a.k.head_stride;
