@@ -225,6 +225,62 @@ TEST(VisionEncoderProperties, BatchedEqualsSequentialAndSwitchesAgree) {
   }
 }
 
+// The resumable forward (Begin, Advance in pieces, Finish) gives Forward's output bit for bit,
+// however small the pieces, in both compute modes and with every technique switch; the FLOPs the
+// pieces report add up to what remained at Begin, and a small allowance really runs one piece.
+TEST(VisionEncoderProperties, ResumableForwardIsBitIdentical) {
+  for (const ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
+    auto m = LoadModel(testing::ModelPath("tiny"), compute);
+    ASSERT_NE(m, nullptr);
+    Inputs in = Prepare({"images/jpeg444_q90_640x480.jpg", "images/rgb_300x200.png"}, m->pp);
+    for (int off = 0; off < 4; ++off) {
+      EncoderTechniques t;
+      t.fused_rotary = off != 0 && off != 3;
+      t.parallel_qkv_padding = off != 1 && off != 3;
+      t.cached_cu_seqlens = off != 2 && off != 3;
+      m->encoder->set_techniques(t);
+      auto whole = m->encoder->Forward(in.pixel_values, in.grids);
+      ASSERT_TRUE(whole.ok()) << whole.status();
+      for (const double parts : {1e12, 7.0, 1.0}) {
+        ASSERT_TRUE(m->encoder->Begin(in.pixel_values, in.grids).ok());
+        EXPECT_FALSE(m->encoder->Begin(in.pixel_values, in.grids).ok()) << "a second forward while one runs";
+        const double total = m->encoder->remaining_flops();
+        ASSERT_GT(total, 0);
+        double ran = 0;
+        int calls = 0;
+        while (!m->encoder->done()) {
+          auto r = m->encoder->Advance(total / parts);
+          ASSERT_TRUE(r.ok()) << r.status();
+          ran += *r;
+          ++calls;
+          ASSERT_LT(calls, 100000);
+        }
+        EXPECT_NEAR(ran, total, 1e-9 * total);
+        EXPECT_EQ(m->encoder->remaining_flops(), 0);
+        // At a FLOP of allowance every call runs one piece: 64 rows of a stage (or one pad).
+        const int64_t granules = in.pixel_values.dim(0) / 64;
+        if (parts >= 1e12) EXPECT_GE(calls, m->config.vision.depth * 2 * granules);
+        auto out = m->encoder->Finish();
+        ASSERT_TRUE(out.ok()) << out.status();
+        EXPECT_FALSE(m->encoder->in_progress());
+        ASSERT_EQ(out->numel(), whole->numel());
+        EXPECT_EQ(std::memcmp(out->data<float>(), whole->data<float>(), out->nbytes()), 0)
+            << "compute " << (compute == ComputeType::kF32 ? "f32" : "bf16") << ", technique configuration " << off
+            << ", allowance 1/" << parts << " of the forward";
+      }
+    }
+  }
+  // Advance needs a forward in progress; Finish before done is refused and ends it.
+  auto m = LoadModel(testing::ModelPath("tiny"), ComputeType::kF32);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->encoder->Advance(1).status().code(), absl::StatusCode::kFailedPrecondition);
+  Inputs in = Prepare({"images/rgb_300x200.png"}, m->pp);
+  ASSERT_TRUE(m->encoder->Begin(in.pixel_values, in.grids).ok());
+  ASSERT_TRUE(m->encoder->Advance(1).ok());
+  EXPECT_EQ(m->encoder->Finish().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(m->encoder->in_progress());
+}
+
 TEST(VisionEncoderProperties, PlanIsCachedWhileGridsRepeat) {
   auto m = LoadModel(testing::ModelPath("tiny"), ComputeType::kBF16);
   ASSERT_NE(m, nullptr);

@@ -1,7 +1,9 @@
 #include "vision/vision_encoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -194,7 +196,22 @@ absl::StatusOr<std::shared_ptr<const VisionEncoder::DevicePlan>> VisionEncoder::
   return std::shared_ptr<const DevicePlan>(std::move(dp));
 }
 
-void VisionEncoder::Attention(const DevicePlan& plan, bool full, int64_t n) {
+// The stages of a forward, in order; a block is kQkv, kPad (padding paths only), kAttend.
+enum class VisionEncoder::Stage { kEmbed, kQkv, kPad, kAttend, kMerger, kDone };
+
+struct VisionEncoder::Run {
+  Tensor pixels;                            // the caller's pixel values as the device holds them
+  std::vector<GridThw> grids;               // for the plan rebuilt per layer (cached_cu_seqlens off)
+  std::shared_ptr<const DevicePlan> plan;   // the forward's plan
+  std::shared_ptr<const DevicePlan> layer;  // this layer's (the same, unless rebuilt per layer)
+  int64_t n = 0;                            // patches
+  int l = 0;                                // the block the stage belongs to
+  Stage stage = Stage::kEmbed;
+  int64_t row = 0;                          // the stage's next row
+  double attention_flops_per_row[2] = {0, 0};  // window, full: mean over the rows
+};
+
+void VisionEncoder::Attention(const DevicePlan& plan, bool full, int64_t n, int64_t r0, int64_t r1) {
   const int heads = config_.num_heads, d = config_.head_dim();
   const int64_t hv = config_.hidden_size;
   float* qkv = act_->qkv.data<float>();
@@ -205,6 +222,8 @@ void VisionEncoder::Attention(const DevicePlan& plan, bool full, int64_t n) {
   a.scale = 1.0f / std::sqrt(static_cast<float>(d));
   a.cu_seqlens = plan.Span(full ? plan.cu_seqlens : plan.cu_window_seqlens);
   a.max_seqlen = full ? plan.host->max_seqlen : plan.host->max_window_seqlen;
+  a.q_begin = r0;
+  a.q_end = r1;
   // bf16 mode: q·kᵀ and p·v as bf16 dot products (f32 softmax and accumulation).
   a.bf16 = options_.compute == kernels::ComputeType::kBF16;
   const QkvPadding padding = ResolveQkvPadding(options_, d);
@@ -218,31 +237,50 @@ void VisionEncoder::Attention(const DevicePlan& plan, bool full, int64_t n) {
     kernels::VarlenAttention(device_, a);
     return;
   }
-  // q, k, v split into head-major buffers padded to dp, attention at dp, the output sliced back.
+  // q, k, v in head-major buffers padded to dp (PadAll), attention at dp, the output sliced back.
   const int dp = options_.padded_head_dim > d ? options_.padded_head_dim : std::max(d, 96);
+  float* po = act_->pad_out.data<float>();
+  a.q = {act_->pad_q.data<float>(), dp, n * dp};
+  a.k = {act_->pad_k.data<float>(), dp, n * dp};
+  a.v = {act_->pad_v.data<float>(), dp, n * dp};
+  a.out = po;
+  a.out_row_stride = int64_t{heads} * dp;
+  a.head_dim = dp;
+  kernels::VarlenAttention(device_, a);
+  kernels::UnpadHeads(device_, po + r0 * heads * dp, r1 - r0, heads, d, dp, out + r0 * hv);
+}
+
+void VisionEncoder::PadAll(int64_t n) {
+  const int heads = config_.num_heads, d = config_.head_dim();
+  const int dp = options_.padded_head_dim > d ? options_.padded_head_dim : std::max(d, 96);
+  const float* qkv = act_->qkv.data<float>();
   float* pq = act_->pad_q.data<float>();
   float* pk = act_->pad_k.data<float>();
   float* pv = act_->pad_v.data<float>();
-  float* po = act_->pad_out.data<float>();
-  if (padding == QkvPadding::kOnePass) {
+  if (ResolveQkvPadding(options_, d) == QkvPadding::kOnePass) {
     kernels::PadQkv(device_, qkv, n, heads, d, dp, pq, pk, pv);
   } else {
     kernels::PadOneOfQkv(device_, qkv, n, heads, d, dp, 0, pq);
     kernels::PadOneOfQkv(device_, qkv, n, heads, d, dp, 1, pk);
     kernels::PadOneOfQkv(device_, qkv, n, heads, d, dp, 2, pv);
   }
-  a.q = {pq, dp, n * dp};
-  a.k = {pk, dp, n * dp};
-  a.v = {pv, dp, n * dp};
-  a.out = po;
-  a.out_row_stride = int64_t{heads} * dp;
-  a.head_dim = dp;
-  kernels::VarlenAttention(device_, a);
-  kernels::UnpadHeads(device_, po, n, heads, d, dp, out);
 }
 
 absl::StatusOr<Tensor> VisionEncoder::Forward(const Tensor& pixel_values, std::span<const GridThw> grid_thw) {
-  const int64_t hv = config_.hidden_size;
+  run_.reset();
+  IRIS_RETURN_IF_ERROR(Begin(pixel_values, grid_thw));
+  while (!done()) {
+    absl::StatusOr<double> ran = Advance(std::numeric_limits<double>::infinity());
+    if (!ran.ok()) {
+      run_.reset();
+      return ran.status();
+    }
+  }
+  return Finish();
+}
+
+absl::Status VisionEncoder::Begin(const Tensor& pixel_values, std::span<const GridThw> grid_thw) {
+  if (run_ != nullptr) return absl::FailedPreconditionError("an encoder forward is already in progress");
   const int64_t patch_dim = int64_t{config_.in_channels} * config_.temporal_patch_size *
                             config_.patch_size * config_.patch_size;
   if (pixel_values.dtype() != DType::kF32 || pixel_values.rank() != 2 || pixel_values.dim(1) != patch_dim) {
@@ -250,21 +288,20 @@ absl::StatusOr<Tensor> VisionEncoder::Forward(const Tensor& pixel_values, std::s
                                                    "], got ", core::DTypeName(pixel_values.dtype()), " ",
                                                    pixel_values.ShapeString()));
   }
-  const EncoderTechniques tech = options_.techniques;
-  std::shared_ptr<const DevicePlan> plan;
-  if (tech.cached_cu_seqlens) {
+  auto run = std::make_unique<Run>();
+  if (options_.techniques.cached_cu_seqlens) {
     IRIS_ASSIGN_OR_RETURN(std::shared_ptr<const EncoderPlan> host, plan_cache_.Get(grid_thw));
     stats_.plan_cache_hits = plan_cache_.hits();
     stats_.plan_cache_misses = plan_cache_.misses();
     if (device_plan_ == nullptr || device_plan_->host != host) {
       IRIS_ASSIGN_OR_RETURN(device_plan_, MirrorPlan(std::move(host)));
     }
-    plan = device_plan_;
+    run->plan = device_plan_;
   } else {
     IRIS_ASSIGN_OR_RETURN(std::shared_ptr<const EncoderPlan> host, BuildEncoderPlan(config_, grid_thw));
-    IRIS_ASSIGN_OR_RETURN(plan, MirrorPlan(std::move(host)));
+    IRIS_ASSIGN_OR_RETURN(run->plan, MirrorPlan(std::move(host)));
   }
-  const int64_t n = plan->host->num_patches;
+  const int64_t n = run->plan->host->num_patches;
   if (pixel_values.dim(0) != n) {
     return absl::InvalidArgumentError(absl::StrCat("pixel_values has ", pixel_values.dim(0),
                                                    " rows but grid_thw implies ", n, " patches"));
@@ -273,65 +310,225 @@ absl::StatusOr<Tensor> VisionEncoder::Forward(const Tensor& pixel_values, std::s
     return absl::InvalidArgumentError(absl::StrCat("grid_thw: ", n, " patches in one forward exceed the encoder's ",
                                                    "capacity of ", max_patches_, " (max_patches)"));
   }
+  IRIS_ASSIGN_OR_RETURN(run->pixels, device_.Mirror(pixel_values));
+  run->grids.assign(grid_thw.begin(), grid_thw.end());
+  run->layer = run->plan;
+  run->n = n;
+  // Attention FLOPs per query row: 4 * hidden * its sequence's length, averaged over the rows.
+  const EncoderPlan& host = *run->plan->host;
+  int i = 0;
+  for (const std::vector<int32_t>* cu : {&host.cu_window_seqlens, &host.cu_seqlens}) {
+    double sum = 0;
+    for (size_t s = 1; s < cu->size(); ++s) {
+      const double len = (*cu)[s] - (*cu)[s - 1];
+      sum += len * len;
+    }
+    run->attention_flops_per_row[i++] = n > 0 ? 4.0 * config_.hidden_size * sum / n : 0;
+  }
   ++stats_.forwards;
+  run_ = std::move(run);
+  return absl::OkStatus();
+}
+
+void VisionEncoder::Abandon() { run_.reset(); }
+
+bool VisionEncoder::done() const { return run_ != nullptr && run_->stage == Stage::kDone; }
+
+int64_t VisionEncoder::StageRows() const {
+  const int unit = config_.spatial_merge_size * config_.spatial_merge_size;
+  switch (run_->stage) {
+    case Stage::kPad: return 1;  // one piece
+    case Stage::kMerger: return run_->n / unit;
+    case Stage::kDone: return 0;
+    default: return run_->n;
+  }
+}
+
+double VisionEncoder::StageFlopsPerRow() const {
+  const double hv = config_.hidden_size, ip = static_cast<double>(padded_intermediate_);
+  const double patch_dim = double{1.0} * config_.in_channels * config_.temporal_patch_size *
+                           config_.patch_size * config_.patch_size;
+  const double unit = config_.spatial_merge_size * config_.spatial_merge_size;
+  switch (run_->stage) {
+    case Stage::kEmbed: return 2 * patch_dim * hv;
+    case Stage::kQkv: return 2 * hv * 3 * hv;
+    case Stage::kPad: return 0;
+    case Stage::kAttend:
+      return 2 * hv * hv + 2 * hv * 2 * ip + 2 * ip * hv +
+             run_->attention_flops_per_row[config_.IsFullAttention(run_->l) ? 1 : 0];
+    case Stage::kMerger: return 2 * (unit * hv) * (unit * hv) + 2 * (unit * hv) * config_.out_hidden_size;
+    case Stage::kDone: return 0;
+  }
+  return 0;
+}
+
+double VisionEncoder::remaining_flops() const {
+  if (run_ == nullptr || run_->stage == Stage::kDone) return 0;
+  const double hv = config_.hidden_size, ip = static_cast<double>(padded_intermediate_);
+  const double n = static_cast<double>(run_->n);
+  const double unit = config_.spatial_merge_size * config_.spatial_merge_size;
+  const double qkv = 2 * hv * 3 * hv, mlp = 2 * hv * hv + 4 * hv * ip + 2 * ip * hv;
+  auto attend = [&](int l) { return mlp + run_->attention_flops_per_row[config_.IsFullAttention(l) ? 1 : 0]; };
+  // The current stage's rest, then every later stage whole.
+  double left = StageFlopsPerRow() * static_cast<double>(StageRows() - run_->row);
+  const Stage s = run_->stage;
+  if (s == Stage::kEmbed) left += n * (qkv + attend(0));
+  if (s == Stage::kQkv || s == Stage::kPad) left += n * attend(run_->l);
+  const int first_whole = s == Stage::kEmbed ? 1 : (s == Stage::kMerger ? config_.depth : run_->l + 1);
+  for (int l = first_whole; l < config_.depth; ++l) left += n * (qkv + attend(l));
+  if (s != Stage::kMerger) {
+    left += n / unit * (2 * (unit * hv) * (unit * hv) + 2 * (unit * hv) * config_.out_hidden_size);
+  }
+  return left;
+}
+
+absl::Status VisionEncoder::NextStage() {
+  Run& r = *run_;
+  r.row = 0;
+  const bool padding = ResolveQkvPadding(options_, config_.head_dim()) != QkvPadding::kNone;
+  switch (r.stage) {
+    case Stage::kEmbed:
+      r.stage = Stage::kQkv;
+      r.l = 0;
+      break;
+    case Stage::kQkv: r.stage = padding ? Stage::kPad : Stage::kAttend; break;
+    case Stage::kPad: r.stage = Stage::kAttend; break;
+    case Stage::kAttend:
+      if (observer_) observer_(r.l, act_->hidden.data<float>(), r.n);
+      if (++r.l < config_.depth) {
+        r.stage = Stage::kQkv;
+      } else {
+        r.stage = Stage::kMerger;
+      }
+      break;
+    case Stage::kMerger: r.stage = Stage::kDone; break;
+    case Stage::kDone: break;
+  }
+  if (r.stage == Stage::kQkv && !options_.techniques.cached_cu_seqlens && r.l > 0) {
+    // The technique off: the plan built and mirrored again for this layer.
+    IRIS_ASSIGN_OR_RETURN(std::shared_ptr<const EncoderPlan> host, BuildEncoderPlan(config_, r.grids));
+    IRIS_ASSIGN_OR_RETURN(r.layer, MirrorPlan(std::move(host)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
+  Run& r = *run_;
+  const int64_t hv = config_.hidden_size, n = r.n, rows = r1 - r0;
   const int unit = config_.spatial_merge_size * config_.spatial_merge_size;
   const int heads = config_.num_heads, d = config_.head_dim();
+  const int64_t ip = padded_intermediate_;
   Activations& A = *act_;
   float* hidden = A.hidden.data<float>();
   float* normed = A.normed.data<float>();
   float* qkv = A.qkv.data<float>();
-
-  // Patch embedding, then rows regrouped into window order (groups of `unit` patches).
-  float* embedded = A.embedded.data<float>();
-  IRIS_ASSIGN_OR_RETURN(const Tensor pixels, device_.Mirror(pixel_values));
-  patch_embed_->Forward(pixels.data<float>(), n, embedded);
-  kernels::GatherRows(device_, embedded, unit * hv, plan->Span(plan->window_index), hidden);
-
-  const int64_t ip = padded_intermediate_;
-  for (int l = 0; l < config_.depth; ++l) {
-    const Block& b = blocks_[l];
-    std::shared_ptr<const DevicePlan> layer_plan = plan;
-    if (!tech.cached_cu_seqlens) {
-      IRIS_ASSIGN_OR_RETURN(std::shared_ptr<const EncoderPlan> host, BuildEncoderPlan(config_, grid_thw));
-      IRIS_ASSIGN_OR_RETURN(layer_plan, MirrorPlan(std::move(host)));
+  const DevicePlan& plan = *r.layer;
+  switch (r.stage) {
+    case Stage::kEmbed: {
+      // Patch embedding; once all rows are embedded, regrouped into window order.
+      float* embedded = A.embedded.data<float>();
+      patch_embed_->Forward(r.pixels.data<float>() + r0 * r.pixels.dim(1), rows, embedded + r0 * hv);
+      if (r1 == n) kernels::GatherRows(device_, embedded, unit * hv, r.plan->Span(r.plan->window_index), hidden);
+      break;
     }
-    kernels::RmsNorm(device_, hidden, b.norm1.data<float>(), n, hv, config_.rms_norm_eps, normed);
-    b.qkv->Forward(normed, n, qkv);
-    const kernels::HeadsView q{qkv, 3 * hv, heads}, k{qkv + hv, 3 * hv, heads};
-    if (tech.fused_rotary) {
-      kernels::RotaryQK(device_, q, k, n, d, layer_plan->cos.data<float>(), layer_plan->sin.data<float>());
-    } else {
-      float* cos = A.cos.data<float>();
-      float* sin = A.sin.data<float>();
-      ComputeRotaryTables(config_, *layer_plan->host, A.cos_host.data<float>(), A.sin_host.data<float>());
-      const size_t table_bytes = static_cast<size_t>(n) * (d / 2) * sizeof(float);
-      device_.CopyToDevice(A.cos_host.data<float>(), cos, table_bytes);
-      device_.CopyToDevice(A.sin_host.data<float>(), sin, table_bytes);
-      kernels::Rotary(device_, q, n, d, cos, sin);
-      kernels::Rotary(device_, k, n, d, cos, sin);
+    case Stage::kQkv: {
+      const Block& b = blocks_[r.l];
+      if (r0 == 0 && !options_.techniques.fused_rotary) {
+        // The technique off: this layer's tables computed on the host and uploaded.
+        ComputeRotaryTables(config_, *plan.host, A.cos_host.data<float>(), A.sin_host.data<float>());
+        const size_t table_bytes = static_cast<size_t>(n) * (d / 2) * sizeof(float);
+        device_.CopyToDevice(A.cos_host.data<float>(), A.cos.data<float>(), table_bytes);
+        device_.CopyToDevice(A.sin_host.data<float>(), A.sin.data<float>(), table_bytes);
+      }
+      kernels::RmsNorm(device_, hidden + r0 * hv, b.norm1.data<float>(), rows, hv, config_.rms_norm_eps,
+                       normed + r0 * hv);
+      float* out = qkv + r0 * 3 * hv;
+      b.qkv->Forward(normed + r0 * hv, rows, out);
+      const kernels::HeadsView q{out, 3 * hv, heads}, k{out + hv, 3 * hv, heads};
+      const int64_t t0 = r0 * (d / 2);
+      if (options_.techniques.fused_rotary) {
+        kernels::RotaryQK(device_, q, k, rows, d, plan.cos.data<float>() + t0, plan.sin.data<float>() + t0);
+      } else {
+        kernels::Rotary(device_, q, rows, d, A.cos.data<float>() + t0, A.sin.data<float>() + t0);
+        kernels::Rotary(device_, k, rows, d, A.cos.data<float>() + t0, A.sin.data<float>() + t0);
+      }
+      break;
     }
-    Attention(*layer_plan, config_.IsFullAttention(l), n);
-    b.proj->Forward(A.attn.data<float>(), n, hidden, Epilogue::kAccumulate);
-    kernels::RmsNorm(device_, hidden, b.norm2.data<float>(), n, hv, config_.rms_norm_eps, normed);
-    float* gu = A.gate_up.data<float>();
-    b.gate_up->Forward(normed, n, gu);
-    float* act = A.act.data<float>();
-    kernels::SiluMulRows(device_, gu, n, ip, act);
-    b.down->Forward(act, n, hidden, Epilogue::kAccumulate);
-    if (observer_) observer_(l, hidden, n);
+    case Stage::kPad: PadAll(n); break;
+    case Stage::kAttend: {
+      const Block& b = blocks_[r.l];
+      Attention(plan, config_.IsFullAttention(r.l), n, r0, r1);
+      float* h = hidden + r0 * hv;
+      b.proj->Forward(A.attn.data<float>() + r0 * hv, rows, h, Epilogue::kAccumulate);
+      float* nr = normed + r0 * hv;
+      kernels::RmsNorm(device_, h, b.norm2.data<float>(), rows, hv, config_.rms_norm_eps, nr);
+      float* gu = A.gate_up.data<float>() + r0 * 2 * ip;
+      b.gate_up->Forward(nr, rows, gu);
+      float* act = A.act.data<float>() + r0 * ip;
+      kernels::SiluMulRows(device_, gu, rows, ip, act);
+      b.down->Forward(act, rows, h, Epilogue::kAccumulate);
+      break;
+    }
+    case Stage::kMerger: {
+      // RMSNorm, every `unit` consecutive rows as one vector, MLP with GELU; rows are merged tokens.
+      const int64_t mh = hv * unit;
+      float* nr = normed + r0 * mh;
+      kernels::RmsNorm(device_, hidden + r0 * mh, merger_norm_.data<float>(), rows * unit, hv, config_.rms_norm_eps,
+                       nr);
+      float* fc1 = A.fc1.data<float>() + r0 * mh;
+      merger_fc1_->Forward(nr, rows, fc1, Epilogue::kGeluErf);
+      merger_fc2_->Forward(fc1, rows, A.window_out.data<float>() + r0 * config_.out_hidden_size);
+      break;
+    }
+    case Stage::kDone: break;
   }
+  return absl::OkStatus();
+}
 
-  // Merger: RMSNorm, every `unit` consecutive rows as one vector, MLP with GELU.
-  const int64_t merged = plan->host->num_merged;
-  kernels::RmsNorm(device_, hidden, merger_norm_.data<float>(), n, hv, config_.rms_norm_eps, normed);
-  float* fc1 = A.fc1.data<float>();
-  merger_fc1_->Forward(normed, merged, fc1, Epilogue::kGeluErf);
-  const int64_t out_dim = config_.out_hidden_size;
-  float* window_out = A.window_out.data<float>();
-  merger_fc2_->Forward(fc1, merged, window_out);
+absl::StatusOr<double> VisionEncoder::Advance(double max_flops) {
+  if (run_ == nullptr) return absl::FailedPreconditionError("no encoder forward in progress (Begin first)");
+  // Pieces are cut at multiples of this many rows (the last piece of a stage excepted), so that
+  // each matmul keeps a useful height.
+  constexpr int64_t kGranule = 64;
+  double ran = 0;
+  bool first = true;
+  while (run_->stage != Stage::kDone) {
+    const int64_t left = StageRows() - run_->row;
+    if (left <= 0) {
+      IRIS_RETURN_IF_ERROR(NextStage());
+      continue;
+    }
+    const double per_row = StageFlopsPerRow();
+    int64_t rows = left;
+    if (per_row > 0 && ran + per_row * static_cast<double>(left) > max_flops) {
+      const double fit = std::max(0.0, (max_flops - ran) / per_row);
+      rows = fit >= static_cast<double>(left) ? left : static_cast<int64_t>(fit) / kGranule * kGranule;
+      if (rows == 0) {
+        if (!first) break;  // the allowance is spent
+        rows = std::min(left, kGranule);
+      }
+    }
+    const int64_t r0 = run_->row;
+    IRIS_RETURN_IF_ERROR(RunPiece(r0, r0 + rows));
+    run_->row += rows;
+    ran += per_row * static_cast<double>(rows);
+    first = false;
+    if (run_->row == StageRows()) IRIS_RETURN_IF_ERROR(NextStage());
+  }
+  return ran;
+}
+
+absl::StatusOr<Tensor> VisionEncoder::Finish() {
+  if (!done()) {
+    run_.reset();
+    return absl::FailedPreconditionError("the encoder forward is not done (Advance until done)");
+  }
+  std::unique_ptr<Run> r = std::move(run_);
   // Back to raster order, into memory the caller owns.
+  const int64_t merged = r->plan->host->num_merged, out_dim = config_.out_hidden_size;
   IRIS_ASSIGN_OR_RETURN(Tensor out, device_.Allocate(DType::kF32, {merged, out_dim}));
-  kernels::ScatterRows(device_, window_out, out_dim, plan->Span(plan->window_index), out.data<float>());
+  kernels::ScatterRows(device_, act_->window_out.data<float>(), out_dim, r->plan->Span(r->plan->window_index),
+                       out.data<float>());
   return out;
 }
 

@@ -81,9 +81,28 @@ class VisionEncoder {
 
   // pixel_values: F32 [patches, C*T*P*P], the images' rows concatenated in order; grid_thw one
   // entry per image. Returns F32 [merged tokens, out_hidden] in each image's raster order.
-  // INVALID_ARGUMENT for a bad grid or more patches than max_patches().
+  // INVALID_ARGUMENT for a bad grid or more patches than max_patches(). Begin, Advance until
+  // done, Finish in one call (abandons a resumable forward in progress).
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& pixel_values,
                                        std::span<const GridThw> grid_thw);
+
+  // The same forward in resumable pieces, so that an engine can interleave it with decoding: each
+  // Advance runs the next pieces — row ranges of one stage (patch embed; a block's norm + qkv +
+  // rotary; its attention + proj + MLP; the merger) — up to a FLOP allowance, at least one piece.
+  // Between calls the activations stay in the encoder's buffers. Every op is row-independent, and
+  // a block's attention pieces start only when all its q/k/v rows are made, so the result is
+  // bit-identical to Forward's however the rows are cut. One forward in progress at a time.
+  absl::Status Begin(const core::Tensor& pixel_values, std::span<const GridThw> grid_thw);
+  bool in_progress() const { return run_ != nullptr; }
+  bool done() const;  // in progress and every piece run: Finish next
+  // Runs pieces worth up to `max_flops` (estimated as CountFlops does; at least one piece).
+  // Returns the FLOPs run. FAILED_PRECONDITION when no forward is in progress.
+  absl::StatusOr<double> Advance(double max_flops);
+  // FLOPs left in the forward in progress (0 when none).
+  double remaining_flops() const;
+  // The embeddings once done(); ends the forward either way.
+  absl::StatusOr<core::Tensor> Finish();
+  void Abandon();
 
   // Called after each block with the hidden states (window order, [patches, hidden]); for tests.
   using BlockObserver = std::function<void(int block, const float* hidden, int64_t rows)>;
@@ -100,9 +119,18 @@ class VisionEncoder {
   struct Block;
   struct Activations;
   struct DevicePlan;
+  struct Run;
+  enum class Stage;
   VisionEncoder(kernels::Device& device, const core::VisionConfig& config, const EncoderOptions& options);
   absl::StatusOr<std::shared_ptr<const DevicePlan>> MirrorPlan(std::shared_ptr<const EncoderPlan> plan);
-  void Attention(const DevicePlan& plan, bool full, int64_t n);
+  // Attention for query rows [r0, r1) of the forward's n rows, written to the attn buffer.
+  void Attention(const DevicePlan& plan, bool full, int64_t n, int64_t r0, int64_t r1);
+  void PadAll(int64_t n);
+  // Rows of the current stage, its FLOPs per row, and running rows [r0, r1) of it.
+  int64_t StageRows() const;
+  double StageFlopsPerRow() const;
+  absl::Status RunPiece(int64_t r0, int64_t r1);
+  absl::Status NextStage();
 
   kernels::Device& device_;
   core::VisionConfig config_;
@@ -119,6 +147,7 @@ class VisionEncoder {
   BlockObserver observer_;
   int64_t max_patches_ = 0;
   std::unique_ptr<Activations> act_;
+  std::unique_ptr<Run> run_;  // the forward in progress
 };
 
 }  // namespace iris::vision
