@@ -52,9 +52,10 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::
     : model_(std::move(model)), options_(options), cache_(std::move(cache)),
       encoder_cache_(options.encoder_cache_bytes),
       scheduler_(SchedulerOptions{options.max_num_batched_tokens, options.max_num_seqs,
-                                  options.max_encoder_patches_per_step},
+                                  options.max_encoder_patches_per_step, options.interleave_encoder},
                  &cache_, &encoder_cache_),
-      runner_(model_.get(), &cache_, &encoder_cache_) {
+      runner_(model_.get(), &cache_, &encoder_cache_, &scheduler_, options.interleave_encoder),
+      budget_(StepBudgetOptions{.step_budget_ms = options.step_budget_ms}) {
   max_model_len_ = options.max_model_len > 0 ? options.max_model_len : model_->config.text.max_position_embeddings;
   absl::MutexLock lock(&mu_);
   stats_.kv_blocks_total = cache_.allocator().num_blocks();
@@ -204,22 +205,35 @@ void Engine::TakeIncoming() {
 bool Engine::Step() {
   if (scheduler_.empty()) return false;
   const absl::Time start = absl::Now();
-  StepPlan plan = scheduler_.Schedule();
+  StepSlices slices;  // unbounded
+  if (options_.interleave_encoder) {
+    const PendingWork pending = scheduler_.Pending();
+    slices = budget_.Next(pending.decode_rows, pending.prefill, pending.encoder);
+  }
+  StepPlan plan = scheduler_.Schedule(StepAllowance{slices.prefill_tokens});
   Outbox outbox;
   // Admissions and preemptions move requests between the counts Submit's queue limit reads:
   // published before the forward passes, not after them.
   Publish(StepCounters{.preemptions = static_cast<int64_t>(plan.preempted.size())}, outbox);
-  StepResult result = runner_.Run(plan);
+  StepResult result = runner_.Run(plan, slices.encoder_flops);
+  if (result.encode_job_ended) scheduler_.EndEncodeJob();
+  budget_.ObserveEncoder(result.encoder_flops, result.encoder_slice_ms);
+  if (result.decoder_rows > 0) budget_.ObserveDecoder(result.decoder_rows, result.decoder_ms);
   StepCounters counters{.steps = 1,
                         .images_encoded = result.images_encoded,
                         .encoder_forwards = result.images_encoded > 0 ? 1 : 0,
                         .encoder_cache_hits = result.encoder_cache_hits,
                         .encoder_cache_misses = result.encoder_cache_misses,
-                        .encoder_ms = result.encode_ms};
+                        .encoder_ms = result.encode_ms,
+                        .encoder_slices = result.encoder_flops > 0 ? 1 : 0,
+                        .target_ms = slices.target_ms};
+  for (const auto& [id, status] : result.job_errors) {
+    if (Sequence* seq = scheduler_.Find(id)) Finish(AsRequest(seq), llm::FinishReason::kError, status, outbox);
+  }
   ProcessOutputs(plan, result, outbox, counters);
   counters.step_ms = Ms(absl::Now() - start);
   Publish(counters, outbox);
-  return !plan.empty();
+  return !plan.empty() || !plan.images.empty() || result.encode_job_ended || runner_.encoding();
 }
 
 void Engine::ProcessOutputs(const StepPlan& plan, StepResult& result, Outbox& outbox, StepCounters& counters) {
@@ -277,10 +291,12 @@ void Engine::Publish(const StepCounters& c, Outbox& outbox) {
     stats_.encoder_cache_hits += c.encoder_cache_hits;
     stats_.encoder_cache_misses += c.encoder_cache_misses;
     stats_.total_encoder_ms += c.encoder_ms;
+    stats_.encoder_slices += c.encoder_slices;
     stats_.prompt_tokens_computed += c.prompt_tokens_computed;
     stats_.tokens_generated += c.tokens_generated;
     if (c.steps > 0) {
       stats_.last_step_ms = c.step_ms;
+      stats_.last_step_target_ms = c.target_ms;
       stats_.total_step_ms += c.step_ms;
     }
     for (const auto& seq : outbox.finished) in_flight_.erase(seq->id);

@@ -23,6 +23,7 @@
 #include "engine/request.h"
 #include "engine/request_state.h"
 #include "engine/scheduler.h"
+#include "engine/step_budget.h"
 #include "engine/step_runner.h"
 #include "llm/kv_cache.h"
 
@@ -37,6 +38,11 @@ struct EngineOptions {
   int64_t encoder_cache_bytes = 256ll << 20;
   int64_t max_queue = 1024;             // waiting requests before Submit says RESOURCE_EXHAUSTED
   int64_t max_model_len = 0;            // prompt + max_tokens; 0 = the model's max_position_embeddings
+  // Images encoded in pieces over several steps and prefill sized, so that a step stays near
+  // step_budget_ms (0: auto, see StepBudget) while requests are decoding. Off: whole images in
+  // the admitting step, prefill chunks only bounded by max_num_batched_tokens.
+  bool interleave_encoder = true;
+  double step_budget_ms = 0;
 };
 
 struct EngineStats {
@@ -58,6 +64,8 @@ struct EngineStats {
   double last_step_ms = 0;
   double total_step_ms = 0;
   double total_encoder_ms = 0;
+  int64_t encoder_slices = 0;      // steps that ran a piece of an encode job (interleaved)
+  double last_step_target_ms = 0;  // the step budget's target for the last step (0: unbounded)
 };
 
 class Engine {
@@ -96,7 +104,9 @@ class Engine {
     int64_t prompt_tokens_computed = 0;
     int64_t tokens_generated = 0;
     double encoder_ms = 0;
+    int64_t encoder_slices = 0;
     double step_ms = 0;
+    double target_ms = 0;
   };
 
   Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::KvCache cache);
@@ -131,6 +141,7 @@ class Engine {
   // Engine thread only.
   Scheduler scheduler_;
   StepRunner runner_;
+  StepBudget budget_;
   bool progressed_ = true;  // the last step ran something
   bool trim_when_idle_ = false;  // work was done since the heap was last trimmed
   std::thread thread_;

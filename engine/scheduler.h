@@ -20,6 +20,23 @@ struct SchedulerOptions {
   int64_t max_num_batched_tokens = 2048;  // decoder rows per step
   int max_num_seqs = 64;                  // running at once
   int64_t max_encoder_patches_per_step = 16384;  // one image alone may exceed it
+  // On: an image is encoded by a job that runs in pieces over several steps while its request
+  // waits, and the request is admitted once its embeddings are in hand. Off: images are encoded
+  // whole, in the step that admits their request.
+  bool interleave_encoder = true;
+};
+
+// What one step may spend beyond the running requests' decode rows (from engine::StepBudget).
+struct StepAllowance {
+  int64_t prefill_tokens = INT64_MAX;  // rows of prefill chunks (and recomputes), admissions included
+};
+
+// What is left to do, for sizing the next step: decode rows, and whether prefill or encoder work
+// is pending.
+struct PendingWork {
+  int64_t decode_rows = 0;
+  bool prefill = false;  // a running sequence in prefill, or a waiting one whose images are in hand
+  bool encoder = false;  // an encode job in flight, or a waiting sequence whose images are not
 };
 
 // One sequence's rows in this step's decoder forward: tokens [start, start + num_tokens).
@@ -43,7 +60,10 @@ struct ImageToEncode {
 struct StepPlan {
   // Decoder rows in order: running decodes, running prefill chunks, then admitted sequences.
   std::vector<ScheduledWork> work;
-  std::vector<ImageToEncode> images;  // encoded together in one forward before the decoder runs
+  // Encoder off (interleave_encoder false): encoded together in one forward before the decoder
+  // runs, for the admitted sequences. On: the images of a new encode job, started this step for
+  // the waiting sequences listed with them (which are admitted in a later step).
+  std::vector<ImageToEncode> images;
   std::vector<Sequence*> admitted;    // waiting → running this step, first come first served
   std::vector<Sequence*> preempted;   // running → front of the waiting queue, blocks freed
 
@@ -65,7 +85,13 @@ class Scheduler {
   // the token budget, free blocks and the encoder patch budget allow; the first that does not fit
   // stops admission. Blocks for every planned row are reserved here; the caller advances
   // num_computed after the forward.
-  StepPlan Schedule();
+  StepPlan Schedule(const StepAllowance& allowance = {});
+
+  // Interleaved encoding: the encode job the last plan started has ended (done, failed or
+  // abandoned); the next Schedule may start another.
+  void EndEncodeJob() { encoding_.clear(); }
+  bool encoding() const { return !encoding_.empty(); }
+  PendingWork Pending() const;
 
   // Takes `seq` out of the queues (waiting or running), frees its blocks and marks it finished.
   // Returns its ownership: keep it alive until its last output is delivered.
@@ -81,8 +107,12 @@ class Scheduler {
   const llm::KvCache& cache() const { return *cache_; }
 
  private:
-  void ScheduleRunning(StepPlan& plan, int64_t& budget);
-  void Admit(StepPlan& plan, int64_t budget);
+  void ScheduleRunning(StepPlan& plan, int64_t& budget, int64_t& prefill_budget);
+  void Admit(StepPlan& plan, int64_t budget, int64_t prefill_budget);
+  // Interleaved: whether `seq` may be admitted as far as its images go (in hand, or all cached).
+  bool ImagesReady(const Sequence& seq) const;
+  // Interleaved: a new encode job over the first waiting sequences whose images are not ready.
+  void PlanEncodeJob(StepPlan& plan);
   void Preempt(Sequence* seq, StepPlan& plan);
   static ScheduledWork Work(Sequence* seq, int64_t n);
 
@@ -91,6 +121,7 @@ class Scheduler {
   const EncoderCache* encoder_cache_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // oldest first: the back is preempted first
+  std::vector<std::string> encoding_;  // content hashes of the encode job in flight
 };
 
 }  // namespace iris::engine

@@ -18,15 +18,48 @@ namespace iris::engine {
 
 using core::Tensor;
 
-StepResult StepRunner::Run(const StepPlan& plan) {
+// An encode job in flight: its images (content hash, merged-token rows, the ids of the waiting
+// sequences it is for) and its time so far.
+struct StepRunner::EncodeJob {
+  struct Image {
+    std::string content_hash;
+    int64_t rows = 0;
+    std::vector<std::string> sequences;
+  };
+  std::vector<Image> images;
+  Tensor pixels;  // kept alive while the encoder reads them
+  double ms = 0;
+};
+
+StepRunner::StepRunner(Model* model, llm::KvCache* cache, EncoderCache* encoder_cache, const Scheduler* scheduler,
+                       bool interleave_encoder)
+    : model_(model), cache_(cache), encoder_cache_(encoder_cache), scheduler_(scheduler),
+      interleave_encoder_(interleave_encoder) {}
+
+StepRunner::~StepRunner() {
+  if (job_ != nullptr) model_->encoder->Abandon();
+}
+
+StepResult StepRunner::Run(const StepPlan& plan, double encoder_flops) {
   StepResult result;
-  if (!plan.admitted.empty()) EncodeImages(plan, result);
+  if (interleave_encoder_) {
+    // Admitted sequences' images are attached already or all cached (the scheduler checked): taken
+    // before the job below can insert (and evict) anything.
+    AttachAdmitted(plan, {}, 0, absl::OkStatus(), result);
+    if (!plan.images.empty()) StartJob(plan, result);
+    if (job_ != nullptr) AdvanceJob(encoder_flops, result);
+  } else if (!plan.admitted.empty()) {
+    EncodeImages(plan, result);
+  }
   std::vector<ScheduledWork> work;
   for (const ScheduledWork& w : plan.work) {
     if (result.ran(w)) work.push_back(w);
   }
   if (!work.empty()) {
+    const absl::Time t0 = absl::Now();
     absl::StatusOr<Tensor> logits = RunDecoder(work);
+    result.decoder_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    for (const ScheduledWork& w : work) result.decoder_rows += w.num_tokens;
     if (logits.ok()) {
       result.logits = std::move(*logits);
     } else {
@@ -36,42 +69,38 @@ StepResult StepRunner::Run(const StepPlan& plan) {
   return result;
 }
 
-void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
-  const absl::Time start = absl::Now();
-  int64_t images_wanted = 0;
-  for (Sequence* seq : plan.admitted) {
-    RequestState& s = AsRequest(seq);
-    if (s.first_scheduled == absl::InfinitePast()) s.first_scheduled = start;  // queue time ends here
-    if (s.needs_images()) images_wanted += static_cast<int64_t>(s.images.size());
+void StepRunner::GatherPixels(const std::vector<ImageToEncode>& images, Tensor* pixels,
+                              std::vector<vision::GridThw>* grids) {
+  auto pixels_of = [](const ImageToEncode& im) -> const PromptImage& {
+    return AsRequest(im.source).req.prompt.images[im.index];
+  };
+  int64_t rows = 0;
+  const int64_t width = pixels_of(images[0]).pixel_values->dim(1);
+  for (const ImageToEncode& im : images) rows += pixels_of(im).pixel_values->dim(0);
+  *pixels = Tensor::Empty(core::DType::kF32, {rows, width});
+  grids->clear();
+  int64_t at = 0;
+  for (const ImageToEncode& im : images) {
+    const PromptImage& p = pixels_of(im);
+    std::memcpy(pixels->data<float>() + at * width, p.pixel_values->data<float>(), p.pixel_values->nbytes());
+    at += p.pixel_values->dim(0);
+    grids->push_back(p.grid_thw);
   }
-  // Each image the plan encodes is a miss once; every other image wanted is a hit.
-  result.encoder_cache_misses = static_cast<int64_t>(plan.images.size());
-  result.encoder_cache_hits = images_wanted - result.encoder_cache_misses;
+}
 
+void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
   absl::flat_hash_map<std::string, std::shared_ptr<const Tensor>> fresh;
   absl::Status status;
   if (!plan.images.empty()) {
     const absl::Time t0 = absl::Now();
-    auto pixels_of = [](const ImageToEncode& im) -> const PromptImage& {
-      return AsRequest(im.source).req.prompt.images[im.index];
-    };
-    int64_t rows = 0;
-    const int64_t width = pixels_of(plan.images[0]).pixel_values->dim(1);
-    for (const ImageToEncode& im : plan.images) rows += pixels_of(im).pixel_values->dim(0);
-    Tensor pixels = Tensor::Empty(core::DType::kF32, {rows, width});
+    Tensor pixels;
     std::vector<vision::GridThw> grids;
-    int64_t at = 0;
-    for (const ImageToEncode& im : plan.images) {
-      const PromptImage& p = pixels_of(im);
-      std::memcpy(pixels.data<float>() + at * width, p.pixel_values->data<float>(), p.pixel_values->nbytes());
-      at += p.pixel_values->dim(0);
-      grids.push_back(p.grid_thw);
-    }
+    GatherPixels(plan.images, &pixels, &grids);
     absl::StatusOr<Tensor> out = model_->encoder->Forward(pixels, grids);
     if (out.ok()) {
       int64_t row = 0;
       for (const ImageToEncode& im : plan.images) {
-        const PromptImage& p = pixels_of(im);
+        const PromptImage& p = AsRequest(im.source).req.prompt.images[im.index];
         const int64_t n = p.pad_end - p.pad_begin;
         auto emb = std::make_shared<const Tensor>(out->Rows(row, row + n).Clone());
         row += n;
@@ -84,12 +113,23 @@ void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
     result.images_encoded = static_cast<int64_t>(plan.images.size());
     result.encode_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
   }
+  // Each image the plan encodes is a miss once; every other image an admitted sequence wants is a hit.
+  result.encoder_cache_misses = static_cast<int64_t>(plan.images.size());
+  AttachAdmitted(plan, fresh, result.encode_ms, status, result);
+  result.encoder_cache_hits -= result.encoder_cache_misses;
+}
 
-  // Each admitted sequence takes its embeddings from this batch or from the cache.
+void StepRunner::AttachAdmitted(const StepPlan& plan,
+                                const absl::flat_hash_map<std::string, std::shared_ptr<const Tensor>>& fresh,
+                                double encode_ms, const absl::Status& status, StepResult& result) {
+  const absl::Time start = absl::Now();
   for (Sequence* seq : plan.admitted) {
-    if (!seq->needs_images()) continue;
     RequestState& s = AsRequest(seq);
+    if (s.first_scheduled == absl::InfinitePast()) s.first_scheduled = start;  // queue time ends here
+    if (!s.needs_images()) continue;
+    result.encoder_cache_hits += static_cast<int64_t>(s.images.size());
     bool in_batch = false;
+    s.image_embeds.clear();
     for (const PromptImage& im : s.req.prompt.images) {
       if (auto f = fresh.find(im.content_hash); f != fresh.end()) {
         s.image_embeds.push_back(f->second);
@@ -101,13 +141,114 @@ void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
         break;
       }
     }
-    if (in_batch) s.encode_ms += result.encode_ms;
+    if (in_batch) s.encode_ms += encode_ms;
     if (s.image_embeds.size() == s.req.prompt.images.size()) {
       s.images_attached = true;
     } else {
       result.image_errors[seq] = status.ok() ? absl::InternalError("image embeddings missing after encoding") : status;
     }
   }
+}
+
+void StepRunner::StartJob(const StepPlan& plan, StepResult& result) {
+  auto job = std::make_unique<EncodeJob>();
+  for (const ImageToEncode& im : plan.images) {
+    const PromptImage& p = AsRequest(im.source).req.prompt.images[im.index];
+    EncodeJob::Image image{im.content_hash, p.pad_end - p.pad_begin, {}};
+    for (const Sequence* seq : im.sequences) image.sequences.push_back(seq->id);
+    job->images.push_back(std::move(image));
+  }
+  std::vector<vision::GridThw> grids;
+  GatherPixels(plan.images, &job->pixels, &grids);
+  job_ = std::move(job);
+  result.encoder_cache_misses += static_cast<int64_t>(plan.images.size());
+  const absl::Status begun = model_->encoder->Begin(job_->pixels, grids);
+  if (!begun.ok()) EndJob(begun, result);
+}
+
+void StepRunner::AdvanceJob(double encoder_flops, StepResult& result) {
+  // Abandoned when every sequence it was for has finished (cancelled, failed).
+  bool wanted = false;
+  for (const EncodeJob::Image& im : job_->images) {
+    for (const std::string& id : im.sequences) wanted = wanted || scheduler_->Find(id) != nullptr;
+  }
+  if (!wanted) {
+    model_->encoder->Abandon();
+    job_.reset();
+    result.encode_job_ended = true;
+    return;
+  }
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<double> ran = model_->encoder->Advance(encoder_flops);
+  const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  job_->ms += ms;
+  if (!ran.ok()) {
+    model_->encoder->Abandon();
+    EndJob(ran.status(), result);
+    return;
+  }
+  result.encoder_flops = *ran;
+  result.encoder_slice_ms = ms;
+  if (model_->encoder->done()) EndJob(absl::OkStatus(), result);
+}
+
+void StepRunner::EndJob(const absl::Status& status, StepResult& result) {
+  std::unique_ptr<EncodeJob> job = std::move(job_);
+  result.encode_job_ended = true;
+  absl::Status failed = status;
+  absl::flat_hash_map<std::string, std::shared_ptr<const Tensor>> fresh;
+  if (failed.ok()) {
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<Tensor> out = model_->encoder->Finish();
+    job->ms += absl::ToDoubleMilliseconds(absl::Now() - t0);
+    if (out.ok()) {
+      int64_t row = 0;
+      for (const EncodeJob::Image& im : job->images) {
+        auto emb = std::make_shared<const Tensor>(out->Rows(row, row + im.rows).Clone());
+        row += im.rows;
+        encoder_cache_->Insert(im.content_hash, emb);
+        fresh[im.content_hash] = std::move(emb);
+      }
+      result.images_encoded = static_cast<int64_t>(job->images.size());
+      result.encode_ms = job->ms;
+    } else {
+      failed = out.status();
+    }
+  }
+  // The waiting sequences it was for get their embeddings now (so that nothing the cache evicts
+  // meanwhile is lost), or the error.
+  std::vector<std::string> ids;
+  for (const EncodeJob::Image& im : job->images) {
+    for (const std::string& id : im.sequences) {
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+  }
+  int64_t attached = 0;
+  for (const std::string& id : ids) {
+    Sequence* seq = scheduler_->Find(id);
+    if (seq == nullptr || !seq->needs_images()) continue;
+    if (!failed.ok()) {
+      result.job_errors.emplace_back(id, failed);
+      continue;
+    }
+    RequestState& s = AsRequest(seq);
+    std::vector<std::shared_ptr<const Tensor>> embeds;
+    for (const PromptImage& im : s.req.prompt.images) {
+      if (auto f = fresh.find(im.content_hash); f != fresh.end()) {
+        embeds.push_back(f->second);
+      } else if (auto cached = encoder_cache_->Lookup(im.content_hash)) {
+        embeds.push_back(std::move(cached));
+      } else {
+        break;  // another image of it was evicted: the scheduler plans it again
+      }
+    }
+    if (embeds.size() != s.req.prompt.images.size()) continue;
+    attached += static_cast<int64_t>(embeds.size());
+    s.image_embeds = std::move(embeds);
+    s.images_attached = true;
+    s.encode_ms += job->ms;
+  }
+  if (failed.ok()) result.encoder_cache_hits += std::max<int64_t>(0, attached - result.images_encoded);
 }
 
 absl::StatusOr<Tensor> StepRunner::RunDecoder(const std::vector<ScheduledWork>& work) {

@@ -1,9 +1,16 @@
-// Runs a StepPlan on the model: the plan's images in one varlen encoder forward (their embeddings
-// go to the encoder cache and to the admitted sequences), then one decoder forward over the plan's
-// rows. It samples nothing and changes no sequence's progress: that is ProcessOutputs' job.
+// Runs a StepPlan on the model: encoder work, then one decoder forward over the plan's rows. The
+// encoder work is either the plan's images in one varlen forward for the admitted sequences
+// (interleave_encoder off), or a slice of the encode job in flight (on): a job starts when a plan
+// lists images, advances by the step's FLOP allowance, and at its end puts the embeddings in the
+// encoder cache and hands them to the waiting sequences it was for. It samples nothing and changes
+// no sequence's progress: that is ProcessOutputs' job.
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -15,6 +22,7 @@
 #include "engine/scheduler.h"
 #include "llm/decoder.h"
 #include "llm/kv_cache.h"
+#include "vision/encoder_plan.h"
 
 namespace iris::engine {
 
@@ -27,9 +35,17 @@ struct StepResult {
   // float32 [rows that sample, vocab]: one row per sampling work item that ran, in plan order.
   core::Tensor logits;
 
+  // Interleaved: waiting sequences (by id) whose encode job failed, with why.
+  std::vector<std::pair<std::string, absl::Status>> job_errors;
+  bool encode_job_ended = false;  // the job in flight ended this step (done, failed or abandoned)
+  int64_t decoder_rows = 0;       // the decoder forward's rows and time (0: none ran)
+  double decoder_ms = 0;
+  double encoder_flops = 0;       // encoder work run this step (interleaved), and its time
+  double encoder_slice_ms = 0;
+
   // For the stats.
-  int64_t images_encoded = 0;     // in this step's encoder forward (0: there was none)
-  double encode_ms = 0;
+  int64_t images_encoded = 0;     // by the encoder forward that ended this step (0: none did)
+  double encode_ms = 0;           // that forward's time (all its slices)
   int64_t encoder_cache_hits = 0;   // admitted sequences' images found cached or already in the batch
   int64_t encoder_cache_misses = 0;
 
@@ -39,13 +55,29 @@ struct StepResult {
 class StepRunner {
  public:
   // The model, caches and plans' sequences (RequestStates) outlive the runner.
-  StepRunner(Model* model, llm::KvCache* cache, EncoderCache* encoder_cache)
-      : model_(model), cache_(cache), encoder_cache_(encoder_cache) {}
+  // `scheduler` finds the sequences an encode job is for (they may finish while it runs).
+  // `interleave_encoder` as the scheduler's option of that name.
+  StepRunner(Model* model, llm::KvCache* cache, EncoderCache* encoder_cache, const Scheduler* scheduler,
+             bool interleave_encoder);
+  ~StepRunner();
 
-  StepResult Run(const StepPlan& plan);
+  // `encoder_flops`: how much of the encode job in flight this step may run (at least one piece).
+  StepResult Run(const StepPlan& plan, double encoder_flops = std::numeric_limits<double>::infinity());
+  bool encoding() const { return job_ != nullptr; }
 
  private:
+  struct EncodeJob;
   void EncodeImages(const StepPlan& plan, StepResult& result);
+  // Admitted sequences take their embeddings from `fresh` (this step's forward) or the cache.
+  void AttachAdmitted(const StepPlan& plan, const absl::flat_hash_map<std::string, std::shared_ptr<const core::Tensor>>& fresh,
+                      double encode_ms, const absl::Status& status, StepResult& result);
+  // Interleaved encoding: start the plan's job, advance the one in flight, end it.
+  void StartJob(const StepPlan& plan, StepResult& result);
+  void AdvanceJob(double encoder_flops, StepResult& result);
+  void EndJob(const absl::Status& status, StepResult& result);
+  // The images' pixel values as one tensor and their grids, in order.
+  static void GatherPixels(const std::vector<ImageToEncode>& images, core::Tensor* pixels,
+                           std::vector<vision::GridThw>* grids);
   // The decoder call: `work`'s rows as one DecoderBatch (token ids, M-RoPE positions, KV slots and
   // block tables, image rows from the sequences' embeddings), one forward, logits of the rows that
   // sample (the decoder's buffer: valid until the next step).
@@ -54,7 +86,10 @@ class StepRunner {
   Model* model_;
   llm::KvCache* cache_;
   EncoderCache* encoder_cache_;
+  const Scheduler* scheduler_;
+  bool interleave_encoder_;
   llm::DecoderBatch batch_;  // refilled every step; its vectors keep their capacity
+  std::unique_ptr<EncodeJob> job_;  // the encode job in flight (interleaved)
 };
 
 }  // namespace iris::engine

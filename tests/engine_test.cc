@@ -100,6 +100,7 @@ class Collector {
       RequestOutput& m = outputs_[i];
       m.token_ids.insert(m.token_ids.end(), out.token_ids.begin(), out.token_ids.end());
       m.text += out.text;
+      if (!out.prompt_logits.empty()) m.prompt_logits = out.prompt_logits;
       if (out.finished) {
         m.finished = true;
         m.finish_reason = out.finish_reason;
@@ -202,6 +203,75 @@ TEST_F(EngineMixedTest, ConcurrentWithPreemptionEqualsAlone) {
   EXPECT_EQ(stats.kv_blocks_total, 40);
   EXPECT_GT(stats.preemptions, 0) << "the cache was meant to be too small";
   EXPECT_EQ(stats.requests_finished, 32);
+}
+
+// Interleaved encoding at the smallest slices (one encoder piece and a 32-token prefill chunk per
+// step while anything decodes; all submitted at once, the first jobs run whole) and with
+// interleaving off: the same tokens as alone.
+TEST_F(EngineMixedTest, ConcurrentInTinyStepsEqualsAlone) {
+  EngineOptions o;
+  o.step_budget_ms = 1e-3;
+  EngineStats stats;
+  RunConcurrent(*specs_, o, *alone_, &stats);
+  EXPECT_EQ(stats.requests_finished, 32);
+  EXPECT_EQ(stats.images_encoded, 4);
+}
+
+TEST_F(EngineMixedTest, ConcurrentWithWholeImagesEqualsAlone) {
+  EngineOptions o;
+  o.interleave_encoder = false;
+  EngineStats stats;
+  RunConcurrent(*specs_, o, *alone_, &stats);
+  EXPECT_EQ(stats.requests_finished, 32);
+  EXPECT_EQ(stats.images_encoded, 4);
+  EXPECT_EQ(stats.encoder_slices, 0);
+}
+
+// Bit for bit: an image request's prompt logits when its image is encoded in pieces and its prompt
+// prefilled in small chunks beside a decoding request equal those of the unsplit forward and the
+// unchunked prefill (the request alone, nothing decoding: one step).
+TEST(EngineTest, SlicedEncodeAndChunkedPrefillGiveTheSameLogits) {
+  const std::vector<Spec> specs = {
+      {{Image("jpeg444_q90_640x480.jpg"), Text("What is shown in this image?")}, 4},
+      {{Image("rgb_300x200.png"), Image("gray_56x56.png"), Text("Compare them.")}, 4}};
+  std::vector<std::vector<float>> alone;
+  {
+    EngineOptions o;
+    o.max_num_batched_tokens = 8192;  // each prompt in one chunk
+    auto engine = MakeEngine(o);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      Request r = MakeRequest(*engine, specs[i], static_cast<int>(i));
+      r.capture_prompt_logits = true;
+      auto out = GenerateBlocking(*engine, std::move(r));
+      ASSERT_TRUE(out.ok()) << out.status();
+      ASSERT_FALSE(out->prompt_logits.empty());
+      alone.push_back(out->prompt_logits);
+    }
+    EXPECT_EQ(engine->stats().encoder_slices, 2) << "alone, each image job was meant to run in one step";
+  }
+  EngineOptions o;
+  o.step_budget_ms = 1e-3;
+  auto engine = MakeEngine(o);
+  Collector col(3);
+  Request busy = MakeRequest(*engine, {{Text("Keep talking.")}, 400}, 99);
+  busy.on_output = col.Callback(2);
+  ASSERT_TRUE(engine->Submit(std::move(busy)).ok());
+  std::vector<Request> requests;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    requests.push_back(MakeRequest(*engine, specs[i], static_cast<int>(i)));
+    requests.back().capture_prompt_logits = true;
+    requests.back().on_output = col.Callback(static_cast<int>(i));
+  }
+  for (Request& r : requests) ASSERT_TRUE(engine->Submit(std::move(r)).ok());
+  col.WaitAll();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const RequestOutput out = col.Get(static_cast<int>(i));
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    EXPECT_TRUE(out.prompt_logits == alone[i]) << "request " << i << ": sliced and chunked logits differ";
+  }
+  const EngineStats stats = engine->stats();
+  EXPECT_GT(stats.encoder_slices, 10);
+  EXPECT_GT(stats.steps, 20);
 }
 
 TEST_F(EngineMixedTest, CancellingHalfFreesEveryBlock) {

@@ -5,6 +5,8 @@
 // blocks — and a long randomized run that must end with every block free.
 #include "engine/scheduler.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <random>
@@ -29,6 +31,7 @@ class SchedulerTest : public ::testing::Test {
   void Init(const SchedulerOptions& options, int64_t blocks, int block_size = 4,
             int64_t encoder_cache_bytes = 1 << 20) {
     encoder_cache_ = EncoderCache(encoder_cache_bytes);
+    interleave_ = options.interleave_encoder;
     auto cache = llm::KvCache::Create(llm::KvCacheShape{.num_layers = 1, .num_kv_heads = 1, .head_dim = 1,
                                                         .block_size = block_size, .num_blocks = blocks});
     ASSERT_TRUE(cache.ok()) << cache.status();
@@ -54,10 +57,21 @@ class SchedulerTest : public ::testing::Test {
   // the planned rows computed, a token appended for each row that samples, sequences that
   // reached max_new finished.
   void Complete(const StepPlan& plan) {
-    for (const ImageToEncode& im : plan.images) {
-      encoder_cache_.Insert(im.content_hash, Embeddings());
+    if (!plan.images.empty() && scheduler_->encoding()) {
+      job_ = plan.images;  // interleaved: a job started; EndJob finishes it
+    } else {
+      for (const ImageToEncode& im : plan.images) {
+        encoder_cache_.Insert(im.content_hash, Embeddings());
+      }
     }
-    for (Sequence* seq : plan.admitted) seq->images_attached = true;
+    for (Sequence* seq : plan.admitted) {
+      if (interleave_ && seq->needs_images()) {  // (whole: its images may be in this plan's batch)
+        for (const SequenceImage& im : seq->images) {
+          EXPECT_TRUE(encoder_cache_.Contains(im.content_hash)) << seq->id << " admitted without its images";
+        }
+      }
+      seq->images_attached = true;
+    }
     for (const ScheduledWork& w : plan.work) {
       ASSERT_EQ(w.start, w.seq->num_computed) << w.seq->id;
       w.seq->num_computed += w.num_tokens;
@@ -65,6 +79,19 @@ class SchedulerTest : public ::testing::Test {
       w.seq->tokens.push_back(1);
       if (static_cast<int64_t>(w.seq->tokens.size()) - w.seq->prompt_len >= max_new_[w.seq]) Finish(w.seq);
     }
+  }
+
+  // Plays the runner at the end of an interleaved encode job: embeddings into the cache and to the
+  // waiting sequences it was for that are still there.
+  void EndJob() {
+    for (const ImageToEncode& im : job_) encoder_cache_.Insert(im.content_hash, Embeddings());
+    for (const ImageToEncode& im : job_) {
+      for (Sequence* seq : im.sequences) {
+        if (scheduler_->Find(seq->id) == seq) seq->images_attached = true;
+      }
+    }
+    job_.clear();
+    scheduler_->EndEncodeJob();
   }
 
   void Finish(Sequence* seq) {
@@ -86,6 +113,8 @@ class SchedulerTest : public ::testing::Test {
   std::unique_ptr<Scheduler> scheduler_;
   std::map<const Sequence*, int64_t> max_new_;
   std::vector<std::unique_ptr<Sequence>> finished_;
+  std::vector<ImageToEncode> job_;  // the interleaved encode job in flight
+  bool interleave_ = false;
 };
 
 // The plan's rows as "id:rows" with p for a prefill chunk, d for a decode and * when it samples.
@@ -103,8 +132,9 @@ std::vector<std::string> Ids(const std::vector<Sequence*>& seqs) {
   return out;
 }
 
-SchedulerOptions Options(int64_t tokens, int seqs = 64, int64_t patches = 16384) {
-  return SchedulerOptions{tokens, seqs, patches};
+// interleave false: images encoded whole in the admitting step (the plans most tests check).
+SchedulerOptions Options(int64_t tokens, int seqs = 64, int64_t patches = 16384, bool interleave = false) {
+  return SchedulerOptions{tokens, seqs, patches, interleave};
 }
 
 TEST_F(SchedulerTest, ChunkedPrefillAndDecodesFirst) {
@@ -319,8 +349,11 @@ TEST_F(SchedulerTest, CancellingWaitingAndRunningFreesTheirBlocks) {
 
 // Many requests arriving over time, with images, small budgets and a tight cache, some cancelled:
 // every plan keeps the budgets and invariants, and at the end every block is free.
-TEST_F(SchedulerTest, RandomizedRunEndsWithEveryBlockFree) {
-  const SchedulerOptions options = Options(24, 5, 96);
+class SchedulerRandomizedTest : public SchedulerTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(SchedulerRandomizedTest, RandomizedRunEndsWithEveryBlockFree) {
+  const bool interleave = GetParam();
+  const SchedulerOptions options = Options(24, 5, 96, interleave);
   // 48 tokens: the largest request (40 + 8) fits alone. Room for two images' embeddings: the
   // others are evicted and encoded again.
   Init(options, 12, 4, 2 * static_cast<int64_t>(Embeddings()->nbytes()));
@@ -339,7 +372,28 @@ TEST_F(SchedulerTest, RandomizedRunEndsWithEveryBlockFree) {
       Finish(all[uniform(0, static_cast<int>(all.size()) - 1)]);
       ++cancelled;
     }
-    StepPlan plan = scheduler_->Schedule();
+    // Interleaved: the job in flight ends after a random number of steps, and the prefill
+    // allowance varies as a step budget would make it.
+    if (interleave && scheduler_->encoding() && uniform(0, 2) == 0) EndJob();
+    const int64_t allowance = interleave ? uniform(1, 30) : INT64_MAX;
+    const bool was_encoding = scheduler_->encoding();
+    StepPlan plan = scheduler_->Schedule(StepAllowance{allowance});
+    if (was_encoding) {
+      EXPECT_THAT(plan.images, IsEmpty()) << "a second job while one is in flight";
+    }
+    for (const Sequence* seq : plan.admitted) {
+      if (interleave) {
+        EXPECT_TRUE(std::find_if(plan.images.begin(), plan.images.end(), [&](const ImageToEncode& im) {
+                      return std::find(im.sequences.begin(), im.sequences.end(), seq) != im.sequences.end();
+                    }) == plan.images.end())
+            << "admitted with its images still to encode";
+      }
+    }
+    int64_t prefill_rows = 0;
+    for (const ScheduledWork& w : plan.work) {
+      if (w.seq->remaining() > 1) prefill_rows += w.num_tokens;
+    }
+    EXPECT_LE(prefill_rows, allowance);
     EXPECT_LE(plan.num_tokens(), options.max_num_batched_tokens);
     EXPECT_LE(scheduler_->num_running(), options.max_num_seqs);
     if (!plan.preempted.empty()) {
@@ -383,6 +437,88 @@ TEST_F(SchedulerTest, RandomizedRunEndsWithEveryBlockFree) {
   EXPECT_EQ(used(), 0);
   EXPECT_GT(preemptions, 0) << "the cache was meant to be tight";
   EXPECT_GT(cancelled, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(EncoderMode, SchedulerRandomizedTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "interleaved" : "whole"; });
+
+// Interleaved: an image is encoded by a job while its request waits; first come first served holds
+// the text-only request behind it; no second job starts while one is in flight; once the job ends
+// both are admitted without encoding anything in that step.
+TEST_F(SchedulerTest, InterleavedRequestWaitsForItsEncodeJob) {
+  Init(Options(64, 64, 16384, /*interleave=*/true), 64);
+  Sequence* a = Add("A", 10, {{"h1", 64}});
+  Add("B", 5);
+  StepPlan plan = scheduler_->Schedule();
+  EXPECT_THAT(plan.admitted, IsEmpty());
+  ASSERT_EQ(plan.images.size(), 1u);
+  EXPECT_EQ(plan.images[0].content_hash, "h1");
+  EXPECT_THAT(Ids(plan.images[0].sequences), ElementsAre("A"));
+  EXPECT_TRUE(scheduler_->encoding());
+  EXPECT_EQ(used(), 0);
+  Complete(plan);
+  PendingWork pending = scheduler_->Pending();
+  EXPECT_TRUE(pending.encoder);
+  EXPECT_TRUE(pending.prefill);  // B is ready
+  EXPECT_EQ(pending.decode_rows, 0);
+
+  plan = scheduler_->Schedule();  // the job still runs
+  EXPECT_THAT(plan.admitted, IsEmpty());
+  EXPECT_THAT(plan.images, IsEmpty());
+  Complete(plan);
+  EndJob();
+  EXPECT_TRUE(a->images_attached);
+  plan = scheduler_->Schedule();
+  EXPECT_THAT(Ids(plan.admitted), ElementsAre("A", "B"));
+  EXPECT_THAT(plan.images, IsEmpty());
+  Complete(plan);
+  pending = scheduler_->Pending();
+  EXPECT_FALSE(pending.encoder);
+  EXPECT_FALSE(pending.prefill);
+  EXPECT_EQ(pending.decode_rows, 2);
+}
+
+// A job looks ahead through the waiting queue within the patch budget, lists every sequence that
+// carries each image, and skips cached images.
+TEST_F(SchedulerTest, InterleavedJobLooksAheadWithinThePatchBudget) {
+  Init(Options(64, 64, /*patches=*/150, /*interleave=*/true), 64);
+  encoder_cache_.Insert("cached", Embeddings());
+  Add("A", 10, {{"h1", 64}, {"cached", 8}});
+  Add("B", 10, {{"h2", 64}});
+  Add("C", 10, {{"h1", 64}});
+  Add("D", 10, {{"h3", 64}});  // 64 * 3 > 150: the next job's
+  StepPlan plan = scheduler_->Schedule();
+  ASSERT_EQ(plan.images.size(), 2u);
+  EXPECT_EQ(plan.images[0].content_hash, "h1");
+  EXPECT_THAT(Ids(plan.images[0].sequences), ElementsAre("A", "C"));
+  EXPECT_EQ(plan.images[1].content_hash, "h2");
+  EXPECT_THAT(Ids(plan.images[1].sequences), ElementsAre("B"));
+  Complete(plan);
+  EndJob();
+  plan = scheduler_->Schedule();
+  EXPECT_THAT(Ids(plan.admitted), ElementsAre("A", "B", "C"));
+  ASSERT_EQ(plan.images.size(), 1u);  // the next job starts in the same step
+  EXPECT_EQ(plan.images[0].content_hash, "h3");
+}
+
+// The step allowance caps prefill rows (running chunks and admissions) but never a decode row.
+TEST_F(SchedulerTest, PrefillAllowanceCapsChunksNotDecodes) {
+  Init(Options(64), 64);
+  Add("A", 2);
+  Add("B", 30);
+  StepPlan plan = scheduler_->Schedule(StepAllowance{12});
+  EXPECT_THAT(Rows(plan), ElementsAre("A:2p*", "B:10p"));
+  Complete(plan);
+  Add("C", 4);
+  plan = scheduler_->Schedule(StepAllowance{5});
+  EXPECT_THAT(Rows(plan), ElementsAre("A:1d*", "B:5p"));  // C waits: the allowance is spent
+  EXPECT_THAT(plan.admitted, IsEmpty());
+  Complete(plan);
+  plan = scheduler_->Schedule(StepAllowance{1});
+  EXPECT_THAT(Rows(plan), ElementsAre("A:1d*", "B:1p"));
+  Complete(plan);
+  plan = scheduler_->Schedule(StepAllowance{100});
+  EXPECT_THAT(Rows(plan), ElementsAre("A:1d*", "B:14p*", "C:4p*"));
 }
 
 }  // namespace
