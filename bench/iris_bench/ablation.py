@@ -1,7 +1,10 @@
-"""ablation: the encoder techniques switched off one at a time, measured with iris-bench.
+"""ablation: iris-server's techniques switched off one at a time, measured with iris-bench.
 
-For each configuration (all on; fused rotary off; parallel q/k/v padding off; cached
-cu_seqlens off; all off) and each mode (throughput, latency) it starts a fresh iris-server on
+Two suites. `encoder` (the default): all on; fused rotary off; parallel q/k/v padding off; cached
+cu_seqlens off; all off. `scheduling`: the interleaved encoder with the automatic step budget;
+the same at a 1 ms budget (the latency extreme: the smallest slices); interleaving off (whole
+images in the admitting step, prefill bounded only by max_num_batched_tokens: the throughput
+extreme). For each configuration and each mode (throughput, latency) it starts a fresh iris-server on
 port 0 (so no run finds another's images in the server's encoder cache), checks through
 GetModelInfo that the switches took, runs iris-bench (the same dataset and seed every time),
 stops the server with SIGTERM and waits for it; then it prints one Markdown table per mode
@@ -39,6 +42,23 @@ COLUMNS = (
     ("median TPOT (ms)", "median_tpot_ms"), ("P99 TPOT (ms)", "p99_tpot_ms"),
     ("output throughput (tok/s)", "output_throughput"),
 )
+# The scheduling suite: configuration -> iris-server flags; its table adds the ITL columns (the
+# step budget exists for them) and the P99 / median ITL ratio.
+SCHEDULING_CONFIGS = {
+    "interleaved, auto budget": [],
+    "interleaved, 1 ms budget": ["--step_budget_ms=1"],
+    "interleave off": ["--interleave_encoder=false"],
+}
+SCHEDULING_COLUMNS = (
+    ("mean TTFT (ms)", "mean_ttft_ms"), ("P99 TTFT (ms)", "p99_ttft_ms"),
+    ("median ITL (ms)", "median_itl_ms"), ("P99 ITL (ms)", "p99_itl_ms"),
+    ("P99/median ITL", "itl_p99_over_median"), ("mean TPOT (ms)", "mean_tpot_ms"),
+    ("output throughput (tok/s)", "output_throughput"),
+)
+SUITES = {
+    "encoder": (CONFIGS, COLUMNS, "all on"),
+    "scheduling": (SCHEDULING_CONFIGS, SCHEDULING_COLUMNS, "interleaved, auto budget"),
+}
 IRIS_BENCH = os.path.join(REPO_ROOT, "bench", "iris-bench")
 
 
@@ -53,16 +73,20 @@ def change(value: float, base: float) -> str:
     return f"{(value - base) / base * 100.0:+.1f}%"
 
 
-def markdown_table(rows: List[dict], base_name: str = "all on") -> str:
+def markdown_table(rows: List[dict], base_name: str = "all on", columns=COLUMNS) -> str:
     """rows: {"config": name, "summary": iris-bench summary dict}; the first row named
     base_name is the reference for the changes."""
+    for r in rows:
+        s = r["summary"]
+        if s.get("median_itl_ms"):
+            s["itl_p99_over_median"] = (s.get("p99_itl_ms") or 0.0) / s["median_itl_ms"]
     base = next((r["summary"] for r in rows if r["config"] == base_name), None)
-    head = ["config"] + [c for c, _ in COLUMNS] + ["failed"]
+    head = ["config"] + [c for c, _ in columns] + ["failed"]
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
     for r in rows:
         s = r["summary"]
         cells = [r["config"]]
-        for _, key in COLUMNS:
+        for _, key in columns:
             v = s.get(key)
             if v is None:
                 cells.append("n/a")
@@ -98,8 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="dataset and arrival seed (default 0)")
     p.add_argument("--dtype", default="bf16", help="iris-server --dtype (default bf16)")
     p.add_argument("--modes", default="throughput,latency", help="modes to run (default throughput,latency)")
-    p.add_argument("--configs", default=",".join(CONFIGS),
-                   help="comma-separated configurations to run (default: all five; 'all on' first)")
+    p.add_argument("--suite", choices=tuple(SUITES), default="encoder",
+                   help="encoder techniques, or the scheduling of encoder and prefill work (default encoder)")
+    p.add_argument("--configs", default=None,
+                   help="comma-separated configurations of the suite to run (default: all, the reference first)")
     p.add_argument("--extra-server-args", default="", help="more iris-server flags, one shell-quoted string")
     p.add_argument("--bench-args", default="", help="more iris-bench flags, one shell-quoted string "
                                                     "(e.g. \"--dataset jsonl --dataset-path F\")")
@@ -170,10 +196,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         if m not in ("throughput", "latency"):
             _note(f"ablation: unknown mode {m!r}")
             return 2
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    suite_configs, columns, base_name = SUITES[args.suite]
+    configs = [c.strip() for c in (args.configs or ",".join(suite_configs)).split(",") if c.strip()]
     for c in configs:
-        if c not in CONFIGS:
-            _note(f"ablation: unknown configuration {c!r} (known: {', '.join(CONFIGS)})")
+        if c not in suite_configs:
+            _note(f"ablation: unknown configuration {c!r} of suite {args.suite} (known: {', '.join(suite_configs)})")
             return 2
     if not os.path.isfile(args.server_bin):
         _note(f"ablation: no iris-server at {args.server_bin} (build it: cmake --build build "
@@ -185,8 +212,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     runs = []
     with tempfile.TemporaryDirectory(prefix="iris-ablation-") as tmp:
         for config in configs:
-            flags = [f"--model={args.model}", f"--dtype={args.dtype}"] + server_flags(CONFIGS[config]) + extra
-            want = {t: CONFIGS[config].get(t, True) for t in TECHNIQUES}
+            if args.suite == "encoder":
+                config_flags = server_flags(CONFIGS[config])
+                want = {t: CONFIGS[config].get(t, True) for t in TECHNIQUES}
+            else:
+                config_flags = list(SCHEDULING_CONFIGS[config])
+                want = {t: True for t in TECHNIQUES}
+            flags = [f"--model={args.model}", f"--dtype={args.dtype}"] + config_flags + extra
             for mode in modes:
                 # A fresh server per run: the encoder cache (keyed by image content) must not
                 # carry one mode's images into the other's measurement.
@@ -231,11 +263,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                      + (f", max concurrency {args.latency_max_concurrency}" if args.latency_max_concurrency else "")
                      + ")")
         print(f"### {title}\n")
-        print(markdown_table(rows))
+        print(markdown_table(rows, base_name, columns))
     info = runs[0]["server"] if runs else {}
     print(f"Model {info.get('model', '?')} ({info.get('dtype', '?')}), output length {args.output_len}, "
           f"seed {args.seed}; client and server on {platform.node()} ({platform.machine()}, "
-          f"{os.cpu_count()} CPUs). Changes are against \"all on\".")
+          f"{os.cpu_count()} CPUs). Changes are against \"{base_name}\".")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),

@@ -289,6 +289,21 @@ class AblationTableTest(unittest.TestCase):
             "| 110.00 (+10.0%) | 110.00 (+10.0%) | 50.00 (-50.0%) | 2 |",
         ])
 
+    def test_scheduling_table_has_the_itl_ratio(self):
+        from iris_bench import ablation
+        configs, columns, base = ablation.SUITES["scheduling"]
+        self.assertEqual(base, "interleaved, auto budget")
+        self.assertEqual(configs["interleave off"], ["--interleave_encoder=false"])
+        keys = [k for _, k in columns if k != "itl_p99_over_median"]
+        on = dict({k: 100.0 for k in keys}, median_itl_ms=50.0, p99_itl_ms=100.0, failed=0)
+        off = dict({k: 100.0 for k in keys}, median_itl_ms=40.0, p99_itl_ms=4000.0, failed=0)
+        table = ablation.markdown_table([{"config": base, "summary": on},
+                                         {"config": "interleave off", "summary": off}], base, columns)
+        lines = table.splitlines()
+        self.assertIn("| P99/median ITL |", lines[0])
+        self.assertIn("| 2.00 |", lines[2])
+        self.assertIn("| 100.00 (+4900.0%) |", lines[3])
+
 
 if __name__ == "__main__":
     unittest.main()
