@@ -43,7 +43,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   IRIS_RETURN_IF_ERROR(
       model->encoder->ReserveActivations(std::max(options.max_encoder_patches_per_step, largest_image)));
   IRIS_RETURN_IF_ERROR(model->decoder->ReserveActivations(options.max_num_batched_tokens, options.max_num_seqs));
+  std::unique_ptr<StepTrace> trace;
+  if (!options.step_trace_path.empty()) {
+    IRIS_ASSIGN_OR_RETURN(trace, StepTrace::Open(options.step_trace_path));
+  }
   std::unique_ptr<Engine> engine(new Engine(std::move(model), options, std::move(cache)));
+  engine->trace_ = std::move(trace);
+  engine->trace_start_ = absl::Now();
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
@@ -232,6 +238,15 @@ bool Engine::Step() {
   }
   ProcessOutputs(plan, result, outbox, counters);
   counters.step_ms = Ms(absl::Now() - start);
+  if (trace_ != nullptr) {
+    StepTraceRecord r{.t_ms = Ms(start - trace_start_), .step_ms = counters.step_ms, .target_ms = slices.target_ms,
+                      .decoder_ms = result.decoder_ms, .encoder_gflop = result.encoder_flops * 1e-9,
+                      .encoder_ms = result.encoder_slice_ms > 0 ? result.encoder_slice_ms : result.encode_ms,
+                      .images_encoded = result.images_encoded, .running = scheduler_.num_running(),
+                      .waiting = scheduler_.num_waiting()};
+    for (const ScheduledWork& w : plan.work) (w.num_tokens == 1 && !w.is_prefill ? r.decode_rows : r.prefill_rows) += w.num_tokens;
+    trace_->Write(r);
+  }
   Publish(counters, outbox);
   return !plan.empty() || !plan.images.empty() || result.encode_job_ended || runner_.encoding();
 }

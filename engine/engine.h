@@ -25,6 +25,7 @@
 #include "engine/scheduler.h"
 #include "engine/step_budget.h"
 #include "engine/step_runner.h"
+#include "engine/step_trace.h"
 #include "llm/kv_cache.h"
 
 namespace iris::engine {
@@ -43,6 +44,7 @@ struct EngineOptions {
   // the admitting step, prefill chunks only bounded by max_num_batched_tokens.
   bool interleave_encoder = true;
   double step_budget_ms = 0;
+  std::string step_trace_path;  // non-empty: one JSON line per step written here (StepTrace)
 };
 
 struct EngineStats {
@@ -142,6 +144,8 @@ class Engine {
   Scheduler scheduler_;
   StepRunner runner_;
   StepBudget budget_;
+  std::unique_ptr<StepTrace> trace_;  // null unless options.step_trace_path
+  absl::Time trace_start_;
   bool progressed_ = true;  // the last step ran something
   bool trim_when_idle_ = false;  // work was done since the heap was last trimmed
   std::thread thread_;

@@ -41,6 +41,7 @@ ABSL_FLAG(bool, interleave_encoder, true, "encode images in pieces between decod
           "running requests keep getting tokens (false: whole images in the admitting step)");
 ABSL_FLAG(double, step_budget_ms, 0, "with --interleave-encoder: target time of an engine step while requests decode "
           "(0 = auto: twice the measured decode-only step, at least 20 ms)");
+ABSL_FLAG(std::string, step_trace, "", "write one JSON line per engine step here (what it ran, how long each part took)");
 ABSL_FLAG(int64_t, max_queue, 1024, "requests waiting (being prepared or queued) before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_images_per_request, 16, "images in one request");
 ABSL_FLAG(int64_t, max_image_bytes, 20ll << 20, "encoded size of one image, in bytes");
@@ -134,6 +135,7 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags() {
   e.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   e.interleave_encoder = absl::GetFlag(FLAGS_interleave_encoder);
   e.step_budget_ms = absl::GetFlag(FLAGS_step_budget_ms);
+  e.step_trace_path = absl::GetFlag(FLAGS_step_trace);
   if (!(e.step_budget_ms >= 0)) return absl::InvalidArgumentError("--step-budget-ms must be >= 0");
   IRIS_RETURN_IF_ERROR(CheckPositive(e.kv_cache_bytes, "--kv-cache-bytes"));
   IRIS_RETURN_IF_ERROR(CheckPositive(e.kv_block_size, "--kv-block-size"));

@@ -274,6 +274,42 @@ TEST(EngineTest, SlicedEncodeAndChunkedPrefillGiveTheSameLogits) {
   EXPECT_GT(stats.steps, 20);
 }
 
+// --step-trace: one JSON line per step, whose rows add up to the work done; a path that cannot be
+// written is refused at start, naming the flag.
+TEST(EngineTest, StepTraceHasOneLinePerStep) {
+  const std::string path = ::testing::TempDir() + "/iris-step-trace.jsonl";
+  {
+    EngineOptions o;
+    o.step_trace_path = path;
+    auto engine = MakeEngine(o);
+    auto out = GenerateBlocking(*engine, MakeRequest(*engine, {{Image("rgb_300x200.png"), Text("Hi")}, 5}, 0));
+    ASSERT_TRUE(out.ok()) << out.status();
+    const EngineStats stats = engine->stats();
+    std::ifstream f(path);
+    std::string line;
+    int64_t lines = 0, decode_rows = 0, prefill_rows = 0, images = 0;
+    while (std::getline(f, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      ++lines;
+      decode_rows += j["decode_rows"].get<int64_t>();
+      prefill_rows += j["prefill_rows"].get<int64_t>();
+      images += j["images_encoded"].get<int64_t>();
+      EXPECT_GE(j["step_ms"].get<double>(), j["decoder_ms"].get<double>());
+    }
+    EXPECT_EQ(lines, stats.steps);
+    EXPECT_EQ(images, 1);
+    EXPECT_EQ(decode_rows, 4);  // 5 tokens: the first sampled by the prefill
+    EXPECT_EQ(prefill_rows, out->usage.prompt_tokens);
+  }
+  auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{kernels::ComputeType::kF32, {}, {}});
+  ASSERT_TRUE(model.ok());
+  EngineOptions bad;
+  bad.step_trace_path = "/nonexistent-dir/trace.jsonl";
+  auto engine = Engine::Create(std::move(*model), bad);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("--step-trace"), std::string::npos) << engine.status();
+}
+
 TEST_F(EngineMixedTest, CancellingHalfFreesEveryBlock) {
   auto engine = MakeEngine(EngineOptions{});
   const int n = 32;
