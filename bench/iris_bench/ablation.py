@@ -45,8 +45,8 @@ COLUMNS = (
 # The scheduling suite: configuration -> iris-server flags; its table adds the ITL columns (the
 # step budget exists for them) and the P99 / median ITL ratio.
 SCHEDULING_CONFIGS = {
-    "interleaved, auto budget": [],
-    "interleaved, 1 ms budget": ["--step_budget_ms=1"],
+    "interleaved (auto budget)": [],
+    "interleaved (1 ms budget)": ["--step_budget_ms=1"],
     "interleave off": ["--interleave_encoder=false"],
 }
 SCHEDULING_COLUMNS = (
@@ -57,7 +57,7 @@ SCHEDULING_COLUMNS = (
 )
 SUITES = {
     "encoder": (CONFIGS, COLUMNS, "all on"),
-    "scheduling": (SCHEDULING_CONFIGS, SCHEDULING_COLUMNS, "interleaved, auto budget"),
+    "scheduling": (SCHEDULING_CONFIGS, SCHEDULING_COLUMNS, "interleaved (auto budget)"),
 }
 IRIS_BENCH = os.path.join(REPO_ROOT, "bench", "iris-bench")
 
