@@ -52,7 +52,7 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::
     : model_(std::move(model)), options_(options), cache_(std::move(cache)),
       encoder_cache_(options.encoder_cache_bytes),
       scheduler_(SchedulerOptions{options.max_num_batched_tokens, options.max_num_seqs,
-                                  options.max_encoder_patches_per_step},
+                                  options.max_encoder_patches_per_step, options.enable_prefix_caching},
                  &cache_, &encoder_cache_),
       runner_(model_.get(), &cache_, &encoder_cache_) {
   max_model_len_ = options.max_model_len > 0 ? options.max_model_len : model_->config.text.max_position_embeddings;
@@ -109,7 +109,9 @@ absl::Status Engine::Submit(Request request) {
   seq->prompt_len = L;
   seq->tokens = p.ids;
   seq->tokens.reserve(static_cast<size_t>(total));
-  for (const PromptImage& im : p.images) seq->images.push_back({im.content_hash, im.pixel_values->dim(0)});
+  for (const PromptImage& im : p.images) {
+    seq->images.push_back({im.content_hash, im.pixel_values->dim(0), im.pad_begin, im.pad_end});
+  }
   seq->sampler = std::make_unique<llm::Sampler>(request.sampling, p.ids);
   seq->stop = std::make_unique<llm::StopChecker>(request.sampling, model_->eos_token_ids);
   seq->detok = std::make_unique<llm::IncrementalDetokenizer>(model_->tokenizer, request.skip_special_tokens);
@@ -208,7 +210,10 @@ bool Engine::Step() {
   Outbox outbox;
   // Admissions and preemptions move requests between the counts Submit's queue limit reads:
   // published before the forward passes, not after them.
-  Publish(StepCounters{.preemptions = static_cast<int64_t>(plan.preempted.size())}, outbox);
+  Publish(StepCounters{.preemptions = static_cast<int64_t>(plan.preempted.size()),
+                       .prefix_cache_queries = plan.prefix_cache_queries,
+                       .prefix_cache_hits = plan.prefix_cache_hits},
+          outbox);
   StepResult result = runner_.Run(plan);
   StepCounters counters{.steps = 1,
                         .images_encoded = result.images_encoded,
@@ -239,6 +244,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, StepResult& result, Outbox& ou
     // Prefill rows: all but a row that samples.
     counters.prompt_tokens_computed += w.num_tokens - (w.samples ? 1 : 0);
     s.num_computed += w.num_tokens;
+    scheduler_.BlocksComputed(&s);
     if (!w.samples) continue;  // a prefill chunk
     float* lg = result.logits.data<float>() + (row++) * vocab;
     if (s.prompt_done == absl::InfinitePast()) s.prompt_done = now;
@@ -279,6 +285,8 @@ void Engine::Publish(const StepCounters& c, Outbox& outbox) {
     stats_.total_encoder_ms += c.encoder_ms;
     stats_.prompt_tokens_computed += c.prompt_tokens_computed;
     stats_.tokens_generated += c.tokens_generated;
+    stats_.prefix_cache_queries += c.prefix_cache_queries;
+    stats_.prefix_cache_hits += c.prefix_cache_hits;
     if (c.steps > 0) {
       stats_.last_step_ms = c.step_ms;
       stats_.total_step_ms += c.step_ms;
@@ -294,6 +302,7 @@ void Engine::RefreshGauges() {
   stats_.waiting = scheduler_.num_waiting();
   stats_.running = scheduler_.num_running();
   stats_.kv_blocks_used = cache_.allocator().num_used();
+  stats_.kv_blocks_cached = cache_.allocator().num_cached();
   stats_.encoder_cache_entries = encoder_cache_.entries();
   stats_.encoder_cache_bytes = encoder_cache_.bytes();
 }

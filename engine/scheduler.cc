@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/prefix_cache.h"
+
 namespace iris::engine {
 
 int64_t StepPlan::num_tokens() const {
@@ -63,13 +65,27 @@ void Scheduler::ScheduleRunning(StepPlan& plan, int64_t& budget) {
 }
 
 void Scheduler::Preempt(Sequence* seq, StepPlan& plan) {
-  cache_->Release(&seq->table);
-  seq->num_computed = 0;
+  ReleaseBlocks(seq);
   seq->state = SequenceState::kWaiting;
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == seq; });
   waiting_.push_front(std::move(*it));
   running_.erase(it);
   plan.preempted.push_back(seq);
+}
+
+void Scheduler::ReleaseBlocks(Sequence* seq) {
+  cache_->Release(&seq->table);
+  seq->num_computed = 0;
+  seq->num_registered_blocks = 0;
+}
+
+int64_t Scheduler::MatchCachedPrefix(Sequence* seq) {
+  if (!options_.enable_prefix_caching) return 0;
+  return AttachCachedPrefix(*seq, *cache_);
+}
+
+void Scheduler::BlocksComputed(Sequence* seq) {
+  if (options_.enable_prefix_caching) RegisterComputedBlocks(*seq, *cache_);
 }
 
 void Scheduler::Admit(StepPlan& plan, int64_t budget) {
@@ -80,12 +96,14 @@ void Scheduler::Admit(StepPlan& plan, int64_t budget) {
   };
   while (!waiting_.empty() && num_running() < options_.max_num_seqs && budget > 0) {
     Sequence* seq = waiting_.front().get();
+    const int64_t matched = MatchCachedPrefix(seq);  // before the images: those it covers are not needed
     // Its images that would join this step's encoder batch: not cached, not planned already.
     std::vector<size_t> fresh;
     int64_t need = 0;
     if (seq->needs_images()) {
       for (size_t j = 0; j < seq->images.size(); ++j) {
         const SequenceImage& im = seq->images[j];
+        if (!seq->needs_image(im)) continue;
         const bool seen = std::any_of(fresh.begin(), fresh.end(),
                                       [&](size_t k) { return seq->images[k].content_hash == im.content_hash; });
         if (encoder_cache_->Contains(im.content_hash) || planned(im.content_hash) != plan.images.end() || seen) {
@@ -95,9 +113,14 @@ void Scheduler::Admit(StepPlan& plan, int64_t budget) {
         need += im.num_patches;
       }
     }
-    if (need > 0 && patches > 0 && patches + need > options_.max_encoder_patches_per_step) break;
     const int64_t n = std::min(seq->remaining(), budget);
-    if (!cache_->Reserve(&seq->table, seq->num_computed + n).ok()) break;
+    if ((need > 0 && patches > 0 && patches + need > options_.max_encoder_patches_per_step) ||
+        !cache_->Reserve(&seq->table, seq->num_computed + n).ok()) {
+      ReleaseBlocks(seq);  // the matched prefix, if any: it waits without blocks
+      break;
+    }
+    plan.prefix_cache_queries += static_cast<int64_t>(seq->tokens.size());
+    plan.prefix_cache_hits += matched;
 
     patches += need;
     for (size_t j : fresh) {
@@ -106,6 +129,7 @@ void Scheduler::Admit(StepPlan& plan, int64_t budget) {
     }
     if (seq->needs_images()) {
       for (const SequenceImage& im : seq->images) {
+        if (!seq->needs_image(im)) continue;
         auto it = planned(im.content_hash);
         if (it != plan.images.end() && (it->sequences.empty() || it->sequences.back() != seq)) {
           it->sequences.push_back(seq);
@@ -131,7 +155,7 @@ std::unique_ptr<Sequence> Scheduler::Finish(Sequence* seq) {
     owned = std::move(*wt);
     waiting_.erase(wt);
   }
-  cache_->Release(&seq->table);
+  ReleaseBlocks(seq);
   seq->state = SequenceState::kFinished;
   return owned;
 }

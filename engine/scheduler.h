@@ -20,6 +20,7 @@ struct SchedulerOptions {
   int64_t max_num_batched_tokens = 2048;  // decoder rows per step
   int max_num_seqs = 64;                  // running at once
   int64_t max_encoder_patches_per_step = 16384;  // one image alone may exceed it
+  bool enable_prefix_caching = true;  // admitted sequences share cached blocks of their prefix
 };
 
 // One sequence's rows in this step's decoder forward: tokens [start, start + num_tokens).
@@ -46,6 +47,9 @@ struct StepPlan {
   std::vector<ImageToEncode> images;  // encoded together in one forward before the decoder runs
   std::vector<Sequence*> admitted;    // waiting → running this step, first come first served
   std::vector<Sequence*> preempted;   // running → front of the waiting queue, blocks freed
+  // Prefix caching, over this step's admissions: tokens looked up, and of them found cached.
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
 
   bool empty() const { return work.empty() && admitted.empty(); }
   int64_t num_tokens() const;
@@ -71,6 +75,9 @@ class Scheduler {
   // Returns its ownership: keep it alive until its last output is delivered.
   std::unique_ptr<Sequence> Finish(Sequence* seq);
 
+  // After seq->num_computed advanced: its newly computed full blocks join the prefix cache.
+  void BlocksComputed(Sequence* seq);
+
   Sequence* Find(std::string_view id) const;  // running or waiting; null when neither
   // Running in admission order, then waiting in queue order.
   std::vector<Sequence*> sequences() const;
@@ -84,6 +91,11 @@ class Scheduler {
   void ScheduleRunning(StepPlan& plan, int64_t& budget);
   void Admit(StepPlan& plan, int64_t budget);
   void Preempt(Sequence* seq, StepPlan& plan);
+  // Prefix caching at admission: a waiting sequence without blocks takes the cached blocks of its
+  // prefix and starts after them (the tokens matched; 0 when switched off).
+  int64_t MatchCachedPrefix(Sequence* seq);
+  // Lets go of seq's blocks (matched, reserved or computed) and of its progress.
+  void ReleaseBlocks(Sequence* seq);
   static ScheduledWork Work(Sequence* seq, int64_t n);
 
   SchedulerOptions options_;

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/status_macros.h"
@@ -42,7 +43,7 @@ void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
   for (Sequence* seq : plan.admitted) {
     RequestState& s = AsRequest(seq);
     if (s.first_scheduled == absl::InfinitePast()) s.first_scheduled = start;  // queue time ends here
-    if (s.needs_images()) images_wanted += static_cast<int64_t>(s.images.size());
+    for (const SequenceImage& im : s.images) images_wanted += s.needs_image(im) ? 1 : 0;
   }
   // Each image the plan encodes is a miss once; every other image wanted is a hit.
   result.encoder_cache_misses = static_cast<int64_t>(plan.images.size());
@@ -85,26 +86,29 @@ void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
     result.encode_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
   }
 
-  // Each admitted sequence takes its embeddings from this batch or from the cache.
+  // Each admitted sequence takes the embeddings it needs from this batch or from the cache (an
+  // image inside its cached prefix has no rows to compute and needs none).
   for (Sequence* seq : plan.admitted) {
     if (!seq->needs_images()) continue;
     RequestState& s = AsRequest(seq);
-    bool in_batch = false;
-    for (const PromptImage& im : s.req.prompt.images) {
+    s.image_embeds.resize(s.images.size());
+    bool in_batch = false, missing = false;
+    for (size_t j = 0; j < s.images.size() && !missing; ++j) {
+      SequenceImage& im = s.images[j];
+      if (!s.needs_image(im)) continue;
       if (auto f = fresh.find(im.content_hash); f != fresh.end()) {
-        s.image_embeds.push_back(f->second);
+        s.image_embeds[j] = f->second;
         in_batch = true;
       } else if (auto cached = encoder_cache_->Lookup(im.content_hash)) {
-        s.image_embeds.push_back(std::move(cached));
+        s.image_embeds[j] = std::move(cached);
       } else {
-        s.image_embeds.clear();
-        break;
+        missing = true;
+        continue;
       }
+      im.attached = true;
     }
     if (in_batch) s.encode_ms += result.encode_ms;
-    if (s.image_embeds.size() == s.req.prompt.images.size()) {
-      s.images_attached = true;
-    } else {
+    if (missing) {
       result.image_errors[seq] = status.ok() ? absl::InternalError("image embeddings missing after encoding") : status;
     }
   }
@@ -127,6 +131,9 @@ absl::StatusOr<Tensor> StepRunner::RunDecoder(const std::vector<ScheduledWork>& 
     for (size_t j = 0; j < p.images.size(); ++j) {
       const int64_t lo = std::max(begin, p.images[j].pad_begin), hi = std::min(end, p.images[j].pad_end);
       if (lo >= hi) continue;
+      if (j >= s.image_embeds.size() || s.image_embeds[j] == nullptr) {
+        return absl::InternalError(absl::StrCat("request ", s.id, ": image ", j, " has rows to compute but no embeddings"));
+      }
       const float* src = s.image_embeds[j]->data<float>() + (lo - p.images[j].pad_begin) * h;
       for (int64_t i = lo; i < hi; ++i) batch.embed_rows.push_back(static_cast<int32_t>(row + i - begin));
       batch.embeds.insert(batch.embeds.end(), src, src + (hi - lo) * h);

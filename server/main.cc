@@ -37,6 +37,8 @@ ABSL_FLAG(int64_t, kv_cache_bytes, 1ll << 30, "KV cache size in bytes (all layer
 ABSL_FLAG(int32_t, kv_block_size, 16, "tokens per KV cache block");
 ABSL_FLAG(int64_t, encoder_cache_bytes, 256ll << 20, "image embeddings kept for reuse, in bytes");
 ABSL_FLAG(int64_t, max_encoder_patches_per_step, 16384, "vision patches per encoder forward");
+ABSL_FLAG(bool, enable_prefix_caching, true,
+          "share the KV blocks of common prompt prefixes between requests (images keyed by content)");
 ABSL_FLAG(int64_t, max_queue, 1024, "requests waiting (being prepared or queued) before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_images_per_request, 16, "images in one request");
 ABSL_FLAG(int64_t, max_image_bytes, 20ll << 20, "encoded size of one image, in bytes");
@@ -128,6 +130,7 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags() {
   e.encoder_cache_bytes = absl::GetFlag(FLAGS_encoder_cache_bytes);
   e.max_queue = absl::GetFlag(FLAGS_max_queue);
   e.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  e.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   IRIS_RETURN_IF_ERROR(CheckPositive(e.kv_cache_bytes, "--kv-cache-bytes"));
   IRIS_RETURN_IF_ERROR(CheckPositive(e.kv_block_size, "--kv-block-size"));
   IRIS_RETURN_IF_ERROR(CheckPositive(e.max_num_batched_tokens, "--max-num-batched-tokens"));
