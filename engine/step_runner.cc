@@ -132,7 +132,8 @@ absl::StatusOr<Tensor> StepRunner::RunDecoder(const std::vector<ScheduledWork>& 
       const int64_t lo = std::max(begin, p.images[j].pad_begin), hi = std::min(end, p.images[j].pad_end);
       if (lo >= hi) continue;
       if (j >= s.image_embeds.size() || s.image_embeds[j] == nullptr) {
-        return absl::InternalError(absl::StrCat("request ", s.id, ": image ", j, " has rows to compute but no embeddings"));
+        return absl::InternalError(
+            absl::StrCat("request ", s.id, ": image ", j, " has rows to compute but no embeddings"));
       }
       const float* src = s.image_embeds[j]->data<float>() + (lo - p.images[j].pad_begin) * h;
       for (int64_t i = lo; i < hi; ++i) batch.embed_rows.push_back(static_cast<int32_t>(row + i - begin));

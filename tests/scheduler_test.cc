@@ -2,7 +2,11 @@
 // blocks, checking each step's plan — decodes before prefill chunks, chunk sizes, first come first
 // served admission stopping at each budget, images deduplicated and skipped when cached,
 // preemption of the newest running sequence (and no admission in that step), cancellation freeing
-// blocks — and a long randomized run that must end with every block free.
+// blocks — and a long randomized run that must end with every block free. Prefix caching: a
+// chat's next turn shares the blocks turn 1 computed and skips the image inside them, another
+// image shares nothing, the last token and the partial block stay the sequence's own, an image
+// straddling the match is encoded, and a randomized run over a fake KV store (shared prefixes,
+// cancel, preemption) never writes a shared block and ends with every reference count zero.
 #include "engine/scheduler.h"
 
 #include <map>
