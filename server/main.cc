@@ -183,10 +183,11 @@ absl::Status Run(const sigset_t& stop_signals) {
   const int64_t max_model_len = engine->max_model_len();
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<server::Server> server, server::Server::Start(std::move(engine), options));
   std::fprintf(stderr,
-               "iris-server: model %s (%s) on %s, %lld KV blocks of %d tokens, max_model_len %lld, %d workers, "
-               "loaded in %.1f s%s%s\n",
+               "iris-server: model %s (%s) on %s, %lld KV blocks of %d tokens (prefix caching %s), max_model_len %lld, "
+               "%d workers, loaded in %.1f s%s%s\n",
                dir.c_str(), options.dtype.c_str(), device.c_str(), static_cast<long long>(stats.kv_blocks_total),
-               engine_options.kv_block_size, static_cast<long long>(max_model_len), options.workers,
+               engine_options.kv_block_size, engine_options.enable_prefix_caching ? "on" : "off",
+               static_cast<long long>(max_model_len), options.workers,
                absl::ToDoubleSeconds(absl::Now() - t0), options.tls_cert_pem.empty() ? "" : ", TLS",
                options.auth_token.empty() ? "" : ", bearer token required");
   std::fprintf(stderr, "iris-server: listening on %s:%d\n", options.host.c_str(), server->port());
