@@ -13,4 +13,11 @@ std::string Sha256Hex(const void* data, size_t size) {
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), len));
 }
 
+std::array<uint8_t, 32> Sha256(const void* data, size_t size) {
+  std::array<uint8_t, 32> digest{};
+  unsigned int len = 0;
+  EVP_Digest(data, size, digest.data(), &len, EVP_sha256(), nullptr);
+  return digest;
+}
+
 }  // namespace iris::core

@@ -58,7 +58,8 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::
     : model_(std::move(model)), options_(options), cache_(std::move(cache)),
       encoder_cache_(options.encoder_cache_bytes),
       scheduler_(SchedulerOptions{options.max_num_batched_tokens, options.max_num_seqs,
-                                  options.max_encoder_patches_per_step, options.interleave_encoder},
+                                  options.max_encoder_patches_per_step, options.interleave_encoder,
+                                  options.enable_prefix_caching},
                  &cache_, &encoder_cache_),
       runner_(model_.get(), &cache_, &encoder_cache_, &scheduler_, options.interleave_encoder),
       budget_(StepBudgetOptions{.step_budget_ms = options.step_budget_ms}) {
@@ -116,7 +117,9 @@ absl::Status Engine::Submit(Request request) {
   seq->prompt_len = L;
   seq->tokens = p.ids;
   seq->tokens.reserve(static_cast<size_t>(total));
-  for (const PromptImage& im : p.images) seq->images.push_back({im.content_hash, im.pixel_values->dim(0)});
+  for (const PromptImage& im : p.images) {
+    seq->images.push_back({im.content_hash, im.pixel_values->dim(0), im.pad_begin, im.pad_end});
+  }
   seq->sampler = std::make_unique<llm::Sampler>(request.sampling, p.ids);
   seq->stop = std::make_unique<llm::StopChecker>(request.sampling, model_->eos_token_ids);
   seq->detok = std::make_unique<llm::IncrementalDetokenizer>(model_->tokenizer, request.skip_special_tokens);
@@ -220,7 +223,10 @@ bool Engine::Step() {
   Outbox outbox;
   // Admissions and preemptions move requests between the counts Submit's queue limit reads:
   // published before the forward passes, not after them.
-  Publish(StepCounters{.preemptions = static_cast<int64_t>(plan.preempted.size())}, outbox);
+  Publish(StepCounters{.preemptions = static_cast<int64_t>(plan.preempted.size()),
+                       .prefix_cache_queries = plan.prefix_cache_queries,
+                       .prefix_cache_hits = plan.prefix_cache_hits},
+          outbox);
   StepResult result = runner_.Run(plan, slices.encoder_flops);
   if (result.encode_job_ended) scheduler_.EndEncodeJob();
   budget_.ObserveEncoder(result.encoder_flops, result.encoder_slice_ms);
@@ -268,6 +274,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, StepResult& result, Outbox& ou
     // Prefill rows: all but a row that samples.
     counters.prompt_tokens_computed += w.num_tokens - (w.samples ? 1 : 0);
     s.num_computed += w.num_tokens;
+    scheduler_.BlocksComputed(&s);
     if (!w.samples) continue;  // a prefill chunk
     float* lg = result.logits.data<float>() + (row++) * vocab;
     if (s.prompt_done == absl::InfinitePast()) s.prompt_done = now;
@@ -309,6 +316,8 @@ void Engine::Publish(const StepCounters& c, Outbox& outbox) {
     stats_.encoder_slices += c.encoder_slices;
     stats_.prompt_tokens_computed += c.prompt_tokens_computed;
     stats_.tokens_generated += c.tokens_generated;
+    stats_.prefix_cache_queries += c.prefix_cache_queries;
+    stats_.prefix_cache_hits += c.prefix_cache_hits;
     if (c.steps > 0) {
       stats_.last_step_ms = c.step_ms;
       stats_.last_step_target_ms = c.target_ms;
@@ -325,6 +334,7 @@ void Engine::RefreshGauges() {
   stats_.waiting = scheduler_.num_waiting();
   stats_.running = scheduler_.num_running();
   stats_.kv_blocks_used = cache_.allocator().num_used();
+  stats_.kv_blocks_cached = cache_.allocator().num_cached();
   stats_.encoder_cache_entries = encoder_cache_.entries();
   stats_.encoder_cache_bytes = encoder_cache_.bytes();
 }

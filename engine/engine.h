@@ -45,13 +45,15 @@ struct EngineOptions {
   bool interleave_encoder = true;
   double step_budget_ms = 0;
   std::string step_trace_path;  // non-empty: one JSON line per step written here (StepTrace)
+  bool enable_prefix_caching = true;    // share the KV blocks of common prompt prefixes (images by content)
 };
 
 struct EngineStats {
   int64_t waiting = 0;
   int64_t running = 0;
   int64_t kv_blocks_total = 0;
-  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_used = 0;    // held by sequences
+  int64_t kv_blocks_cached = 0;  // registered in the prefix cache (held or evictable)
   int64_t encoder_cache_hits = 0;
   int64_t encoder_cache_misses = 0;
   int64_t encoder_cache_entries = 0;
@@ -63,11 +65,17 @@ struct EngineStats {
   int64_t prompt_tokens_computed = 0;  // prefill rows run (recomputed ones included)
   int64_t tokens_generated = 0;
   int64_t requests_finished = 0;
+  int64_t prefix_cache_queries = 0;  // tokens of admitted sequences looked up in the prefix cache
+  int64_t prefix_cache_hits = 0;     // of them, found cached: their prefill is skipped
   double last_step_ms = 0;
   double total_step_ms = 0;
   double total_encoder_ms = 0;
   int64_t encoder_slices = 0;      // steps that ran a piece of an encode job (interleaved)
   double last_step_target_ms = 0;  // the step budget's target for the last step (0: unbounded)
+
+  double prefix_cache_hit_rate() const {
+    return prefix_cache_queries > 0 ? static_cast<double>(prefix_cache_hits) / prefix_cache_queries : 0.0;
+  }
 };
 
 class Engine {
@@ -99,6 +107,8 @@ class Engine {
   struct StepCounters {
     int64_t steps = 0;
     int64_t preemptions = 0;
+    int64_t prefix_cache_queries = 0;
+    int64_t prefix_cache_hits = 0;
     int64_t images_encoded = 0;
     int64_t encoder_forwards = 0;
     int64_t encoder_cache_hits = 0;

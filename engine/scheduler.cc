@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/prefix_cache.h"
+
 namespace iris::engine {
 
 int64_t StepPlan::num_tokens() const {
@@ -51,9 +53,9 @@ PendingWork Scheduler::Pending() const {
 }
 
 bool Scheduler::ImagesReady(const Sequence& seq) const {
-  if (!seq.needs_images()) return true;
-  return std::all_of(seq.images.begin(), seq.images.end(),
-                     [&](const SequenceImage& im) { return encoder_cache_->Contains(im.content_hash); });
+  return std::all_of(seq.images.begin(), seq.images.end(), [&](const SequenceImage& im) {
+    return !seq.needs_image(im) || encoder_cache_->Contains(im.content_hash);
+  });
 }
 
 void Scheduler::PlanEncodeJob(StepPlan& plan) {
@@ -67,6 +69,7 @@ void Scheduler::PlanEncodeJob(StepPlan& plan) {
     std::vector<size_t> fresh;
     int64_t need = 0;
     for (size_t j = 0; j < seq->images.size(); ++j) {
+      if (!seq->needs_image(seq->images[j])) continue;
       const std::string& hash = seq->images[j].content_hash;
       const bool planned = std::any_of(plan.images.begin(), plan.images.end(),
                                        [&](const ImageToEncode& im) { return im.content_hash == hash; });
@@ -84,6 +87,7 @@ void Scheduler::PlanEncodeJob(StepPlan& plan) {
     }
     // Every planned image this sequence carries lists it (it gets its embeddings at the job's end).
     for (const SequenceImage& im : seq->images) {
+      if (!seq->needs_image(im)) continue;
       for (ImageToEncode& planned : plan.images) {
         if (planned.content_hash == im.content_hash &&
             (planned.sequences.empty() || planned.sequences.back() != seq)) {
@@ -133,13 +137,27 @@ void Scheduler::ScheduleRunning(StepPlan& plan, int64_t& budget, int64_t& prefil
 }
 
 void Scheduler::Preempt(Sequence* seq, StepPlan& plan) {
-  cache_->Release(&seq->table);
-  seq->num_computed = 0;
+  ReleaseBlocks(seq);
   seq->state = SequenceState::kWaiting;
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == seq; });
   waiting_.push_front(std::move(*it));
   running_.erase(it);
   plan.preempted.push_back(seq);
+}
+
+void Scheduler::ReleaseBlocks(Sequence* seq) {
+  cache_->Release(&seq->table);
+  seq->num_computed = 0;
+  seq->num_registered_blocks = 0;
+}
+
+int64_t Scheduler::MatchCachedPrefix(Sequence* seq) {
+  if (!options_.enable_prefix_caching) return 0;
+  return AttachCachedPrefix(*seq, *cache_);
+}
+
+void Scheduler::BlocksComputed(Sequence* seq) {
+  if (options_.enable_prefix_caching) RegisterComputedBlocks(*seq, *cache_);
 }
 
 void Scheduler::Admit(StepPlan& plan, int64_t budget, int64_t prefill_budget) {
@@ -150,17 +168,21 @@ void Scheduler::Admit(StepPlan& plan, int64_t budget, int64_t prefill_budget) {
   };
   while (!waiting_.empty() && num_running() < options_.max_num_seqs && budget > 0) {
     Sequence* seq = waiting_.front().get();
+    const int64_t matched = MatchCachedPrefix(seq);  // before the images: those it covers are not needed
     // Interleaved: first come first served, so a request whose images are not ready holds back
     // the ones behind it (its job is planned or running).
-    if (options_.interleave_encoder && !ImagesReady(*seq)) break;
     const bool chunk = seq->remaining() > 1;
-    if (chunk && prefill_budget <= 0) break;
+    if ((options_.interleave_encoder && !ImagesReady(*seq)) || (chunk && prefill_budget <= 0)) {
+      ReleaseBlocks(seq);  // the matched prefix, if any: it waits without blocks
+      break;
+    }
     // Its images that would join this step's encoder batch: not cached, not planned already.
     std::vector<size_t> fresh;
     int64_t need = 0;
     if (seq->needs_images() && !options_.interleave_encoder) {
       for (size_t j = 0; j < seq->images.size(); ++j) {
         const SequenceImage& im = seq->images[j];
+        if (!seq->needs_image(im)) continue;
         const bool seen = std::any_of(fresh.begin(), fresh.end(),
                                       [&](size_t k) { return seq->images[k].content_hash == im.content_hash; });
         if (encoder_cache_->Contains(im.content_hash) || planned(im.content_hash) != plan.images.end() || seen) {
@@ -170,9 +192,14 @@ void Scheduler::Admit(StepPlan& plan, int64_t budget, int64_t prefill_budget) {
         need += im.num_patches;
       }
     }
-    if (need > 0 && patches > 0 && patches + need > options_.max_encoder_patches_per_step) break;
     const int64_t n = std::min({seq->remaining(), budget, chunk ? prefill_budget : int64_t{1}});
-    if (!cache_->Reserve(&seq->table, seq->num_computed + n).ok()) break;
+    if ((need > 0 && patches > 0 && patches + need > options_.max_encoder_patches_per_step) ||
+        !cache_->Reserve(&seq->table, seq->num_computed + n).ok()) {
+      ReleaseBlocks(seq);  // the matched prefix, if any: it waits without blocks
+      break;
+    }
+    plan.prefix_cache_queries += static_cast<int64_t>(seq->tokens.size());
+    plan.prefix_cache_hits += matched;
 
     patches += need;
     for (size_t j : fresh) {
@@ -181,6 +208,7 @@ void Scheduler::Admit(StepPlan& plan, int64_t budget, int64_t prefill_budget) {
     }
     if (seq->needs_images()) {
       for (const SequenceImage& im : seq->images) {
+        if (!seq->needs_image(im)) continue;
         auto it = planned(im.content_hash);
         if (it != plan.images.end() && (it->sequences.empty() || it->sequences.back() != seq)) {
           it->sequences.push_back(seq);
@@ -207,7 +235,7 @@ std::unique_ptr<Sequence> Scheduler::Finish(Sequence* seq) {
     owned = std::move(*wt);
     waiting_.erase(wt);
   }
-  cache_->Release(&seq->table);
+  ReleaseBlocks(seq);
   seq->state = SequenceState::kFinished;
   return owned;
 }

@@ -24,6 +24,7 @@ struct SchedulerOptions {
   // waits, and the request is admitted once its embeddings are in hand. Off: images are encoded
   // whole, in the step that admits their request.
   bool interleave_encoder = true;
+  bool enable_prefix_caching = true;  // admitted sequences share cached blocks of their prefix
 };
 
 // What one step may spend beyond the running requests' decode rows (from engine::StepBudget).
@@ -66,6 +67,9 @@ struct StepPlan {
   std::vector<ImageToEncode> images;
   std::vector<Sequence*> admitted;    // waiting → running this step, first come first served
   std::vector<Sequence*> preempted;   // running → front of the waiting queue, blocks freed
+  // Prefix caching, over this step's admissions: tokens looked up, and of them found cached.
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
 
   bool empty() const { return work.empty() && admitted.empty(); }
   int64_t num_tokens() const;
@@ -97,6 +101,9 @@ class Scheduler {
   // Returns its ownership: keep it alive until its last output is delivered.
   std::unique_ptr<Sequence> Finish(Sequence* seq);
 
+  // After seq->num_computed advanced: its newly computed full blocks join the prefix cache.
+  void BlocksComputed(Sequence* seq);
+
   Sequence* Find(std::string_view id) const;  // running or waiting; null when neither
   // Running in admission order, then waiting in queue order.
   std::vector<Sequence*> sequences() const;
@@ -114,6 +121,11 @@ class Scheduler {
   // Interleaved: a new encode job over the first waiting sequences whose images are not ready.
   void PlanEncodeJob(StepPlan& plan);
   void Preempt(Sequence* seq, StepPlan& plan);
+  // Prefix caching at admission: a waiting sequence without blocks takes the cached blocks of its
+  // prefix and starts after them (the tokens matched; 0 when switched off).
+  int64_t MatchCachedPrefix(Sequence* seq);
+  // Lets go of seq's blocks (matched, reserved or computed) and of its progress.
+  void ReleaseBlocks(Sequence* seq);
   static ScheduledWork Work(Sequence* seq, int64_t n);
 
   SchedulerOptions options_;

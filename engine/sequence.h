@@ -20,6 +20,9 @@ enum class SequenceState {
 struct SequenceImage {
   std::string content_hash;  // the encoder cache key
   int64_t num_patches = 0;   // rows of its pixel values: its cost against the encoder budget
+  int64_t pad_begin = 0;     // tokens[pad_begin, pad_end) are its placeholder tokens
+  int64_t pad_end = 0;
+  bool attached = false;     // its embeddings are in hand (kept across preemption)
 };
 
 struct Sequence {
@@ -31,12 +34,22 @@ struct Sequence {
   int64_t num_computed = 0;      // leading tokens whose k/v are in the cache
   llm::BlockTable table;
   std::vector<SequenceImage> images;
-  bool images_attached = false;  // its image embeddings are in hand (kept across preemption)
   SequenceState state = SequenceState::kWaiting;
+  // Prefix caching: the keys of its full blocks (of known tokens), and how many leading blocks of
+  // its table the cache already knows (matched at admission or registered once computed).
+  std::vector<llm::BlockHash> block_hashes;
+  int64_t num_registered_blocks = 0;
 
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - num_computed; }
   bool in_decode() const { return num_computed >= prompt_len; }
-  bool needs_images() const { return !images.empty() && !images_attached; }
+  // An image whose tokens all lie in the computed (or cached) prefix has no rows left to compute.
+  bool needs_image(const SequenceImage& im) const { return !im.attached && im.pad_end > num_computed; }
+  bool needs_images() const {
+    for (const SequenceImage& im : images) {
+      if (needs_image(im)) return true;
+    }
+    return false;
+  }
 };
 
 }  // namespace iris::engine

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/status_macros.h"
@@ -123,28 +124,31 @@ void StepRunner::AttachAdmitted(const StepPlan& plan,
                                 const absl::flat_hash_map<std::string, std::shared_ptr<const Tensor>>& fresh,
                                 double encode_ms, const absl::Status& status, StepResult& result) {
   const absl::Time start = absl::Now();
+  // Each admitted sequence takes the embeddings it needs from this batch or from the cache (an
+  // image inside its cached prefix has no rows to compute and needs none).
   for (Sequence* seq : plan.admitted) {
     RequestState& s = AsRequest(seq);
     if (s.first_scheduled == absl::InfinitePast()) s.first_scheduled = start;  // queue time ends here
     if (!s.needs_images()) continue;
-    result.encoder_cache_hits += static_cast<int64_t>(s.images.size());
-    bool in_batch = false;
-    s.image_embeds.clear();
-    for (const PromptImage& im : s.req.prompt.images) {
+    s.image_embeds.resize(s.images.size());
+    bool in_batch = false, missing = false;
+    for (size_t j = 0; j < s.images.size() && !missing; ++j) {
+      SequenceImage& im = s.images[j];
+      if (!s.needs_image(im)) continue;
+      ++result.encoder_cache_hits;
       if (auto f = fresh.find(im.content_hash); f != fresh.end()) {
-        s.image_embeds.push_back(f->second);
+        s.image_embeds[j] = f->second;
         in_batch = true;
       } else if (auto cached = encoder_cache_->Lookup(im.content_hash)) {
-        s.image_embeds.push_back(std::move(cached));
+        s.image_embeds[j] = std::move(cached);
       } else {
-        s.image_embeds.clear();
-        break;
+        missing = true;
+        continue;
       }
+      im.attached = true;
     }
     if (in_batch) s.encode_ms += encode_ms;
-    if (s.image_embeds.size() == s.req.prompt.images.size()) {
-      s.images_attached = true;
-    } else {
+    if (missing) {
       result.image_errors[seq] = status.ok() ? absl::InternalError("image embeddings missing after encoding") : status;
     }
   }
@@ -231,21 +235,23 @@ void StepRunner::EndJob(const absl::Status& status, StepResult& result) {
       result.job_errors.emplace_back(id, failed);
       continue;
     }
+    // Each image it needs, from this job or the cache; one evicted meanwhile stays unattached and
+    // the scheduler plans it again.
     RequestState& s = AsRequest(seq);
-    std::vector<std::shared_ptr<const Tensor>> embeds;
-    for (const PromptImage& im : s.req.prompt.images) {
+    s.image_embeds.resize(s.images.size());
+    for (size_t j = 0; j < s.images.size(); ++j) {
+      SequenceImage& im = s.images[j];
+      if (!s.needs_image(im)) continue;
       if (auto f = fresh.find(im.content_hash); f != fresh.end()) {
-        embeds.push_back(f->second);
+        s.image_embeds[j] = f->second;
       } else if (auto cached = encoder_cache_->Lookup(im.content_hash)) {
-        embeds.push_back(std::move(cached));
+        s.image_embeds[j] = std::move(cached);
       } else {
-        break;  // another image of it was evicted: the scheduler plans it again
+        continue;
       }
+      im.attached = true;
+      ++attached;
     }
-    if (embeds.size() != s.req.prompt.images.size()) continue;
-    attached += static_cast<int64_t>(embeds.size());
-    s.image_embeds = std::move(embeds);
-    s.images_attached = true;
     s.encode_ms += job->ms;
   }
   if (failed.ok()) result.encoder_cache_hits += std::max<int64_t>(0, attached - result.images_encoded);
@@ -268,6 +274,10 @@ absl::StatusOr<Tensor> StepRunner::RunDecoder(const std::vector<ScheduledWork>& 
     for (size_t j = 0; j < p.images.size(); ++j) {
       const int64_t lo = std::max(begin, p.images[j].pad_begin), hi = std::min(end, p.images[j].pad_end);
       if (lo >= hi) continue;
+      if (j >= s.image_embeds.size() || s.image_embeds[j] == nullptr) {
+        return absl::InternalError(
+            absl::StrCat("request ", s.id, ": image ", j, " has rows to compute but no embeddings"));
+      }
       const float* src = s.image_embeds[j]->data<float>() + (lo - p.images[j].pad_begin) * h;
       for (int64_t i = lo; i < hi; ++i) batch.embed_rows.push_back(static_cast<int32_t>(row + i - begin));
       batch.embeds.insert(batch.embeds.end(), src, src + (hi - lo) * h);

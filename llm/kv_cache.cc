@@ -28,7 +28,11 @@ int64_t KvCacheShape::BlocksForBytes(int64_t bytes, int num_layers, int num_kv_h
 }
 
 BlockAllocator::BlockAllocator(int64_t num_blocks)
-    : num_blocks_(num_blocks < 0 ? 0 : num_blocks), in_use_(static_cast<size_t>(num_blocks_), 0) {
+    : num_blocks_(num_blocks < 0 ? 0 : num_blocks),
+      ref_(static_cast<size_t>(num_blocks_), 0),
+      lru_pos_(static_cast<size_t>(num_blocks_)),
+      hash_(static_cast<size_t>(num_blocks_)),
+      has_hash_(static_cast<size_t>(num_blocks_), 0) {
   // Popped from the back: block 0 goes out first.
   free_.reserve(static_cast<size_t>(num_blocks_));
   for (int64_t b = num_blocks_ - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
@@ -42,25 +46,65 @@ absl::Status BlockAllocator::Allocate(int64_t n, std::vector<int32_t>* out) {
   }
   out->reserve(out->size() + static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t b = free_.back();
-    free_.pop_back();
-    in_use_[b] = 1;
+    int32_t b;
+    if (!free_.empty()) {
+      b = free_.back();
+      free_.pop_back();
+    } else {
+      // Evict the least recently freed cached block: its key no longer finds it.
+      b = lru_.front();
+      lru_.pop_front();
+      index_.erase(hash_[b]);
+      has_hash_[b] = 0;
+      ++evictions_;
+    }
+    ref_[b] = 1;
     out->push_back(b);
   }
   return absl::OkStatus();
 }
 
 void BlockAllocator::Free(const std::vector<int32_t>& blocks) {
-  // Pushed in reverse, so that the next allocation hands them out again in the same order.
+  // In reverse: the next allocation hands never-cached blocks out again in the same order, and a
+  // table's last cached blocks are evicted before its first (a prefix outlives its tail).
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
     const int32_t b = *it;
-    if (b < 0 || b >= num_blocks_ || !in_use_[b]) {
+    if (b < 0 || b >= num_blocks_ || ref_[b] <= 0) {
       std::fprintf(stderr, "iris BlockAllocator: freeing block %d, which is not in use\n", b);
       std::abort();
     }
-    in_use_[b] = 0;
-    free_.push_back(b);
+    if (--ref_[b] > 0) continue;
+    if (has_hash_[b]) {
+      lru_pos_[b] = lru_.insert(lru_.end(), b);
+    } else {
+      free_.push_back(b);
+    }
   }
+}
+
+int32_t BlockAllocator::Find(const BlockHash& hash) const {
+  auto it = index_.find(hash);
+  return it == index_.end() ? -1 : it->second;
+}
+
+void BlockAllocator::Share(int32_t b) {
+  if (b < 0 || b >= num_blocks_ || (ref_[b] == 0 && !has_hash_[b])) {
+    std::fprintf(stderr, "iris BlockAllocator: sharing block %d, which is neither held nor cached\n", b);
+    std::abort();
+  }
+  if (ref_[b]++ == 0) lru_.erase(lru_pos_[b]);
+}
+
+bool BlockAllocator::Register(int32_t b, const BlockHash& hash) {
+  if (b < 0 || b >= num_blocks_ || ref_[b] <= 0) {
+    std::fprintf(stderr, "iris BlockAllocator: registering block %d, which is not in use\n", b);
+    std::abort();
+  }
+  if (has_hash_[b] || index_.contains(hash)) return false;
+  index_.emplace(hash, b);
+  hash_[b] = hash;
+  has_hash_[b] = 1;
+  return true;
 }
 
 KvCache::KvCache(const KvCacheShape& shape, core::Tensor k, core::Tensor v)
@@ -125,6 +169,20 @@ void KvCache::Release(BlockTable* table) {
   allocator_.Free(table->blocks);
   table->blocks.clear();
   table->num_tokens = 0;
+}
+
+int64_t KvCache::AttachCached(BlockTable* table, std::span<const BlockHash> hashes) {
+  if (!table->blocks.empty()) {
+    std::fprintf(stderr, "iris KvCache::AttachCached: the table already holds %zu blocks\n", table->blocks.size());
+    std::abort();
+  }
+  for (const BlockHash& h : hashes) {
+    const int32_t b = allocator_.Find(h);
+    if (b < 0) break;
+    allocator_.Share(b);
+    table->blocks.push_back(b);
+  }
+  return static_cast<int64_t>(table->blocks.size());
 }
 
 int64_t KvCache::Slot(const BlockTable& table, int64_t i) const {

@@ -3,9 +3,13 @@
 // demand. Single-threaded: the engine thread owns it.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <list>
+#include <span>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
@@ -27,24 +31,52 @@ struct KvCacheShape {
                                 int block_size);
 };
 
-// Hands out block ids 0..num_blocks-1. Freed blocks are reused first (LIFO, warm in cache).
+// A full block's prefix-cache key: SHA-256 of its token ids (image tokens carrying their image's
+// content hash) chained with the previous block's key, so equal keys mean equal k/v.
+using BlockHash = std::array<uint8_t, 32>;
+
+// Hands out block ids 0..num_blocks-1, reference-counted so that sequences with a common prefix
+// share its blocks. A full computed block may be registered under its BlockHash; when its last
+// holder lets go it stays cached (findable, and shareable again) on an LRU list, and is evicted —
+// its key dropped — only when a fresh block is wanted and no never-cached block is free. A block
+// someone holds is never evicted.
 class BlockAllocator {
  public:
   explicit BlockAllocator(int64_t num_blocks);
 
   int64_t num_blocks() const { return num_blocks_; }
-  int64_t num_free() const { return static_cast<int64_t>(free_.size()); }
+  // Blocks nobody holds: never-cached ones plus cached ones that may be evicted.
+  int64_t num_free() const { return static_cast<int64_t>(free_.size() + lru_.size()); }
   int64_t num_used() const { return num_blocks_ - num_free(); }
+  int64_t num_cached() const { return static_cast<int64_t>(index_.size()); }  // registered, held or not
+  int64_t num_evictable() const { return static_cast<int64_t>(lru_.size()); }
+  int64_t evictions() const { return evictions_; }
+  int32_t ref_count(int32_t block) const { return ref_[block]; }
 
-  // `n` blocks appended to `out`, or RESOURCE_EXHAUSTED (and nothing taken) when fewer are free.
+  // `n` fresh blocks (each held once) appended to `out`, or RESOURCE_EXHAUSTED (and nothing taken)
+  // when fewer are free. Never-cached blocks go first (LIFO), then the least recently freed cached.
   absl::Status Allocate(int64_t n, std::vector<int32_t>* out);
-  // Returns blocks to the pool. Freeing a block that is not in use is a programming error (abort).
+  // Lets go of each block once. Freeing a block nobody holds is a programming error (abort).
   void Free(const std::vector<int32_t>& blocks);
+
+  // The cached block registered under `hash`, or -1.
+  int32_t Find(const BlockHash& hash) const;
+  // Holds `block` once more (a cached block nobody held leaves the LRU list).
+  void Share(int32_t block);
+  // Registers a held, full, computed `block` under `hash`. False (nothing changes) when `hash`
+  // already names a block or `block` has a key.
+  bool Register(int32_t block, const BlockHash& hash);
 
  private:
   int64_t num_blocks_;
-  std::vector<int32_t> free_;
-  std::vector<uint8_t> in_use_;
+  int64_t evictions_ = 0;
+  std::vector<int32_t> free_;  // held by none, not cached
+  std::vector<int32_t> ref_;   // holders per block
+  std::list<int32_t> lru_;     // cached and held by none, least recently freed first
+  std::vector<std::list<int32_t>::iterator> lru_pos_;
+  std::vector<BlockHash> hash_;
+  std::vector<uint8_t> has_hash_;
+  absl::flat_hash_map<BlockHash, int32_t> index_;
 };
 
 // One sequence's blocks: token i of the sequence lives in slot
@@ -68,8 +100,12 @@ class KvCache {
   // Grows `table` so that it can hold `new_num_tokens` tokens (allocating blocks as needed) and
   // sets table->num_tokens. RESOURCE_EXHAUSTED, with the table unchanged, when blocks run out.
   absl::Status Reserve(BlockTable* table, int64_t new_num_tokens);
-  // Frees every block of `table` and empties it.
+  // Lets go of every block of `table` and empties it.
   void Release(BlockTable* table);
+  // Prefix caching: appends to the empty `table` the cached blocks of the longest run of leading
+  // `hashes` found in the cache, holding each once more, and returns how many. The caller sets
+  // num_tokens (the blocks are full).
+  int64_t AttachCached(BlockTable* table, std::span<const BlockHash> hashes);
 
   // The slot of token `i` of `table` (i < blocks.size() * block_size).
   int64_t Slot(const BlockTable& table, int64_t i) const;

@@ -229,6 +229,10 @@ grpc::ServerUnaryReactor* IrisService::GetStats(grpc::CallbackServerContext* con
     out->set_draining(draining_.load());
     out->set_encoder_cache_entries(s.encoder_cache_entries);
     out->set_encoder_cache_bytes(s.encoder_cache_bytes);
+    out->set_prefix_cache_queries(s.prefix_cache_queries);
+    out->set_prefix_cache_hits(s.prefix_cache_hits);
+    out->set_prefix_cache_hit_rate(s.prefix_cache_hit_rate());
+    out->set_kv_blocks_cached(s.kv_blocks_cached);
   }
   reactor->Finish(status);
   return reactor;

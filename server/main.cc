@@ -42,6 +42,8 @@ ABSL_FLAG(bool, interleave_encoder, true, "encode images in pieces between decod
 ABSL_FLAG(double, step_budget_ms, 0, "with --interleave-encoder: target time of an engine step while requests decode "
           "(0 = auto: twice the measured decode-only step, at least 20 ms)");
 ABSL_FLAG(std::string, step_trace, "", "write one JSON line per engine step here (what it ran, how long each part took)");
+ABSL_FLAG(bool, enable_prefix_caching, true,
+          "share the KV blocks of common prompt prefixes between requests (images keyed by content)");
 ABSL_FLAG(int64_t, max_queue, 1024, "requests waiting (being prepared or queued) before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_images_per_request, 16, "images in one request");
 ABSL_FLAG(int64_t, max_image_bytes, 20ll << 20, "encoded size of one image, in bytes");
@@ -137,6 +139,7 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags() {
   e.step_budget_ms = absl::GetFlag(FLAGS_step_budget_ms);
   e.step_trace_path = absl::GetFlag(FLAGS_step_trace);
   if (!(e.step_budget_ms >= 0)) return absl::InvalidArgumentError("--step-budget-ms must be >= 0");
+  e.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   IRIS_RETURN_IF_ERROR(CheckPositive(e.kv_cache_bytes, "--kv-cache-bytes"));
   IRIS_RETURN_IF_ERROR(CheckPositive(e.kv_block_size, "--kv-block-size"));
   IRIS_RETURN_IF_ERROR(CheckPositive(e.max_num_batched_tokens, "--max-num-batched-tokens"));
@@ -189,10 +192,11 @@ absl::Status Run(const sigset_t& stop_signals) {
   const int64_t max_model_len = engine->max_model_len();
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<server::Server> server, server::Server::Start(std::move(engine), options));
   std::fprintf(stderr,
-               "iris-server: model %s (%s) on %s, %lld KV blocks of %d tokens, max_model_len %lld, %d workers, "
-               "loaded in %.1f s%s%s\n",
+               "iris-server: model %s (%s) on %s, %lld KV blocks of %d tokens (prefix caching %s), max_model_len %lld, "
+               "%d workers, loaded in %.1f s%s%s\n",
                dir.c_str(), options.dtype.c_str(), device.c_str(), static_cast<long long>(stats.kv_blocks_total),
-               engine_options.kv_block_size, static_cast<long long>(max_model_len), options.workers,
+               engine_options.kv_block_size, engine_options.enable_prefix_caching ? "on" : "off",
+               static_cast<long long>(max_model_len), options.workers,
                absl::ToDoubleSeconds(absl::Now() - t0), options.tls_cert_pem.empty() ? "" : ", TLS",
                options.auth_token.empty() ? "" : ", bearer token required");
   std::fprintf(stderr, "iris-server: listening on %s:%d\n", options.host.c_str(), server->port());

@@ -1,6 +1,8 @@
 // The engine on the tiny model: many concurrent requests give what each gives alone (with and
-// without preemption), cancellation frees every KV block, repeated images are encoded once, the
-// golden prompts give the reference's greedy tokens, and bad requests are refused with clear errors.
+// without preemption, with and without prefix caching), cancellation frees every KV block,
+// repeated images are encoded once, a chat's next turn hits the prefix cache (and a different
+// image does not), the golden prompts give the reference's greedy tokens, and bad requests are
+// refused with clear errors.
 #include "engine/engine.h"
 
 #include <fstream>
@@ -186,10 +188,12 @@ TEST_F(EngineMixedTest, ConcurrentEqualsAlone) {
   RunConcurrent(*specs_, o, *alone_, &stats);
   EXPECT_EQ(stats.preemptions, 0);
   EXPECT_EQ(stats.requests_finished, 32);
-  // 4 distinct images among 32 requests: each encoded once, the rest are cache hits.
+  // 4 distinct images among 32 requests: each encoded once, the rest are encoder cache hits or
+  // lie inside a prefix-cache hit (then not looked up at all).
   EXPECT_EQ(stats.images_encoded, 4);
   EXPECT_EQ(stats.encoder_cache_misses, 4);
-  EXPECT_GT(stats.encoder_cache_hits, 10);
+  EXPECT_GT(stats.encoder_cache_hits, 5);
+  EXPECT_GT(stats.prefix_cache_hits, 0);
 }
 
 TEST_F(EngineMixedTest, ConcurrentWithPreemptionEqualsAlone) {
@@ -310,6 +314,21 @@ TEST(EngineTest, StepTraceHasOneLinePerStep) {
   EXPECT_NE(engine.status().message().find("--step-trace"), std::string::npos) << engine.status();
 }
 
+// Alone and concurrent above run with prefix caching (the default); here without it.
+TEST_F(EngineMixedTest, ConcurrentWithoutPrefixCachingEqualsAlone) {
+  EngineOptions o;
+  o.max_num_batched_tokens = 256;
+  o.enable_prefix_caching = false;
+  EngineStats stats;
+  RunConcurrent(*specs_, o, *alone_, &stats);
+  EXPECT_EQ(stats.prefix_cache_hits, 0);
+  EXPECT_EQ(stats.kv_blocks_cached, 0);
+  EXPECT_EQ(stats.requests_finished, 32);
+  // Every image after the first of its kind is an encoder cache hit.
+  EXPECT_EQ(stats.images_encoded, 4);
+  EXPECT_GT(stats.encoder_cache_hits, 10);
+}
+
 TEST_F(EngineMixedTest, CancellingHalfFreesEveryBlock) {
   auto engine = MakeEngine(EngineOptions{});
   const int n = 32;
@@ -370,6 +389,99 @@ TEST(EngineTest, CancelAllReturnsBlocksAtOnce) {
   col.WaitAll();
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
   for (int i = 0; i < n; ++i) EXPECT_EQ(col.Get(i).finish_reason, llm::FinishReason::kCancelled);
+}
+
+// Prefix caching through the engine, against a second engine with it switched off.
+class EnginePrefixCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    on_ = MakeEngine(EngineOptions{});
+    EngineOptions off;
+    off.enable_prefix_caching = false;
+    off_ = MakeEngine(off);
+  }
+
+  Request Chat(const Engine& engine, const std::vector<ChatInputMessage>& messages, const std::string& id) {
+    auto prompt = BuildPrompt(engine.model(), messages);
+    EXPECT_TRUE(prompt.ok()) << prompt.status();
+    Request r;
+    r.id = id;
+    r.prompt = std::move(*prompt);
+    r.sampling.max_tokens = 12;
+    r.sampling.ignore_eos = true;
+    return r;
+  }
+
+  // Runs `messages` on both engines: the same greedy tokens. Returns the output with caching on.
+  RequestOutput RunBoth(const std::vector<ChatInputMessage>& messages, const std::string& id) {
+    auto on = GenerateBlocking(*on_, Chat(*on_, messages, id));
+    auto off = GenerateBlocking(*off_, Chat(*off_, messages, id));
+    EXPECT_TRUE(on.ok() && off.ok());
+    if (!on.ok() || !off.ok()) return {};
+    EXPECT_EQ(on->token_ids, off->token_ids) << id << ": prefix caching changed the output";
+    EXPECT_EQ(on->token_ids.size(), 12u);
+    return std::move(*on);
+  }
+
+  // The tokens a cached run of `computed` gives a prompt `next`: the full blocks of their common
+  // prefix, leaving `next`'s last token.
+  static int64_t ExpectedHit(const std::vector<int32_t>& computed, const std::vector<int32_t>& next) {
+    size_t common = 0;
+    while (common < computed.size() && common + 1 < next.size() && computed[common] == next[common]) ++common;
+    return static_cast<int64_t>(common / 16 * 16);
+  }
+
+  std::unique_ptr<Engine> on_, off_;
+};
+
+// Turn 2 of a chat repeating turn 1's image hits every block turn 1 computed, needs no image
+// embeddings (not even a cache lookup), and gives the same tokens as without caching.
+TEST_F(EnginePrefixCacheTest, NextTurnOfAChatWithAnImageHits) {
+  const std::vector<ChatInputMessage> turn1 = {{"user", {Image("rgb_300x200.png"), Text("Describe this picture.")}}};
+  const RequestOutput out1 = RunBoth(turn1, "turn-1");
+  const std::vector<int32_t> prompt1 = Chat(*on_, turn1, "x").prompt.ids;
+  std::vector<int32_t> computed1 = prompt1;  // its k/v: the prompt and every reply token but the last
+  computed1.insert(computed1.end(), out1.token_ids.begin(), out1.token_ids.end() - 1);
+
+  std::vector<ChatInputMessage> turn2 = turn1;
+  turn2.push_back({"assistant", {Text(out1.text)}});
+  turn2.push_back({"user", {Text("And which colours does it have?")}});
+  const std::vector<int32_t> prompt2 = Chat(*on_, turn2, "x").prompt.ids;
+  const int64_t expected = ExpectedHit(computed1, prompt2);
+  EXPECT_GE(expected, static_cast<int64_t>(prompt1.size()) / 16 * 16) << "turn 2 repeats turn 1's prompt";
+
+  const EngineStats before = on_->stats();
+  EXPECT_EQ(before.prefix_cache_hits, 0);
+  EXPECT_EQ(before.prefix_cache_queries, static_cast<int64_t>(prompt1.size()));
+  RunBoth(turn2, "turn-2");
+  const EngineStats after = on_->stats();
+  EXPECT_EQ(after.prefix_cache_hits - before.prefix_cache_hits, expected);
+  EXPECT_EQ(after.prefix_cache_queries - before.prefix_cache_queries, static_cast<int64_t>(prompt2.size()));
+  EXPECT_GT(after.prefix_cache_hit_rate(), 0.4);
+  EXPECT_EQ(after.images_encoded, before.images_encoded);
+  EXPECT_EQ(after.encoder_cache_hits + after.encoder_cache_misses,
+            before.encoder_cache_hits + before.encoder_cache_misses)
+      << "the image lies inside the cached prefix: its embeddings are not wanted";
+  EXPECT_EQ(after.kv_blocks_used, 0);
+  EXPECT_GT(after.kv_blocks_cached, 0);
+  // Without caching turn 2 computes everything.
+  EXPECT_EQ(off_->stats().prefix_cache_hits, 0);
+}
+
+// The same text with another image of the same size (the same placeholder ids): only the blocks
+// before the image's first token are shared, and the tokens are those without caching.
+TEST_F(EnginePrefixCacheTest, DifferentImagesWithTheSameTextDoNotShareTheirBlocks) {
+  const std::vector<ChatInputMessage> first = {{"user", {Image("rgb_300x200.png"), Text("Describe this picture.")}}};
+  const std::vector<ChatInputMessage> second = {
+      {"user", {Image("palette_300x200.png"), Text("Describe this picture.")}}};
+  RunBoth(first, "first");
+  const Request r = Chat(*on_, second, "x");
+  ASSERT_EQ(r.prompt.ids, Chat(*on_, first, "y").prompt.ids) << "the test needs equal placeholder ids";
+  ASSERT_EQ(r.prompt.images.size(), 1u);
+  const int64_t before = on_->stats().prefix_cache_hits;
+  RunBoth(second, "second");
+  EXPECT_EQ(on_->stats().prefix_cache_hits - before, r.prompt.images[0].pad_begin / 16 * 16);
+  EXPECT_EQ(on_->stats().images_encoded, 2);
 }
 
 // The golden prompts through the whole engine (prompt builder, encoder, decoder, sampler): the

@@ -1,5 +1,6 @@
-// The KV cache's block allocator (allocation, LIFO reuse, exhaustion that takes nothing), block
-// tables (all-or-nothing growth, release, slot mapping), sizing, shape validation and the
+// The KV cache's block allocator (allocation, LIFO reuse, exhaustion that takes nothing; prefix
+// caching: reference counts, cached blocks found by key, LRU eviction that never touches a held
+// block), block tables (all-or-nothing growth, release, slot mapping), sizing, shape validation and the
 // per-layer pool views.
 #include "llm/kv_cache.h"
 
@@ -73,6 +74,87 @@ TEST(BlockAllocatorDeathTest, FreeingABlockNotInUseAborts) {
   EXPECT_DEATH(a.Free(got), "not in use");           // double free
   EXPECT_DEATH(a.Free({3}), "not in use");           // never allocated
   EXPECT_DEATH(a.Free({4}), "not in use");           // out of range
+}
+
+BlockHash Key(uint8_t k) {
+  BlockHash h{};
+  h[0] = k;
+  h[31] = static_cast<uint8_t>(255 - k);
+  return h;
+}
+
+TEST(BlockAllocatorTest, SharedBlocksAreCountedAndFreedByTheirLastHolder) {
+  BlockAllocator a(4);
+  std::vector<int32_t> got;
+  ASSERT_TRUE(a.Allocate(2, &got).ok());
+  ASSERT_TRUE(a.Register(got[0], Key(1)));
+  EXPECT_FALSE(a.Register(got[1], Key(1))) << "a key names one block";
+  EXPECT_FALSE(a.Register(got[0], Key(2))) << "a block has one key";
+  EXPECT_EQ(a.Find(Key(1)), got[0]);
+  EXPECT_EQ(a.Find(Key(2)), -1);
+  a.Share(got[0]);
+  EXPECT_EQ(a.ref_count(got[0]), 2);
+  a.Free({got[0]});
+  EXPECT_EQ(a.ref_count(got[0]), 1);
+  EXPECT_EQ(a.num_used(), 2);
+  a.Free(got);
+  EXPECT_EQ(a.num_used(), 0);
+  EXPECT_EQ(a.num_free(), 4);
+  EXPECT_EQ(a.num_evictable(), 1);
+  EXPECT_EQ(a.Find(Key(1)), got[0]) << "a cached block outlives its holders";
+  a.Share(got[0]);  // found again: held, no longer evictable
+  EXPECT_EQ(a.num_evictable(), 0);
+  EXPECT_EQ(a.num_used(), 1);
+  a.Free({got[0]});
+}
+
+// Fresh blocks come from never-cached ones first, then cached ones least recently freed first;
+// an evicted block's key finds nothing.
+TEST(BlockAllocatorTest, EvictsCachedBlocksLeastRecentlyFreedFirst) {
+  BlockAllocator a(6);
+  std::vector<int32_t> x;
+  ASSERT_TRUE(a.Allocate(6, &x).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(a.Register(x[i], Key(static_cast<uint8_t>(i))));
+  a.Free({x[2]});
+  a.Free({x[0], x[1]});  // a table's last block is freed (and evicted) before its first
+  a.Free({x[4], x[5]});  // never cached
+  a.Free({x[3]});
+  std::vector<int32_t> y;
+  ASSERT_TRUE(a.Allocate(2, &y).ok());
+  EXPECT_THAT(y, ElementsAre(x[4], x[5]));
+  EXPECT_EQ(a.evictions(), 0);
+  std::vector<int32_t> z;
+  ASSERT_TRUE(a.Allocate(3, &z).ok());
+  EXPECT_THAT(z, ElementsAre(x[2], x[1], x[0]));
+  EXPECT_EQ(a.evictions(), 3);
+  EXPECT_EQ(a.Find(Key(0)), -1);
+  EXPECT_EQ(a.Find(Key(1)), -1);
+  EXPECT_EQ(a.Find(Key(2)), -1);
+  EXPECT_EQ(a.Find(Key(3)), x[3]);
+  EXPECT_EQ(a.num_cached(), 1);
+  // A freed, evicted and reallocated block can be registered under a new key.
+  EXPECT_TRUE(a.Register(z[0], Key(9)));
+}
+
+TEST(BlockAllocatorTest, NeverEvictsAHeldBlock) {
+  BlockAllocator a(3);
+  std::vector<int32_t> held, rest;
+  ASSERT_TRUE(a.Allocate(1, &held).ok());
+  ASSERT_TRUE(a.Register(held[0], Key(7)));
+  ASSERT_TRUE(a.Allocate(2, &rest).ok());
+  a.Free(rest);
+  std::vector<int32_t> more;
+  ASSERT_TRUE(a.Allocate(2, &more).ok());
+  EXPECT_EQ(a.Allocate(1, &more).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(a.Find(Key(7)), held[0]);
+  EXPECT_EQ(a.ref_count(held[0]), 1);
+  EXPECT_EQ(a.evictions(), 0);
+}
+
+TEST(BlockAllocatorDeathTest, SharingABlockNeitherHeldNorCachedAborts) {
+  BlockAllocator a(2);
+  EXPECT_DEATH(a.Share(0), "neither held nor cached");
+  EXPECT_DEATH(a.Register(1, Key(1)), "not in use");
 }
 
 KvCacheShape SmallShape(int64_t num_blocks = 10) {
@@ -203,6 +285,25 @@ TEST(KvCacheTest, ReleaseReturnsAllBlocks) {
   BlockTable empty;
   cache->Release(&empty);  // nothing to free
   EXPECT_EQ(cache->allocator().num_free(), 6);
+}
+
+// AttachCached takes the leading run of found keys and stops at the first miss.
+TEST(KvCacheTest, AttachCachedTakesTheLeadingRunOfCachedBlocks) {
+  auto cache = KvCache::Create(SmallShape(8));
+  ASSERT_TRUE(cache.ok());
+  BlockTable a;
+  ASSERT_TRUE(cache->Reserve(&a, 16).ok());  // 4 blocks
+  for (int i : {0, 1, 3}) ASSERT_TRUE(cache->allocator().Register(a.blocks[i], Key(static_cast<uint8_t>(i))));
+  const std::vector<int32_t> a_blocks = a.blocks;
+  cache->Release(&a);
+  BlockTable b;
+  const std::vector<BlockHash> keys = {Key(0), Key(1), Key(2), Key(3)};
+  EXPECT_EQ(cache->AttachCached(&b, keys), 2);
+  EXPECT_THAT(b.blocks, ElementsAre(a_blocks[0], a_blocks[1]));
+  EXPECT_EQ(cache->allocator().ref_count(a_blocks[0]), 1);
+  EXPECT_EQ(cache->allocator().num_used(), 2);
+  cache->Release(&b);
+  EXPECT_EQ(cache->allocator().num_used(), 0);
 }
 
 TEST(KvCacheTest, SlotMapping) {

@@ -2,7 +2,11 @@
 // blocks, checking each step's plan — decodes before prefill chunks, chunk sizes, first come first
 // served admission stopping at each budget, images deduplicated and skipped when cached,
 // preemption of the newest running sequence (and no admission in that step), cancellation freeing
-// blocks — and a long randomized run that must end with every block free.
+// blocks — and a long randomized run that must end with every block free. Prefix caching: a
+// chat's next turn shares the blocks turn 1 computed and skips the image inside them, another
+// image shares nothing, the last token and the partial block stay the sequence's own, an image
+// straddling the match is encoded, and a randomized run over a fake KV store (shared prefixes,
+// cancel, preemption) never writes a shared block and ends with every reference count zero.
 #include "engine/scheduler.h"
 
 #include <algorithm>
@@ -47,6 +51,9 @@ class SchedulerTest : public ::testing::Test {
     seq->prompt_len = prompt_len;
     seq->tokens.assign(static_cast<size_t>(prompt_len), 7);
     seq->images = std::move(images);
+    for (SequenceImage& im : seq->images) {
+      if (im.pad_end == 0) im.pad_end = prompt_len;  // unplaced: spans the prompt
+    }
     Sequence* raw = seq.get();
     max_new_[raw] = max_new;
     scheduler_->Add(std::move(seq));
@@ -67,14 +74,18 @@ class SchedulerTest : public ::testing::Test {
     for (Sequence* seq : plan.admitted) {
       if (interleave_ && seq->needs_images()) {  // (whole: its images may be in this plan's batch)
         for (const SequenceImage& im : seq->images) {
+          if (!seq->needs_image(im)) continue;
           EXPECT_TRUE(encoder_cache_.Contains(im.content_hash)) << seq->id << " admitted without its images";
         }
       }
-      seq->images_attached = true;
+    }
+    for (Sequence* seq : plan.admitted) {
+      for (SequenceImage& im : seq->images) im.attached = im.attached || seq->needs_image(im);
     }
     for (const ScheduledWork& w : plan.work) {
       ASSERT_EQ(w.start, w.seq->num_computed) << w.seq->id;
       w.seq->num_computed += w.num_tokens;
+      scheduler_->BlocksComputed(w.seq);
       if (!w.samples) continue;
       w.seq->tokens.push_back(1);
       if (static_cast<int64_t>(w.seq->tokens.size()) - w.seq->prompt_len >= max_new_[w.seq]) Finish(w.seq);
@@ -87,7 +98,8 @@ class SchedulerTest : public ::testing::Test {
     for (const ImageToEncode& im : job_) encoder_cache_.Insert(im.content_hash, Embeddings());
     for (const ImageToEncode& im : job_) {
       for (Sequence* seq : im.sequences) {
-        if (scheduler_->Find(seq->id) == seq) seq->images_attached = true;
+        if (scheduler_->Find(seq->id) != seq) continue;
+        for (SequenceImage& own : seq->images) own.attached = own.attached || own.content_hash == im.content_hash;
       }
     }
     job_.clear();
@@ -107,6 +119,20 @@ class SchedulerTest : public ::testing::Test {
   }
 
   int64_t used() const { return cache_->allocator().num_used(); }
+
+  // A new request with the given prompt tokens (prefix-caching tests).
+  Sequence* AddTokens(const std::string& id, std::vector<int32_t> tokens, std::vector<SequenceImage> images = {},
+                      int64_t max_new = 1000) {
+    Sequence* seq = Add(id, static_cast<int64_t>(tokens.size()), std::move(images), max_new);
+    seq->tokens = std::move(tokens);
+    return seq;
+  }
+
+  // Schedules and completes steps until nothing is left.
+  void RunToEnd() {
+    for (int i = 0; i < 1000 && !scheduler_->empty(); ++i) Complete(scheduler_->Schedule());
+    ASSERT_TRUE(scheduler_->empty());
+  }
 
   std::unique_ptr<llm::KvCache> cache_;
   EncoderCache encoder_cache_{0};
@@ -133,8 +159,9 @@ std::vector<std::string> Ids(const std::vector<Sequence*>& seqs) {
 }
 
 // interleave false: images encoded whole in the admitting step (the plans most tests check).
+// Prefix caching off: these requests' prompts are all alike (token 7).
 SchedulerOptions Options(int64_t tokens, int seqs = 64, int64_t patches = 16384, bool interleave = false) {
-  return SchedulerOptions{tokens, seqs, patches, interleave};
+  return SchedulerOptions{tokens, seqs, patches, interleave, /*enable_prefix_caching=*/false};
 }
 
 TEST_F(SchedulerTest, ChunkedPrefillAndDecodesFirst) {
@@ -467,7 +494,7 @@ TEST_F(SchedulerTest, InterleavedRequestWaitsForItsEncodeJob) {
   EXPECT_THAT(plan.images, IsEmpty());
   Complete(plan);
   EndJob();
-  EXPECT_TRUE(a->images_attached);
+  EXPECT_FALSE(a->needs_images());
   plan = scheduler_->Schedule();
   EXPECT_THAT(Ids(plan.admitted), ElementsAre("A", "B"));
   EXPECT_THAT(plan.images, IsEmpty());
@@ -519,6 +546,187 @@ TEST_F(SchedulerTest, PrefillAllowanceCapsChunksNotDecodes) {
   Complete(plan);
   plan = scheduler_->Schedule(StepAllowance{100});
   EXPECT_THAT(Rows(plan), ElementsAre("A:1d*", "B:14p*", "C:4p*"));
+}
+
+SchedulerOptions PrefixCachingOptions(int64_t tokens, int seqs = 64, int64_t patches = 16384) {
+  return SchedulerOptions{tokens, seqs, patches, /*interleave_encoder=*/false, /*enable_prefix_caching=*/true};
+}
+
+std::vector<int32_t> Iota(int n, int32_t first = 0) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[i] = first + i;
+  return v;
+}
+
+// Turn 2 of a chat = turn 1's prompt + reply + new text, same image: it starts after every block
+// turn 1 computed, sharing them, and needs no embeddings for the image inside that prefix (the
+// encoder cache keeps nothing here, so a lookup would have to encode it again).
+TEST_F(SchedulerTest, PrefixCacheHitOnTheNextTurnSkipsTheCoveredImage) {
+  Init(PrefixCachingOptions(64), 32, 4, /*encoder_cache_bytes=*/0);
+  const SequenceImage h1{"h1", 16, 2, 10};
+  Sequence* a = AddTokens("A", Iota(22), {h1}, /*max_new=*/3);
+  StepPlan plan = scheduler_->Schedule();
+  EXPECT_EQ(plan.prefix_cache_hits, 0);
+  EXPECT_EQ(plan.prefix_cache_queries, 22);
+  Complete(plan);
+  plan = scheduler_->Schedule();
+  Complete(plan);
+  // A has computed 22 + 1 tokens: 5 full blocks, registered.
+  const std::vector<int32_t> a_blocks = a->table.blocks;
+  std::vector<int32_t> turn2 = a->tokens;
+  RunToEnd();  // A's third token; 24 computed (6 blocks) when it finishes
+  EXPECT_EQ(turn2.size(), 24u);
+  turn2.push_back(1);  // A's last token
+  for (int32_t t : {100, 101, 102, 103, 104}) turn2.push_back(t);
+  EXPECT_EQ(cache_->allocator().num_used(), 0);
+  EXPECT_EQ(cache_->allocator().num_cached(), 6);
+
+  Sequence* b = AddTokens("B", turn2, {h1});
+  plan = scheduler_->Schedule();
+  ASSERT_THAT(Ids(plan.admitted), ElementsAre("B"));
+  EXPECT_THAT(Rows(plan), ElementsAre("B:6p*"));
+  EXPECT_EQ(plan.work[0].start, 24);
+  EXPECT_EQ(plan.prefix_cache_hits, 24);
+  EXPECT_EQ(plan.prefix_cache_queries, 30);
+  EXPECT_THAT(plan.images, IsEmpty());
+  EXPECT_FALSE(b->needs_images());
+  ASSERT_EQ(b->table.blocks.size(), 8u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(b->table.blocks[i], a_blocks[i]) << i;
+  Complete(plan);
+
+  // The same text with another image shares nothing: the image's tokens start in block 0.
+  Sequence* c = AddTokens("C", turn2, {{"h2", 16, 2, 10}});
+  plan = scheduler_->Schedule();
+  ASSERT_THAT(Ids(plan.admitted), ElementsAre("C"));
+  EXPECT_EQ(plan.prefix_cache_hits, 0);
+  ASSERT_EQ(plan.images.size(), 1u);
+  EXPECT_EQ(plan.images[0].content_hash, "h2");
+  for (int32_t blk : c->table.blocks) {
+    EXPECT_EQ(cache_->allocator().ref_count(blk), 1) << "C holds block " << blk << " with another sequence";
+  }
+}
+
+// A matched prefix always leaves the last prompt token to compute (it samples the first token),
+// and the partially filled last block is the sequence's own.
+TEST_F(SchedulerTest, PrefixCacheLeavesTheLastTokenAndThePartialBlockPrivate) {
+  Init(PrefixCachingOptions(64), 16, 4);
+  Sequence* a = AddTokens("A", Iota(8), {}, /*max_new=*/1);
+  StepPlan plan = scheduler_->Schedule();
+  const std::vector<int32_t> a_blocks = a->table.blocks;
+  Complete(plan);  // A computed its 8 tokens (2 blocks) and finished
+  Sequence* b = AddTokens("B", Iota(8), {}, 1);
+  plan = scheduler_->Schedule();
+  EXPECT_THAT(Rows(plan), ElementsAre("B:4p*"));
+  EXPECT_EQ(plan.prefix_cache_hits, 4);
+  ASSERT_EQ(b->table.blocks.size(), 2u);
+  EXPECT_EQ(b->table.blocks[0], a_blocks[0]);
+  EXPECT_NE(b->table.blocks[1], a_blocks[1]);
+  EXPECT_EQ(cache_->allocator().ref_count(b->table.blocks[1]), 1);
+}
+
+// An image that straddles the matched prefix still needs its embeddings: the normal encode path.
+TEST_F(SchedulerTest, PrefixCacheImageStraddlingTheMatchIsEncoded) {
+  Init(PrefixCachingOptions(8), 16, 4, /*encoder_cache_bytes=*/0);
+  const SequenceImage h1{"h1", 16, 2, 18};
+  Sequence* a = AddTokens("A", Iota(20), {h1});
+  Complete(scheduler_->Schedule());  // 8 of A's tokens: 2 blocks registered
+  Finish(a);                         // cancelled mid-prefill: its blocks stay cached
+  Sequence* b = AddTokens("B", Iota(20), {h1});
+  StepPlan plan = scheduler_->Schedule();
+  EXPECT_THAT(Rows(plan), ElementsAre("B:8p"));
+  EXPECT_EQ(plan.work[0].start, 8);
+  ASSERT_EQ(plan.images.size(), 1u);
+  EXPECT_EQ(plan.images[0].content_hash, "h1");
+  EXPECT_TRUE(b->needs_images());
+}
+
+TEST_F(SchedulerTest, PrefixCachingOffSharesNothing) {
+  Init(Options(64), 16, 4);
+  AddTokens("A", Iota(8), {}, 1);
+  Complete(scheduler_->Schedule());
+  AddTokens("B", Iota(8), {}, 1);
+  StepPlan plan = scheduler_->Schedule();
+  EXPECT_THAT(Rows(plan), ElementsAre("B:8p*"));
+  EXPECT_EQ(plan.prefix_cache_hits, 0);
+  EXPECT_EQ(cache_->allocator().num_cached(), 0);
+}
+
+// Requests from a few common prefixes with random suffixes and images, a tight cache (preemption),
+// cancellations. The runner is played with a fake KV store: each computed slot holds a fingerprint
+// of the tokens and images up to it. Every step, the rows to compute go to blocks held by their
+// sequence alone, every slot before them holds that sequence's own fingerprints (shared blocks
+// carry the right k/v, and no held block was evicted and overwritten), and reference counts equal
+// the tables' holdings; at the end every block is free and unreferenced.
+TEST_F(SchedulerTest, PrefixCacheRandomizedRunWithCancelAndPreemption) {
+  const SchedulerOptions options = PrefixCachingOptions(24, 5, 96);
+  const int bs = 4;
+  const int64_t num_blocks = 14;
+  Init(options, num_blocks, bs, 2 * static_cast<int64_t>(Embeddings()->nbytes()));
+  std::mt19937 rng(99);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<std::vector<int32_t>> prefixes = {Iota(6, 50), Iota(10, 60), Iota(13, 80)};
+  const std::vector<std::string> images = {"h1", "h2", "h3"};
+  std::vector<size_t> fingerprints(static_cast<size_t>(num_blocks * bs), 0);
+  auto fingerprint = [](const Sequence& s, int64_t i) {
+    std::string key;
+    for (int64_t t = 0; t <= i; ++t) key += absl::StrCat(s.tokens[t], ",");
+    for (const SequenceImage& im : s.images) {
+      if (im.pad_begin <= i) key += absl::StrCat("|", im.content_hash, "@", im.pad_begin);
+    }
+    return std::hash<std::string>()(key);
+  };
+  int added = 0, preemptions = 0, cancelled = 0;
+  int64_t hits = 0;
+  for (int step = 0; step < 5000 && (added < 80 || !scheduler_->empty()); ++step) {
+    if (added < 80 && uniform(0, 1) == 0) {
+      std::vector<int32_t> tokens = prefixes[uniform(0, 2)];
+      for (int k = uniform(0, 20); k > 0; --k) tokens.push_back(uniform(0, 2));  // suffixes often alike
+      std::vector<SequenceImage> ims;
+      if (uniform(0, 1) == 0) {
+        const int64_t end = std::min<int64_t>(static_cast<int64_t>(tokens.size()), 2 + uniform(1, 9));
+        ims.push_back({images[uniform(0, 2)], 16, 2, end});
+      }
+      if (tokens.size() < 3) ims.clear();
+      AddTokens(absl::StrCat("r", added++), tokens, ims, uniform(1, 12));
+    }
+    if (uniform(0, 25) == 0 && !scheduler_->empty()) {
+      std::vector<Sequence*> all = scheduler_->sequences();
+      Finish(all[uniform(0, static_cast<int>(all.size()) - 1)]);
+      ++cancelled;
+    }
+    StepPlan plan = scheduler_->Schedule();
+    preemptions += static_cast<int>(plan.preempted.size());
+    hits += plan.prefix_cache_hits;
+    std::map<int32_t, int> holders;
+    for (const Sequence* s : scheduler_->sequences()) {
+      for (int32_t b : s->table.blocks) ++holders[b];
+    }
+    for (int32_t b = 0; b < num_blocks; ++b) {
+      ASSERT_EQ(cache_->allocator().ref_count(b), holders[b]) << "block " << b << " at step " << step;
+    }
+    for (const ScheduledWork& w : plan.work) {
+      const Sequence& s = *w.seq;
+      for (int64_t i = 0; i < w.start; ++i) {
+        ASSERT_EQ(fingerprints[cache_->Slot(s.table, i)], fingerprint(s, i))
+            << s.id << " token " << i << " at step " << step;
+      }
+      for (int64_t i = w.start; i < w.start + w.num_tokens; ++i) {
+        ASSERT_EQ(cache_->allocator().ref_count(s.table.blocks[i / bs]), 1)
+            << s.id << " writes token " << i << " into a shared block at step " << step;
+        fingerprints[cache_->Slot(s.table, i)] = fingerprint(s, i);
+      }
+    }
+    Complete(plan);
+  }
+  EXPECT_EQ(added, 80);
+  EXPECT_TRUE(scheduler_->empty());
+  EXPECT_EQ(used(), 0);
+  EXPECT_EQ(cache_->allocator().num_free(), num_blocks);
+  for (int32_t b = 0; b < num_blocks; ++b) EXPECT_EQ(cache_->allocator().ref_count(b), 0) << b;
+  EXPECT_GT(hits, 100) << "the prompts were meant to share prefixes";
+  EXPECT_GT(cache_->allocator().evictions(), 0);
+  EXPECT_GT(preemptions, 0) << "the cache was meant to be tight";
+  EXPECT_GT(cancelled, 0);
 }
 
 }  // namespace

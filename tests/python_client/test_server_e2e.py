@@ -196,6 +196,23 @@ class GenerateTest(ServerTestCase):
         self.assertEqual(unary.usage, streamed.usage)
         self.assertEqual(len(unary.token_ids), unary.usage.completion_tokens)
 
+    def test_repeated_prompt_hits_the_prefix_cache(self):
+        text = PROMPT + " Say it once more."
+        before = self.client.stats()
+        first = self.client.generate(images=[IMAGE], text=text, max_tokens=4, ignore_eos=True)
+        second = self.client.generate(images=[IMAGE], text=text, max_tokens=4, ignore_eos=True)
+        after = self.client.stats()
+        self.assertEqual(first.token_ids, second.token_ids)
+        prompt = first.usage.prompt_tokens
+        self.assertEqual(after.prefix_cache_queries - before.prefix_cache_queries, 2 * prompt)
+        # The second finds every full 16-token block before its last prompt token (the first may
+        # hit what earlier tests computed).
+        hits = after.prefix_cache_hits - before.prefix_cache_hits
+        self.assertGreaterEqual(hits, (prompt - 1) // 16 * 16)
+        self.assertLessEqual(hits, 2 * ((prompt - 1) // 16 * 16))
+        self.assertAlmostEqual(after.prefix_cache_hit_rate, after.prefix_cache_hits / after.prefix_cache_queries)
+        self.assertGreater(after.kv_blocks_cached, 0)
+
     def test_messages_form_equals_text_form(self):
         plain = self.client.generate(images=[IMAGE], text=PROMPT, max_tokens=8)
         messages = self.client.generate(messages=[{"role": "user", "content": [
@@ -329,13 +346,33 @@ class GenerateTest(ServerTestCase):
         self.assertGreater(after.steps, before.steps)
         self.assertEqual(after.kv_blocks_total, self.client.model_info().kv_cache_blocks)
         self.assertFalse(after.draining)
-        # The second time, the image's embeddings come from the encoder cache.
+        # The second time, the image's tokens lie inside the prefix-cache hit: its embeddings are
+        # not wanted, so the encoder cache is not even asked.
         self.client.generate(images=[IMAGE], text=PROMPT, max_tokens=1)
         again = self.settled_stats()
         self.assertEqual(again.encoder_cache_hits + again.encoder_cache_misses,
-                         after.encoder_cache_hits + after.encoder_cache_misses + 1)
-        self.assertEqual(again.encoder_cache_hits, after.encoder_cache_hits + 1)
+                         after.encoder_cache_hits + after.encoder_cache_misses)
+        self.assertGreater(again.prefix_cache_hits, after.prefix_cache_hits)
         self.assertIdle()
+
+
+class PrefixCachingOffTest(ServerTestCase):
+    """--enable-prefix-caching=false: nothing is shared, a repeated image comes from the encoder
+    cache."""
+
+    server_args = ("--enable-prefix-caching=false",)
+
+    def test_repeated_image_comes_from_the_encoder_cache(self):
+        first = self.client.generate(images=[IMAGE], text=PROMPT, max_tokens=2, ignore_eos=True)
+        second = self.client.generate(images=[IMAGE], text=PROMPT, max_tokens=2, ignore_eos=True)
+        self.assertEqual(first.token_ids, second.token_ids)
+        self.assertIdle()
+        stats = self.client.stats()
+        self.assertEqual(stats.prefix_cache_hits, 0)
+        self.assertEqual(stats.kv_blocks_cached, 0)
+        self.assertEqual(stats.encoder_cache_misses, 1)
+        self.assertEqual(stats.encoder_cache_hits, 1)
+        self.assertIn("(prefix caching off)", self.server.stderr())
 
 
 class CancellationTest(ServerTestCase):

@@ -56,6 +56,7 @@ ABSL_FLAG(int64_t, min_pixels, -1, "per-image minimum pixels after resize (defau
 ABSL_FLAG(int64_t, max_pixels, -1, "per-image maximum pixels after resize (default: the checkpoint's)");
 ABSL_FLAG(bool, stream, false, "print the text as it is generated");
 ABSL_FLAG(int64_t, kv_cache_mib, 256, "KV cache size in MiB");
+ABSL_FLAG(bool, enable_prefix_caching, true, "share the KV blocks of common prompt prefixes (engine option)");
 
 namespace {
 
@@ -268,6 +269,7 @@ absl::Status Run(const std::vector<std::string>& images) {
   options.encoder_cache_bytes = 64ll << 20;
   options.max_num_seqs = 4;
   options.max_queue = 4;
+  options.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::Create(std::move(model), options));
 
   engine::Request request;
