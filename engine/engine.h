@@ -37,6 +37,9 @@ struct EngineOptions {
   int64_t encoder_cache_bytes = 256ll << 20;
   int64_t max_queue = 1024;             // waiting requests before Submit says RESOURCE_EXHAUSTED
   int64_t max_model_len = 0;            // prompt + max_tokens; 0 = the model's max_position_embeddings
+  // Non-empty: the engine thread runs only on these CPUs, and so does its compute team (the
+  // OpenMP threads it starts inherit its mask). Empty: the creating thread's CPUs.
+  std::vector<int> cpus;
 };
 
 struct EngineStats {
