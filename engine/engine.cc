@@ -46,7 +46,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
       model->encoder->ReserveActivations(std::max(options.max_encoder_patches_per_step, largest_image)));
   IRIS_RETURN_IF_ERROR(model->decoder->ReserveActivations(options.max_num_batched_tokens, options.max_num_seqs));
   std::unique_ptr<Engine> engine(new Engine(std::move(model), options, std::move(cache)));
-  engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  engine->thread_ = std::thread([e = engine.get()] {
+    e->model_->device->AttachThread();
+    e->Loop();
+  });
   // Named so that its threads can be told apart in /proc and top (the OpenMP team threads it
   // starts inherit the name). Pinned before Create returns, so before any request reaches it and
   // its first parallel region starts the team.
