@@ -1,14 +1,19 @@
 #include "core/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <utility>
 
 namespace iris::core {
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, const char* name) {
   const int n = std::max(1, num_threads);
   threads_.reserve(n);
-  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkLoop(); });
+  for (int i = 0; i < n; ++i) {
+    threads_.emplace_back([this] { WorkLoop(); });
+    if (name[0] != '\0') pthread_setname_np(threads_.back().native_handle(), name);
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -14,7 +14,9 @@ namespace iris::core {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int num_threads);  // at least one thread
+  // At least one thread; a non-empty `name` (15 characters at most) names the threads for
+  // /proc and top. They inherit the creating thread's CPU affinity.
+  explicit ThreadPool(int num_threads, const char* name = "");
   ~ThreadPool();                         // runs what is queued, then joins
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

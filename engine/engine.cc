@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <malloc.h>
+#include <pthread.h>
 
 #include <utility>
 
@@ -8,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/cpu_affinity.h"
 #include "core/status_macros.h"
 #include "llm/incremental_detokenizer.h"
 
@@ -50,7 +52,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   std::unique_ptr<Engine> engine(new Engine(std::move(model), options, std::move(cache)));
   engine->trace_ = std::move(trace);
   engine->trace_start_ = absl::Now();
-  engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  engine->thread_ = std::thread([e = engine.get()] {
+    e->model_->device->AttachThread();
+    e->Loop();
+  });
+  // Named so that its threads can be told apart in /proc and top (the OpenMP team threads it
+  // starts inherit the name). Pinned before Create returns, so before any request reaches it and
+  // its first parallel region starts the team.
+  pthread_setname_np(engine->thread_.native_handle(), "iris-engine");
+  if (!options.cpus.empty()) {
+    IRIS_RETURN_IF_ERROR(core::PinThread(engine->thread_.native_handle(), options.cpus, "engine thread"));
+  }
   return engine;
 }
 

@@ -46,6 +46,9 @@ struct EngineOptions {
   double step_budget_ms = 0;
   std::string step_trace_path;  // non-empty: one JSON line per step written here (StepTrace)
   bool enable_prefix_caching = true;    // share the KV blocks of common prompt prefixes (images by content)
+  // Non-empty: the engine thread runs only on these CPUs, and so does its compute team (the
+  // OpenMP threads it starts inherit its mask). Empty: the creating thread's CPUs.
+  std::vector<int> cpus;
 };
 
 struct EngineStats {

@@ -49,6 +49,11 @@ class Device {
   // Waits until every op issued so far has finished.
   virtual void Synchronize() = 0;
 
+  // Called on the thread that will issue this device's work (the engine thread) before its
+  // first op. The CPU device sets that thread's OpenMP team size to threads(), so that oneDNN's
+  // parallel regions (sized by the thread's OpenMP setting) use the same team as iris's kernels.
+  virtual void AttachThread() {}
+
   // Graph capture: ops issued between BeginCapture and EndCapture are recorded, not run, and
   // the returned graph replays them. UNIMPLEMENTED where the device has no graphs (the CPU).
   virtual absl::Status BeginCapture() { return absl::UnimplementedError("this device has no graph capture"); }

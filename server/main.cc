@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -17,6 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/command_line.h"
+#include "core/cpu_affinity.h"
+#include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "engine/engine.h"
 #include "engine/model.h"
@@ -55,7 +58,11 @@ ABSL_FLAG(int64_t, max_model_len, 0, "prompt + max_tokens (0 = the model's max_p
 ABSL_FLAG(int64_t, max_message_bytes, 64ll << 20, "size of one request message, in bytes");
 ABSL_FLAG(int64_t, min_pixels, 0, "smallest resize target per image (0 = the checkpoint's); requests may only raise it");
 ABSL_FLAG(int64_t, max_pixels, 0, "largest resize target per image (0 = the checkpoint's); requests may only lower it");
-ABSL_FLAG(int32_t, workers, 0, "threads decoding images and building prompts (0 = one per core)");
+ABSL_FLAG(int32_t, workers, 0, "threads decoding images and building prompts (0 = one per core, of --worker-cpus when set)");
+ABSL_FLAG(std::string, engine_cpus, "", "CPUs (Linux list syntax, e.g. 0-3,8) for the engine thread and its compute team "
+          "(empty = not pinned); the team's size defaults to their count unless OMP_NUM_THREADS is set");
+ABSL_FLAG(std::string, worker_cpus, "", "CPUs (e.g. 4-7) for the request workers, gRPC and every other thread but the "
+          "engine's (empty = not pinned)");
 ABSL_FLAG(double, grace_period_s, 30, "seconds in-flight requests get to finish after SIGTERM/SIGINT");
 ABSL_FLAG(std::string, auth_token_file, "", "file holding a bearer token every call must send");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls-key)");
@@ -151,6 +158,53 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags() {
   return e;
 }
 
+// --engine-cpus and --worker-cpus, parsed and checked against the CPUs this process may run on.
+struct CpuPlan {
+  core::CpuList engine;   // empty: not pinned
+  core::CpuList workers;  // empty: not pinned
+  core::CpuList allowed;  // the process's CPUs at startup
+};
+
+absl::Status ParseCpuFlag(const std::string& text, const char* flag, const core::CpuList& allowed,
+                          core::CpuList* cpus) {
+  if (text.empty()) return absl::OkStatus();
+  IRIS_ASSIGN_OR_RETURN(*cpus, core::ParseCpuList(text, flag));
+  return core::CheckCpusAllowed(*cpus, allowed, flag);
+}
+
+absl::StatusOr<CpuPlan> CpuPlanFromFlags() {
+  CpuPlan plan;
+  IRIS_ASSIGN_OR_RETURN(plan.allowed, core::AllowedCpus());
+  IRIS_RETURN_IF_ERROR(ParseCpuFlag(absl::GetFlag(FLAGS_engine_cpus), "--engine-cpus", plan.allowed, &plan.engine));
+  // libgomp binds its team to places itself when these are set: the team would leave the set.
+  for (const char* var : {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"}) {
+    if (!plan.engine.empty() && std::getenv(var) != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("--engine-cpus: ", var, " is set, and OpenMP would bind the "
+                                                     "compute team by it instead; unset it or drop the flag"));
+    }
+  }
+  IRIS_RETURN_IF_ERROR(ParseCpuFlag(absl::GetFlag(FLAGS_worker_cpus), "--worker-cpus", plan.allowed, &plan.workers));
+  return plan;
+}
+
+// Pins the main thread to the worker CPUs first, so that every thread it starts from here on
+// (model loading's OpenMP team, ParallelFor's helpers, the request workers, gRPC's threads)
+// inherits them; the engine thread is then pinned to the engine CPUs (or back to all of the
+// process's when only --worker-cpus is given) and its compute team inherits those.
+absl::Status ApplyCpuPlan(const CpuPlan& plan, engine::EngineOptions& engine_options,
+                          engine::ModelOptions& model_options, server::ServerOptions& options) {
+  if (!plan.workers.empty()) {
+    IRIS_RETURN_IF_ERROR(core::PinThread(pthread_self(), plan.workers, "main thread"));
+    core::ParallelWorkers();  // starts ParallelFor's helper threads now, from this thread
+    if (absl::GetFlag(FLAGS_workers) == 0) options.workers = static_cast<int>(plan.workers.size());
+  }
+  engine_options.cpus = !plan.engine.empty() ? plan.engine : !plan.workers.empty() ? plan.allowed : core::CpuList{};
+  if (!plan.engine.empty() && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    model_options.device.threads = static_cast<int>(plan.engine.size());  // one team thread per engine CPU
+  }
+  return absl::OkStatus();
+}
+
 // The server's --min-pixels/--max-pixels tighten the checkpoint's bounds for every request.
 absl::Status ApplyPixelBounds(engine::Model& model) {
   std::optional<int64_t> min_px, max_px;
@@ -168,14 +222,23 @@ absl::Status ApplyPixelBounds(engine::Model& model) {
   return absl::OkStatus();
 }
 
+std::string CpuPlanText(const CpuPlan& plan) {
+  std::string text;
+  if (!plan.engine.empty()) absl::StrAppend(&text, ", engine on CPUs ", core::FormatCpuList(plan.engine));
+  if (!plan.workers.empty()) absl::StrAppend(&text, ", workers on CPUs ", core::FormatCpuList(plan.workers));
+  return text;
+}
+
 absl::Status Run(const sigset_t& stop_signals) {
   const std::string dir = absl::GetFlag(FLAGS_model);
   if (dir.empty()) return absl::InvalidArgumentError("--model is required");
   IRIS_ASSIGN_OR_RETURN(server::ServerOptions options, ServerOptionsFromFlags());
   IRIS_ASSIGN_OR_RETURN(engine::EngineOptions engine_options, EngineOptionsFromFlags());
+  IRIS_ASSIGN_OR_RETURN(const CpuPlan cpu_plan, CpuPlanFromFlags());
 
   const absl::Time t0 = absl::Now();
   engine::ModelOptions model_options;
+  IRIS_RETURN_IF_ERROR(ApplyCpuPlan(cpu_plan, engine_options, model_options, options));
   model_options.compute = options.dtype == "f32" ? kernels::ComputeType::kF32 : kernels::ComputeType::kBF16;
   model_options.techniques.fused_rotary = absl::GetFlag(FLAGS_fused_rotary);
   model_options.techniques.parallel_qkv_padding = absl::GetFlag(FLAGS_parallel_qkv_padding);
@@ -193,12 +256,12 @@ absl::Status Run(const sigset_t& stop_signals) {
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<server::Server> server, server::Server::Start(std::move(engine), options));
   std::fprintf(stderr,
                "iris-server: model %s (%s) on %s, %lld KV blocks of %d tokens (prefix caching %s), max_model_len %lld, "
-               "%d workers, loaded in %.1f s%s%s\n",
+               "%d workers, loaded in %.1f s%s%s%s\n",
                dir.c_str(), options.dtype.c_str(), device.c_str(), static_cast<long long>(stats.kv_blocks_total),
                engine_options.kv_block_size, engine_options.enable_prefix_caching ? "on" : "off",
                static_cast<long long>(max_model_len), options.workers,
                absl::ToDoubleSeconds(absl::Now() - t0), options.tls_cert_pem.empty() ? "" : ", TLS",
-               options.auth_token.empty() ? "" : ", bearer token required");
+               options.auth_token.empty() ? "" : ", bearer token required", CpuPlanText(cpu_plan).c_str());
   std::fprintf(stderr, "iris-server: listening on %s:%d\n", options.host.c_str(), server->port());
   std::fflush(stderr);
 

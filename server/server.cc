@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(std::unique_ptr<engine::En
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
   server->engine_ = std::move(engine);
-  server->workers_ = std::make_unique<core::ThreadPool>(options.workers);
+  server->workers_ = std::make_unique<core::ThreadPool>(options.workers, "iris-worker");
   server->service_ = std::make_unique<IrisService>(server->engine_.get(), server->workers_.get(), options);
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -33,6 +33,18 @@ Questions are drawn uniformly from ``QUESTIONS`` (short, typical VisionArena-sty
 questions: describe, read the text, count, explain). Images are encoded once, before the run;
 nothing here runs inside the timed loop.
 
+Multi-turn dataset (``--dataset multiturn``)
+============================================
+
+A chat that comes back to its image, for measuring what a server-side prefix cache saves: each
+conversation ``i`` is synthetic request ``i`` (the same image and first question) plus a
+follow-up question drawn from ``FOLLOW_UPS``. Turn 1 sends the image and the question; when it
+has finished, turn 2 sends turn 1's user message again (the same image bytes), the assistant's
+actual reply, and the follow-up as a text-only user message. Both turns ask for
+``--output-len`` tokens; ``--num-prompts`` counts conversations (two requests each), and the
+report gives each turn's TTFT. Without a prefix cache both turns cost about the same (turn 2
+prefills the same image tokens plus the reply); with one, turn 2 prefills only the new tail.
+
 JSONL dataset (``--dataset jsonl --dataset-path F.jsonl``)
 ==========================================================
 
@@ -88,6 +100,17 @@ QUESTIONS: Tuple[str, ...] = (
     "Which buttons can I click on this screen?",
 )
 
+FOLLOW_UPS: Tuple[str, ...] = (
+    "Can you tell me more about that?",
+    "What else do you notice in the image?",
+    "Which part of the image did you base that on?",
+    "Describe the top left corner of the image.",
+    "Are you sure? Look at the image again.",
+    "Summarize your answer in one sentence.",
+    "What colors are in the background?",
+    "What would you ask about this image next?",
+)
+
 _PHOTO_ASPECTS = ((4, 3, 0.40), (3, 2, 0.25), (16, 9, 0.20), (1, 1, 0.15))
 _WEB_ASPECTS = ((4, 3, 0.25), (3, 2, 0.25), (16, 9, 0.25), (1, 1, 0.25))
 _SCREEN_SIZES = (
@@ -110,6 +133,7 @@ class SampleRequest:
     image_size: Optional[Tuple[int, int]] = None  # (width, height)
     kind: str = "text"                     # synthetic kind, "jsonl" or "text"
     source: Optional[str] = None           # where it came from (file:line)
+    follow_up: Optional[str] = None        # multi-turn: the second turn's question
 
 
 class DatasetError(ValueError):
@@ -243,13 +267,27 @@ def synthetic_request(seed: int, index: int, output_len: int) -> SampleRequest:
                          image_size=(w, h), kind=kind, source=f"synthetic:{seed}:{index}")
 
 
-def synthetic_dataset(num_prompts: int, seed: int, output_len: int) -> List[SampleRequest]:
-    """`num_prompts` synthetic requests (see the module docstring for the distribution)."""
+def synthetic_dataset(num_prompts: int, seed: int, output_len: int, start: int = 0) -> List[SampleRequest]:
+    """`num_prompts` synthetic requests, indices start.. (see the module docstring for the
+    distribution)."""
     if num_prompts < 1:
         raise DatasetError("--num-prompts must be at least 1")
     if output_len < 1:
         raise DatasetError("--output-len must be at least 1")
-    return [synthetic_request(seed, i, output_len) for i in range(num_prompts)]
+    return [synthetic_request(seed, start + i, output_len) for i in range(num_prompts)]
+
+
+def multiturn_dataset(num_conversations: int, seed: int, output_len: int,
+                      start: int = 0) -> List[SampleRequest]:
+    """`num_conversations` two-turn chats (see "Multi-turn dataset" above): synthetic request i
+    with a follow-up question drawn from its own stream ([seed, i, 1], so the image and first
+    question are those of the synthetic dataset)."""
+    out = synthetic_dataset(num_conversations, seed, output_len, start)
+    for i, req in enumerate(out, start=start):
+        rng = np.random.default_rng([int(seed), int(i), 1])
+        req.follow_up = FOLLOW_UPS[int(rng.integers(0, len(FOLLOW_UPS)))]
+        req.source = f"multiturn:{seed}:{i}"
+    return out
 
 
 _MIME_BY_FORMAT = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp",

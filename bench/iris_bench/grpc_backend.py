@@ -33,17 +33,31 @@ class GrpcBackend:
         self.channel = None
         self.stub = None
 
-    def prepare(self, req: SampleRequest, request_id: str):
+    def _first_message(self, req: SampleRequest):
         pb2 = self.pb2
         content = []
         if req.image is not None:
             content.append(pb2.ContentPart(image=pb2.Image(
                 data=req.image, max_pixels=self.image_max_pixels, min_pixels=self.image_min_pixels)))
         content.append(pb2.ContentPart(text=req.prompt))
-        sampling = pb2.SamplingParams(max_tokens=req.output_len, temperature=0.0, ignore_eos=True)
-        return pb2.GenerateRequest(request_id=request_id,
-                                   messages=[pb2.ChatMessage(role="user", content=content)],
-                                   sampling=sampling)
+        return pb2.ChatMessage(role="user", content=content)
+
+    def _request(self, request_id: str, messages, output_len: int):
+        pb2 = self.pb2
+        sampling = pb2.SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True)
+        return pb2.GenerateRequest(request_id=request_id, messages=messages, sampling=sampling)
+
+    def prepare(self, req: SampleRequest, request_id: str):
+        return self._request(request_id, [self._first_message(req)], req.output_len)
+
+    def prepare_follow_up(self, req: SampleRequest, request_id: str, reply: str):
+        """Turn 2 of a multi-turn request: turn 1's message (the same image), the assistant's
+        reply, then req.follow_up."""
+        pb2 = self.pb2
+        messages = [self._first_message(req),
+                    pb2.ChatMessage(role="assistant", content=[pb2.ContentPart(text=reply)]),
+                    pb2.ChatMessage(role="user", content=[pb2.ContentPart(text=req.follow_up)])]
+        return self._request(request_id, messages, req.output_len)
 
     async def start(self) -> None:
         import grpc

@@ -36,6 +36,7 @@ class RequestRecord:
     relative to the benchmark start."""
 
     index: int
+    turn: int = 1                         # multi-turn data: 1 or 2; single-turn requests: 1
     request_id: str = ""
     success: bool = False
     error: str = ""                       # one line: "CODE: message" / "HTTP 500 ...: body"
@@ -90,6 +91,7 @@ class RequestRecord:
     def to_json(self) -> dict:
         return {
             "index": self.index,
+            "turn": self.turn,
             "request_id": self.request_id,
             "success": self.success,
             "error": self.error,
@@ -229,6 +231,17 @@ def compute_metrics(records: Sequence[RequestRecord], duration: float,
     )
 
 
+def turn_ttft_ms(records: Sequence[RequestRecord],
+                 percentiles: Sequence[float] = (99,)) -> Dict[int, Dict[str, float]]:
+    """Multi-turn data: turn -> TTFT stats (ms) over that turn's successful requests; empty
+    when every request is a first turn."""
+    turns = sorted({r.turn for r in records})
+    if turns in ([], [1]):
+        return {}
+    return {t: _stats_ms([r.ttft for r in records if r.success and r.turn == t], percentiles)
+            for t in turns}
+
+
 _SECTIONS = {
     "ttft": ("TTFT", "Time to First Token"),
     "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
@@ -245,9 +258,11 @@ def _line(label: str, value) -> str:
 def format_report(m: Metrics, max_concurrency: Optional[int] = None,
                   request_rate: Optional[float] = None,
                   percentiles: Sequence[float] = (99,),
-                  percentile_metrics: Sequence[str] = ("ttft", "tpot", "itl")) -> str:
+                  percentile_metrics: Sequence[str] = ("ttft", "tpot", "itl"),
+                  turn_ttft: Optional[Dict[int, Dict[str, float]]] = None) -> str:
     """The report block of DESIGN.md ("The serving benchmark's report"), newline-terminated.
-    `request_rate` None or inf leaves out the configured-rate line."""
+    `request_rate` None or inf leaves out the configured-rate line; `turn_ttft` (multi-turn
+    data, from turn_ttft_ms) adds a section with each turn's TTFT."""
     f2 = "{:.2f}".format
     lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
     lines.append(_line("Successful requests:", m.completed))
@@ -275,6 +290,16 @@ def format_report(m: Metrics, max_concurrency: Optional[int] = None,
         for p in percentiles:
             label = percentile_label(p)
             lines.append(_line(f"P{label} {short} (ms):", f2(stats[f"p{label}"])))
+    if turn_ttft:
+        lines.append("{s:{c}^{n}}".format(s="Time to First Token per Turn", n=50, c="-"))
+        for turn, stats in sorted(turn_ttft.items()):
+            lines.append(_line(f"Mean TTFT, turn {turn} (ms):", f2(stats["mean"])))
+            lines.append(_line(f"Median TTFT, turn {turn} (ms):", f2(stats["median"])))
+            for p in percentiles:
+                label = percentile_label(p)
+                lines.append(_line(f"P{label} TTFT, turn {turn} (ms):", f2(stats[f"p{label}"])))
+        if 1 in turn_ttft and 2 in turn_ttft and turn_ttft[2]["mean"] > 0:
+            lines.append(_line("Mean TTFT, turn 1 / turn 2:", f2(turn_ttft[1]["mean"] / turn_ttft[2]["mean"])))
     lines.append("=" * 50)
     return "\n".join(lines) + "\n"
 

@@ -93,17 +93,32 @@ class OpenAIChatBackend:
             await self.client.close()
             self.client = None
 
-    def prepare(self, req: SampleRequest, request_id: str):
-        """The request body, encoded once before the run (base64 included)."""
+    @staticmethod
+    def _first_message(req: SampleRequest) -> dict:
         content = []
         if req.image is not None:
             b64 = base64.b64encode(req.image).decode("ascii")
             content.append({"type": "image_url",
                             "image_url": {"url": f"data:{req.image_mime or 'image/jpeg'};base64,{b64}"}})
         content.append({"type": "text", "text": req.prompt})
+        return {"role": "user", "content": content}
+
+    def prepare(self, req: SampleRequest, request_id: str):
+        """The request body, encoded once before the run (base64 included)."""
+        return self._payload(req, request_id, [self._first_message(req)])
+
+    def prepare_follow_up(self, req: SampleRequest, request_id: str, reply: str):
+        """Turn 2 of a multi-turn request: turn 1's message (the same image), the assistant's
+        reply, then req.follow_up."""
+        messages = [self._first_message(req), {"role": "assistant", "content": reply},
+                    {"role": "user", "content": [{"type": "text", "text": req.follow_up}]}]
+        return self._payload(req, request_id, messages)
+
+    @staticmethod
+    def _payload(req: SampleRequest, request_id: str, messages: list) -> dict:
         body = {
             "model": None,  # filled in at send time (the model may come from /v1/models)
-            "messages": [{"role": "user", "content": content}],
+            "messages": messages,
             "max_tokens": req.output_len,
             "max_completion_tokens": req.output_len,
             "temperature": 0.0,

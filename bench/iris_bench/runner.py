@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
-from typing import List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
@@ -37,16 +38,54 @@ def arrival_offsets(n: int, request_rate: float, burstiness: float, seed: int) -
     return [float(x) for x in offsets]
 
 
-async def _send_one(backend, payload, index: int, bench_start: float) -> RequestRecord:
-    record = RequestRecord(index=index)
+@dataclasses.dataclass
+class Conversation:
+    """A two-turn chat: `first` is sent; when it succeeds, `follow_up(reply text)` makes the
+    second turn's payload (turn 1's messages, the reply, a new question), sent at once. Both
+    turns hold one concurrency slot between them, as one user's chat would."""
+
+    first: Any
+    follow_up: Callable[[str], Any]
+
+
+async def _send_one(backend, payload, index: int, bench_start: float, turn: int = 1) -> RequestRecord:
+    record = RequestRecord(index=index, turn=turn)
     await backend.send(payload, record, bench_start)
     return record
+
+
+async def _send_unit(backend, payload, index: int, bench_start: float,
+                     progress: Optional[Progress]) -> List[RequestRecord]:
+    """The records of one payload: one request, or both turns of a Conversation (the second
+    one failed and unsent when the first failed)."""
+    if not isinstance(payload, Conversation):
+        records = [await _send_one(backend, payload, index, bench_start)]
+    else:
+        first = await _send_one(backend, payload.first, index, bench_start, turn=1)
+        if progress is not None:
+            progress.update(first.success)
+        if first.success:
+            second = await _send_one(backend, payload.follow_up(first.generated_text), index,
+                                     bench_start, turn=2)
+        else:
+            second = RequestRecord(index=index, turn=2, request_id=first.request_id + "-turn2",
+                                   error="not sent: turn 1 failed")
+        records = [first, second]
+    if progress is not None:
+        progress.update(records[-1].success)
+    return records
+
+
+def units(payloads: Sequence) -> int:
+    """Requests the payloads make (a Conversation makes two)."""
+    return sum(2 if isinstance(p, Conversation) else 1 for p in payloads)
 
 
 async def run_requests(backend, payloads: Sequence, offsets: Sequence[float],
                        max_concurrency: Optional[int], progress: Optional[Progress] = None):
     """Sends payloads[i] at offsets[i] (capped at max_concurrency in flight); returns the
-    records (in payload order) and the benchmark duration in seconds."""
+    records (in payload order; a Conversation gives its two turns' records) and the benchmark
+    duration in seconds."""
     semaphore = asyncio.Semaphore(max_concurrency) if max_concurrency else contextlib.nullcontext()
     bench_start = time.perf_counter()
     if progress is not None:
@@ -54,10 +93,7 @@ async def run_requests(backend, payloads: Sequence, offsets: Sequence[float],
 
     async def limited(i, payload):
         async with semaphore:
-            record = await _send_one(backend, payload, i, bench_start)
-        if progress is not None:
-            progress.update(record.success)
-        return record
+            return await _send_unit(backend, payload, i, bench_start, progress)
 
     tasks = []
     try:
@@ -66,14 +102,14 @@ async def run_requests(backend, payloads: Sequence, offsets: Sequence[float],
             if offsets[i] > 0 and delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(limited(i, payload)))
-        records = await asyncio.gather(*tasks)
+        per_payload = await asyncio.gather(*tasks)
     except BaseException:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
     duration = time.perf_counter() - bench_start
-    return list(records), duration
+    return [r for records in per_payload for r in records], duration
 
 
 async def warmup(backend, payloads: Sequence, max_concurrency: Optional[int]) -> List[RequestRecord]:

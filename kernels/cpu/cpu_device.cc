@@ -60,6 +60,8 @@ void CpuDevice::CopyToHost(const void* device, void* host, size_t bytes) {
 dnnl::engine& CpuDevice::dnnl_engine() { return dnnl_->engine; }
 dnnl::stream& CpuDevice::dnnl_stream() { return dnnl_->stream; }
 
+void CpuDevice::AttachThread() { omp_set_num_threads(threads_); }
+
 void* CpuDevice::Scratch(Slot slot, int thread, size_t bytes) {
   Buffer& b = scratch_[static_cast<size_t>(slot) * threads_ + thread];
   if (bytes > b.bytes) {

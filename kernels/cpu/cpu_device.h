@@ -25,6 +25,7 @@ class CpuDevice final : public Device {
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   std::string Describe() const override;
+  void AttachThread() override;
   absl::StatusOr<core::Tensor> Allocate(core::DType dtype, std::vector<int64_t> shape) override;
   absl::StatusOr<core::Tensor> AllocateStaging(core::DType dtype, std::vector<int64_t> shape) override;
   absl::StatusOr<core::Tensor> Mirror(const core::Tensor& host) override;
