@@ -328,8 +328,10 @@ std::vector<Problem> PageProblems() {
 }
 
 TEST(PagedAttentionTest, Bf16PagesMatchF32PagesHoldingTheSameValues) {
-  // The same bf16-rounded K/V in bf16 pages and in f32 pages: widening bf16 is exact and every
-  // tier runs the same arithmetic on it, so the outputs are equal (f32 products and bf16 ones).
+  // The same bf16-rounded K/V in bf16 pages and in f32 pages: widening bf16 is exact, so the
+  // outputs agree to float rounding (the portable tier's compiler may order the sums of the two
+  // loops differently; measured: equal on AVX-512, within 1e-7 of the largest output on AVX2).
+  // Reading the bf16 values wrongly, or rounding them again, moves outputs by ~1e-3.
   uint32_t seed = 200;
   for (bool bf16 : {false, true}) {
     for (Problem p : PageProblems()) {
@@ -343,13 +345,13 @@ TEST(PagedAttentionTest, Bf16PagesMatchF32PagesHoldingTheSameValues) {
       ++seed;
       const std::vector<float> want = RunPaged(f32_pages);
       const std::vector<float> got = RunPaged(bf16_pages);
-      int mismatches = 0;
-      for (size_t i = 0; i < want.size() && mismatches < 5; ++i) {
-        if (!(got[i] == want[i])) {
-          ++mismatches;
-          ADD_FAILURE() << "output " << i << ": bf16 pages " << got[i] << ", f32 pages " << want[i];
-        }
+      double max_err = 0, max_ref = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+        if (!(d <= max_err)) max_err = d;  // NaN-propagating max
+        max_ref = std::max(max_ref, std::fabs(static_cast<double>(want[i])));
       }
+      EXPECT_LE(max_err, 1e-6 * max_ref) << "max_ref " << max_ref;
     }
   }
 }
