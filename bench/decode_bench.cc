@@ -203,7 +203,8 @@ int main(int argc, char** argv) {
   const std::vector<int> kv_contexts = ParseInts(absl::GetFlag(FLAGS_kv_compare_contexts), "--kv_compare_contexts");
   const std::string kv_flag = absl::GetFlag(FLAGS_kv_dtype);
   if (kv_flag != "auto" && kv_flag != "bf16" && kv_flag != "f32") Die("--kv_dtype must be auto, bf16 or f32");
-  const core::DType kv_dtype = kv_flag == "f32" || (kv_flag == "auto" && !bf16) ? core::DType::kF32 : core::DType::kBF16;
+  const core::DType kv_dtype =
+      kv_flag == "f32" || (kv_flag == "auto" && !bf16) ? core::DType::kF32 : core::DType::kBF16;
   const char* kv_name = kv_dtype == core::DType::kBF16 ? "bf16" : "f32";
   if (batches.empty() || context < 1 || steps < 1) Die("need --batches, --context >= 1 and --steps >= 1");
   const int max_batch = *std::max_element(batches.begin(), batches.end());

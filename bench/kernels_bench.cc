@@ -338,9 +338,10 @@ double BenchPagedCase(bool bf16, int batch, int context, int q_len, int heads, i
   // q row i of a sequence sees context - q_len + i + 1 keys.
   const double pairs = static_cast<double>(batch) * q_len * (context - q_len) + batch * q_len * (q_len + 1) / 2.0;
   const double flops = 4.0 * pairs * hd * heads;
-  std::printf("  %s %s pages, batch %2d x context %5d, q_len %4d, %2d/%d heads x %d: %8.3f ms  K+V %6.1f GB/s (%3.0f%% of "
-              "stream)  %6.1f GFLOP/s (%3.0f%% of %s peak)\n",
-              bf16 ? "bf16" : "f32 ", bf16_pages ? "bf16" : "f32 ", batch, context, q_len, heads, kv_heads, hd, t * 1e3, kv_bytes / t * 1e-9,
+  std::printf("  %s %s pages, batch %2d x context %5d, q_len %4d, %2d/%d heads x %d: %8.3f ms  K+V %6.1f GB/s "
+              "(%3.0f%% of stream)  %6.1f GFLOP/s (%3.0f%% of %s peak)\n",
+              bf16 ? "bf16" : "f32 ", bf16_pages ? "bf16" : "f32 ", batch, context, q_len, heads, kv_heads, hd, t * 1e3,
+              kv_bytes / t * 1e-9,
               100 * kv_bytes / t / stream_bw, flops / t * 1e-9, 100 * flops / t / (bf16 ? g_peak_bf16 : g_peak_f32),
               bf16 ? "bf16" : "f32");
   return t;

@@ -189,7 +189,8 @@ absl::Status Run(const sigset_t& stop_signals) {
                "iris-server: model %s (%s) on %s, %lld KV blocks of %d tokens (%s, %.0f MiB), max_model_len %lld, "
                "%d workers, loaded in %.1f s%s%s\n",
                dir.c_str(), options.dtype.c_str(), device.c_str(), static_cast<long long>(stats.kv_blocks_total),
-               engine_options.kv_block_size, kv_dtype.c_str(), kv_mib, static_cast<long long>(max_model_len), options.workers,
+               engine_options.kv_block_size, kv_dtype.c_str(), kv_mib, static_cast<long long>(max_model_len),
+               options.workers,
                absl::ToDoubleSeconds(absl::Now() - t0), options.tls_cert_pem.empty() ? "" : ", TLS",
                options.auth_token.empty() ? "" : ", bearer token required");
   std::fprintf(stderr, "iris-server: listening on %s:%d\n", options.host.c_str(), server->port());

@@ -74,8 +74,8 @@ struct Prefetcher {
   void Add(const T* const* rows, int n, int row_bytes, bool aligned) {
     if (n <= 0) return;
     // Whole cache lines: one prefetch per line; else one more for the straddled line.
-    seg[nseg++] = {reinterpret_cast<const void* const*>(rows), n, aligned && row_bytes % 64 == 0 ? row_bytes / 64 : (row_bytes - 1) / 64 + 2,
-                   row_bytes - 1};
+    seg[nseg++] = {reinterpret_cast<const void* const*>(rows), n,
+                   aligned && row_bytes % 64 == 0 ? row_bytes / 64 : (row_bytes - 1) / 64 + 2, row_bytes - 1};
   }
   int64_t Lines() const {
     int64_t total = 0;

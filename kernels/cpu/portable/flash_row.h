@@ -116,8 +116,9 @@ void AttendBlock(const float* q, const float* kt, int n, const VRow& v_row, int 
 }
 
 // Folds keys [0, n) (n <= 64; K row j at k_row(j), V row j at v_row(j), rows of float or of bf16
-// bits) into the state of query row q without packing them: a dot product per key. For keys that few query vectors read (a
-// decode's group of heads), where packing a block would cost as much as using it. s: 64 floats.
+// bits) into the state of query row q without packing them: a dot product per key. For keys that
+// few query vectors read (a decode's group of heads), where packing a block would cost as much as
+// using it. s: 64 floats.
 template <typename KRow, typename VRow>
 void AttendKeys(const float* q, int n, const KRow& k_row, const VRow& v_row, int head_dim, float scale, float* s,
                 RowState& st) {
