@@ -4,8 +4,11 @@
 // peak (also measured here). A decode step reads every weight once, so at batch 1 its time is
 // bounded below by weight bytes / bandwidth. Then each Linear of the model's shapes alone at
 // M = batch, to show how much of a step the matmuls take and how close they come to the bandwidth.
-//   decode_bench --model DIR [--dtype bf16|f32] [--batches 1,8,32] [--context 512] [--steps 16]
-//                [--chunk 512] [--prompt 512] [--linears=false]
+// Last, bf16 KV pages against f32 pages: decode steps of the largest batch at a few context lengths,
+// the two caches' steps interleaved in the same run, and the tokens/s ratio.
+//   decode_bench --model DIR [--dtype bf16|f32] [--kv_dtype auto|bf16|f32] [--batches 1,8,32]
+//                [--context 512] [--steps 16] [--chunk 512] [--prompt 512] [--linears=false]
+//                [--kv_compare_contexts 512,2048 (empty: no comparison)]
 #include <omp.h>
 
 #include <algorithm>
@@ -28,12 +31,16 @@
 #include "core/tensor.h"
 #include "kernels/linear.h"
 #include "kernels/memory_bandwidth.h"
+#include "kernels/paged_attention.h"
 #include "llm/decoder.h"
 #include "llm/kv_cache.h"
 
 ABSL_FLAG(std::string, model, "build/models/3b", "model folder (made by iris-make-model --preset small|3b)");
 ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 or f32");
+ABSL_FLAG(std::string, kv_dtype, "auto", "KV cache pages of the main measurements: auto (as --dtype), bf16 or f32");
 ABSL_FLAG(std::string, batches, "1,8,32", "decode batch sizes (sequences per step)");
+ABSL_FLAG(std::string, kv_compare_contexts, "512,2048",
+          "context lengths of the bf16-vs-f32 KV page comparison at the largest batch (empty: skip it)");
 ABSL_FLAG(int, context, 512, "tokens already in the cache per sequence before the timed steps");
 ABSL_FLAG(int, steps, 16, "timed decode steps per batch size (after 2 warm-up steps)");
 ABSL_FLAG(int, chunk, 512, "prefill chunk (rows per step) used to fill the cache");
@@ -65,6 +72,19 @@ std::string LoadAverage() {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f %.2f %.2f", a, b, c);
   return buf;
+}
+
+std::vector<int> ParseInts(const std::string& list, const char* flag) {
+  std::vector<int> out;
+  for (absl::string_view s : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(s, &v) || v <= 0) {
+      std::fprintf(stderr, "decode_bench: bad %s entry: %s\n", flag, std::string(s).c_str());
+      std::exit(1);
+    }
+    out.push_back(v);
+  }
+  return out;
 }
 
 double Median(std::vector<double> v) {
@@ -112,6 +132,62 @@ double RunStep(llm::Decoder& dec, llm::KvCache& cache, const std::vector<llm::Bl
   return s;
 }
 
+// A cache of `dtype` holding `batch` sequences of `context` tokens (random K/V rows written
+// straight into every layer: a decode step's time does not depend on the values), with room for
+// `extra` more tokens each.
+llm::KvCache FilledCache(kernels::Device& dev, const llm::Decoder& dec, core::DType dtype, int batch, int context,
+                         int extra, std::vector<llm::BlockTable>* tables) {
+  const int block_size = 16;
+  const int64_t blocks = int64_t{batch} * ((context + extra + block_size - 1) / block_size);
+  auto cache = llm::KvCache::Create(dec.CacheShape(blocks, block_size, dtype));
+  if (!cache.ok()) Die(std::string(cache.status().message()));
+  const core::TextConfig& tc = dec.config();
+  const int64_t row = int64_t{tc.num_key_value_heads} * tc.head_dim();
+  std::vector<float> rows(static_cast<size_t>(context * row));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (float& x : rows) x = dist(rng);
+  tables->assign(batch, llm::BlockTable{});
+  std::vector<int64_t> slots(context);
+  for (llm::BlockTable& t : *tables) {
+    if (auto st = cache->Reserve(&t, context); !st.ok()) Die(std::string(st.message()));
+    for (int64_t i = 0; i < context; ++i) slots[i] = cache->Slot(t, i);
+    for (int l = 0; l < tc.num_hidden_layers; ++l) {
+      kernels::WritePagedKv(dev, cache->layer(l), rows.data(), row, rows.data(), row, slots);
+    }
+  }
+  return std::move(*cache);
+}
+
+struct KvCompareRow {
+  int context;
+  double f32_s, bf16_s;            // median step
+  double f32_best_s, bf16_best_s;  // fastest step
+};
+
+// Decode steps of `batch` sequences at `context` tokens on f32 pages and on bf16 pages, one step of
+// each in turn (so that both see the same machine), kWarmup untimed steps first.
+KvCompareRow CompareKvDTypes(kernels::Device& dev, llm::Decoder& dec, int batch, int context, int steps, int warmup) {
+  std::vector<llm::BlockTable> tables[2];
+  llm::KvCache caches[2] = {FilledCache(dev, dec, core::DType::kF32, batch, context, warmup + steps, &tables[0]),
+                            FilledCache(dev, dec, core::DType::kBF16, batch, context, warmup + steps, &tables[1])};
+  std::vector<double> times[2];
+  const std::vector<int64_t> ones(batch, 1);
+  for (int i = 0; i < warmup + steps; ++i) {
+    for (int d = 0; d < 2; ++d) {
+      std::vector<llm::BlockTable*> tp;
+      for (llm::BlockTable& t : tables[d]) {
+        if (auto st = caches[d].Reserve(&t, t.num_tokens + 1); !st.ok()) Die(std::string(st.message()));
+        tp.push_back(&t);
+      }
+      const double s = RunStep(dec, caches[d], tp, ones);
+      if (i >= warmup) times[d].push_back(s);
+    }
+  }
+  return {context, Median(times[0]), Median(times[1]), *std::min_element(times[0].begin(), times[0].end()),
+          *std::min_element(times[1].begin(), times[1].end())};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,12 +199,13 @@ int main(int argc, char** argv) {
   const int chunk = std::max(1, absl::GetFlag(FLAGS_chunk));
   const int prompt = absl::GetFlag(FLAGS_prompt);
   constexpr int kWarmup = 2;
-  std::vector<int> batches;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',', absl::SkipEmpty())) {
-    int b = 0;
-    if (!absl::SimpleAtoi(s, &b) || b <= 0) Die("bad --batches entry: " + std::string(s));
-    batches.push_back(b);
-  }
+  const std::vector<int> batches = ParseInts(absl::GetFlag(FLAGS_batches), "--batches");
+  const std::vector<int> kv_contexts = ParseInts(absl::GetFlag(FLAGS_kv_compare_contexts), "--kv_compare_contexts");
+  const std::string kv_flag = absl::GetFlag(FLAGS_kv_dtype);
+  if (kv_flag != "auto" && kv_flag != "bf16" && kv_flag != "f32") Die("--kv_dtype must be auto, bf16 or f32");
+  const core::DType kv_dtype =
+      kv_flag == "f32" || (kv_flag == "auto" && !bf16) ? core::DType::kF32 : core::DType::kBF16;
+  const char* kv_name = kv_dtype == core::DType::kBF16 ? "bf16" : "f32";
   if (batches.empty() || context < 1 || steps < 1) Die("need --batches, --context >= 1 and --steps >= 1");
   const int max_batch = *std::max_element(batches.begin(), batches.end());
 
@@ -148,7 +225,7 @@ int main(int argc, char** argv) {
   options.compute = bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
   const auto load_start = Clock::now();
   // Room for the largest step below: a prompt or a context fill in one step, every sequence's logits.
-  options.max_tokens = std::max({context, prompt, absl::GetFlag(FLAGS_chunk)});
+  options.max_tokens = std::max({context, prompt, absl::GetFlag(FLAGS_chunk), max_batch});
   options.max_logit_rows = max_batch;
   kernels::Device& dev = kernels::DefaultCpuDevice();
   auto loaded = llm::Decoder::Load(dev, *ckpt, tc, options);
@@ -162,10 +239,10 @@ int main(int argc, char** argv) {
               CpuName().c_str(), threads, std::thread::hardware_concurrency(), LoadAverage().c_str());
   std::printf("device: %s\n", dev.Describe().c_str());
   std::printf("model: %s (text: %d layers, hidden %d, %d heads / %d kv heads x %d, intermediate %d, vocab %lld), "
-              "compute %s, loaded in %.1f s\n",
+              "compute %s, KV pages %s, loaded in %.1f s\n",
               dir.c_str(), tc.num_hidden_layers, tc.hidden_size, tc.num_attention_heads, tc.num_key_value_heads,
               tc.head_dim(), tc.intermediate_size, static_cast<long long>(tc.vocab_size), bf16 ? "bf16" : "f32",
-              load_s);
+              kv_name, load_s);
   // The memory bandwidth is a peak like the matmul peak: measured again before and after every
   // decode row and the Linear table (10 passes of 1 GiB each time), and the best of all the
   // measurements of the run is the reference for every bandwidth ratio. On a shared machine other
@@ -188,7 +265,7 @@ int main(int argc, char** argv) {
   const int block_size = 16;
   const int64_t per_seq = context + kWarmup + steps;
   const int64_t blocks = max_batch * ((per_seq + block_size - 1) / block_size) + (prompt + block_size - 1) / block_size + 1;
-  auto cache_or = llm::KvCache::Create(dec.CacheShape(blocks, block_size));
+  auto cache_or = llm::KvCache::Create(dec.CacheShape(blocks, block_size, kv_dtype));
   if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
   llm::KvCache& cache = *cache_or;
 
@@ -238,7 +315,8 @@ int main(int argc, char** argv) {
 
   // Decode: `b` sequences, one new token each per step, after kWarmup untimed steps.
   const double weight_bytes = static_cast<double>(dec.WeightBytesPerStep());
-  const double kv_bytes_per_token = 2.0 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim() * 4;
+  const double kv_bytes_per_token =
+      2.0 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim() * (kv_dtype == core::DType::kBF16 ? 2 : 4);
   struct DecodeRow {
     int batch;
     double med, best, kv_bytes;
@@ -343,8 +421,8 @@ int main(int argc, char** argv) {
               "through this run, each the best of 10 passes over 1 GiB; they ranged %.1f-%.1f GB/s)\n\n",
               bw / 1e9, bw_all.size(), bw_min / 1e9, bw / 1e9);
   std::printf("decode, context %d per sequence (load average %s; ms/step is the median of %d steps; KV = the "
-              "f32 K and V rows attended to, on average over the timed steps):\n",
-              context, decode_load.c_str(), steps);
+              "%s K and V rows attended to, on average over the timed steps):\n",
+              context, decode_load.c_str(), steps, kv_name);
   std::printf("| batch | ms/step | best ms | steps/s | tokens/s | weights GB/step | weights GB/s | of bandwidth | KV MB/step "
               "| (weights+KV) GB/s | of bandwidth | matmul TFLOP/s |\n");
   std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
@@ -371,6 +449,26 @@ int main(int argc, char** argv) {
       std::printf("| %d | all linears of a step | | %.1f | | %.1f | %.0f%% | %.3f | | %.1f | %.0f%% |\n", batches[bi],
                   weight_bytes / 1e6, weight_bytes / (sum / 1e3) / 1e9, 100.0 * weight_bytes / (sum / 1e3) / bw,
                   dec.MatmulFlops(batches[bi], batches[bi]) / (sum / 1e3) / 1e12, sum, 100.0 * sum / step_ms[bi]);
+    }
+  }
+  if (!kv_contexts.empty()) {
+    std::fprintf(stderr, "decode_bench: bf16 vs f32 KV pages...\n");
+    const std::string kv_load = LoadAverage();
+    std::vector<KvCompareRow> rows;
+    for (int c : kv_contexts) rows.push_back(CompareKvDTypes(dev, dec, max_batch, c, steps, kWarmup));
+    std::printf("\nbf16 vs f32 KV pages: decode at batch %d, compute %s (load average %s; median of %d steps of "
+                "each, the two caches' steps interleaved; KV MB = the K and V bytes one step reads; the fastest "
+                "steps' ratio beside the medians', as other load on a shared machine slows single steps):\n",
+                max_batch, bf16 ? "bf16" : "f32", kv_load.c_str(), steps);
+    std::printf("| context | f32 KV ms/step | best | f32 tokens/s | f32 KV MB | bf16 KV ms/step | best | bf16 tokens/s "
+                "| bf16 KV MB | bf16 / f32 tokens/s | of the fastest steps |\n");
+    std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    const double f32_token_bytes = 2.0 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim() * 4;
+    for (const KvCompareRow& r : rows) {
+      const double kv_mb = f32_token_bytes * max_batch * (r.context + kWarmup + steps / 2.0) / 1e6;
+      std::printf("| %d | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f | %.1f | %.0f | %.2fx | %.2fx |\n", r.context,
+                  1e3 * r.f32_s, 1e3 * r.f32_best_s, max_batch / r.f32_s, kv_mb, 1e3 * r.bf16_s, 1e3 * r.bf16_best_s,
+                  max_batch / r.bf16_s, kv_mb / 2, r.f32_s / r.bf16_s, r.f32_best_s / r.bf16_best_s);
     }
   }
   std::printf("\nload average at the end: %s\n", LoadAverage().c_str());

@@ -18,7 +18,23 @@ namespace {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
+core::DType ResolveKvCacheDType(KvCacheDType dtype, kernels::ComputeType compute) {
+  switch (dtype) {
+    case KvCacheDType::kBF16: return core::DType::kBF16;
+    case KvCacheDType::kF32: return core::DType::kF32;
+    case KvCacheDType::kAuto: break;
+  }
+  return compute == kernels::ComputeType::kBF16 ? core::DType::kBF16 : core::DType::kF32;
+}
+
 }  // namespace
+
+absl::StatusOr<KvCacheDType> KvCacheDTypeFromName(absl::string_view name) {
+  if (name == "auto") return KvCacheDType::kAuto;
+  if (name == "bf16") return KvCacheDType::kBF16;
+  if (name == "f32") return KvCacheDType::kF32;
+  return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype must be auto, bf16 or f32, got \"", name, "\""));
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> model, const EngineOptions& options) {
   if (model == nullptr || model->decoder == nullptr || model->encoder == nullptr) {
@@ -30,14 +46,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
                                       "max_queue must be positive");
   }
   const core::TextConfig& t = model->config.text;
+  const core::DType kv_dtype = ResolveKvCacheDType(options.kv_cache_dtype, model->decoder->options().compute);
   const int64_t blocks = llm::KvCacheShape::BlocksForBytes(options.kv_cache_bytes, t.num_hidden_layers,
-                                                           t.num_key_value_heads, t.head_dim(), options.kv_block_size);
+                                                           t.num_key_value_heads, t.head_dim(), options.kv_block_size,
+                                                           kv_dtype);
   if (blocks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("kv_cache_bytes ", options.kv_cache_bytes,
                                                    " holds no KV block of ", options.kv_block_size, " tokens"));
   }
   IRIS_ASSIGN_OR_RETURN(llm::KvCache cache,
-                        llm::KvCache::Create(model->decoder->CacheShape(blocks, options.kv_block_size)));
+                        llm::KvCache::Create(model->decoder->CacheShape(blocks, options.kv_block_size, kv_dtype)));
   // Activations sized once from the budgets: a step's rows and logit rows, and an encoder forward
   // of the budget's patches or of the largest image the preprocessor makes, whichever is more.
   const core::PreprocessorConfig& pre = model->preprocessor;

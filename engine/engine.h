@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/encoder_cache.h"
 #include "engine/model.h"
@@ -30,8 +31,15 @@
 
 namespace iris::engine {
 
+// The KV cache pools' element type. kAuto follows the decoder's compute: bf16 pages with bf16
+// compute (half the memory and attention reads), f32 with f32.
+enum class KvCacheDType { kAuto, kBF16, kF32 };
+// "auto", "bf16" or "f32" (the --kv-cache-dtype flag); INVALID_ARGUMENT naming the flag otherwise.
+absl::StatusOr<KvCacheDType> KvCacheDTypeFromName(absl::string_view name);
+
 struct EngineOptions {
   int64_t kv_cache_bytes = 1ll << 30;   // K and V pools, all layers
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
   int kv_block_size = 16;               // tokens per block
   int64_t max_num_batched_tokens = 2048;  // decoder rows per step (prefill chunks + decodes)
   int max_num_seqs = 64;                // sequences running at once
@@ -104,6 +112,8 @@ class Engine {
   const Model& model() const { return *model_; }
   const EngineOptions& options() const { return options_; }
   int64_t max_model_len() const { return max_model_len_; }
+  // The KV cache's shape: its blocks and their dtype (kAuto resolved).
+  const llm::KvCacheShape& kv_cache_shape() const { return cache_.shape(); }
 
  private:
   // A step's counters, added to the stats in one place (Publish).

@@ -8,24 +8,27 @@
 #include <span>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/device.h"
 
 namespace iris::kernels {
 
-// One layer's K and V pools, each [num_blocks, block_size, num_kv_heads, head_dim] float32:
-// token slot s = block * block_size + offset holds k[s * num_kv_heads * head_dim + h * head_dim + d].
+// One layer's K and V pools, each [num_blocks, block_size, num_kv_heads, head_dim] of `dtype`
+// (float32, or bf16 as uint16_t: half the memory and half the bytes attention reads): token slot
+// s = block * block_size + offset holds k[s * num_kv_heads * head_dim + h * head_dim + d].
 struct PagedKvLayer {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   int64_t num_blocks = 0;
   int block_size = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  core::DType dtype = core::DType::kF32;  // kF32 or kBF16
 };
 
 // Stores `rows` tokens' k and v rows (each num_kv_heads * head_dim floats, head-major, at
 // k + r * k_row_stride / v + r * v_row_stride) into the pool slots `slot_mapping[r]`
-// (block * block_size + offset; device memory).
+// (block * block_size + offset; device memory). bf16 pools get the rows rounded to nearest even.
 void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int64_t k_row_stride,
                   const float* v, int64_t v_row_stride, std::span<const int64_t> slot_mapping);
 
@@ -71,7 +74,8 @@ struct PagedAttentionArgs {
   float scale = 0.f;
   PagedKvLayer layer;
   PagedMetadata metadata;
-  // As AttentionArgs::bf16: bf16-rounded dot products, f32 softmax and accumulation.
+  // As AttentionArgs::bf16: bf16-rounded dot products, f32 softmax and accumulation. Independent
+  // of the pools' dtype: bf16 pages are read (and widened to f32 where needed) either way.
   bool bf16 = false;
 };
 

@@ -208,8 +208,9 @@ absl::Status Decoder::ReserveActivations(int64_t max_tokens, int64_t max_logit_r
   return absl::OkStatus();
 }
 
-KvCacheShape Decoder::CacheShape(int64_t num_blocks, int block_size) const {
+KvCacheShape Decoder::CacheShape(int64_t num_blocks, int block_size, core::DType dtype) const {
   KvCacheShape s;
+  s.dtype = dtype;
   s.num_layers = config_.num_hidden_layers;
   s.num_kv_heads = config_.num_key_value_heads;
   s.head_dim = config_.head_dim();

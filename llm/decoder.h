@@ -80,8 +80,9 @@ class Decoder {
   // `max_logit_rows` logit rows (at setup, e.g. from the engine's budgets; never in a step).
   absl::Status ReserveActivations(int64_t max_tokens, int64_t max_logit_rows);
 
-  // The KV cache shape this decoder needs for `num_blocks` blocks of `block_size` tokens.
-  KvCacheShape CacheShape(int64_t num_blocks, int block_size) const;
+  // The KV cache shape this decoder needs for `num_blocks` blocks of `block_size` tokens, its pools
+  // of `dtype` (kF32 or kBF16; Forward reads and writes either).
+  KvCacheShape CacheShape(int64_t num_blocks, int block_size, core::DType dtype = core::DType::kF32) const;
 
   // Runs one step: writes the new tokens' k/v into `cache` and returns float32
   // [logit_rows.size(), vocab] logits in the batch's logit_rows order, in the decoder's own buffer:

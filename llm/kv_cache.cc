@@ -13,17 +13,19 @@ namespace iris::llm {
 
 int64_t KvCacheShape::BytesPerBlock() const {
   return 2 * static_cast<int64_t>(num_layers) * block_size * num_kv_heads * head_dim *
-         static_cast<int64_t>(sizeof(float));
+         static_cast<int64_t>(core::DTypeSize(dtype));
 }
 
 int64_t KvCacheShape::BlocksForBytes(int64_t bytes, int num_layers, int num_kv_heads, int head_dim,
-                                     int block_size) {
+                                     int block_size, core::DType dtype) {
   KvCacheShape s;
+  s.dtype = dtype;
   s.num_layers = num_layers;
   s.num_kv_heads = num_kv_heads;
   s.head_dim = head_dim;
   s.block_size = block_size;
   if (bytes <= 0 || num_layers <= 0 || num_kv_heads <= 0 || head_dim <= 0 || block_size <= 0) return 0;
+  if (dtype != core::DType::kF32 && dtype != core::DType::kBF16) return 0;
   return bytes / s.BytesPerBlock();
 }
 
@@ -126,8 +128,12 @@ absl::StatusOr<KvCache> KvCache::Create(const KvCacheShape& shape) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV cache shape: num_blocks ", shape.num_blocks, " does not fit the int32 block ids"));
   }
+  if (shape.dtype != core::DType::kF32 && shape.dtype != core::DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache shape: dtype must be F32 or BF16, got ",
+                                                   core::DTypeName(shape.dtype)));
+  }
   // Bytes of one pool, checked against overflow.
-  int64_t pool_bytes = sizeof(float);
+  int64_t pool_bytes = static_cast<int64_t>(core::DTypeSize(shape.dtype));
   for (int64_t d : {static_cast<int64_t>(shape.num_layers), shape.num_blocks, static_cast<int64_t>(shape.block_size),
                     static_cast<int64_t>(shape.num_kv_heads), static_cast<int64_t>(shape.head_dim)}) {
     if (__builtin_mul_overflow(pool_bytes, d, &pool_bytes) || pool_bytes > (int64_t{1} << 60)) {
@@ -137,8 +143,8 @@ absl::StatusOr<KvCache> KvCache::Create(const KvCacheShape& shape) {
   const std::vector<int64_t> dims = {shape.num_layers, shape.num_blocks, shape.block_size, shape.num_kv_heads,
                                      shape.head_dim};
   try {
-    core::Tensor k = core::Tensor::Empty(core::DType::kF32, dims);
-    core::Tensor v = core::Tensor::Empty(core::DType::kF32, dims);
+    core::Tensor k = core::Tensor::Empty(shape.dtype, dims);
+    core::Tensor v = core::Tensor::Empty(shape.dtype, dims);
     return KvCache(shape, std::move(k), std::move(v));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache: cannot allocate 2 x ", pool_bytes,
@@ -202,8 +208,10 @@ kernels::PagedKvLayer KvCache::layer(int l) {
   }
   const int64_t per_layer = shape_.num_blocks * shape_.block_size * shape_.num_kv_heads * shape_.head_dim;
   kernels::PagedKvLayer out;
-  out.k = k_.data<float>() + l * per_layer;
-  out.v = v_.data<float>() + l * per_layer;
+  const int64_t layer_bytes = per_layer * static_cast<int64_t>(core::DTypeSize(shape_.dtype));
+  out.k = static_cast<char*>(k_.raw()) + l * layer_bytes;
+  out.v = static_cast<char*>(v_.raw()) + l * layer_bytes;
+  out.dtype = shape_.dtype;
   out.num_blocks = shape_.num_blocks;
   out.block_size = shape_.block_size;
   out.num_kv_heads = shape_.num_kv_heads;

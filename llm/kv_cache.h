@@ -23,12 +23,15 @@ struct KvCacheShape {
   int head_dim = 0;
   int block_size = 16;   // tokens per block
   int64_t num_blocks = 0;
+  // The pools' element type: kF32, or kBF16 (half the bytes per block; the engine's default with
+  // bf16 compute).
+  core::DType dtype = core::DType::kF32;
 
-  // Bytes of one block across all layers, K and V (float32).
+  // Bytes of one block across all layers, K and V, in `dtype`.
   int64_t BytesPerBlock() const;
-  // The number of blocks that fit in `bytes` (at least 0).
+  // The number of blocks of `dtype` that fit in `bytes` (at least 0).
   static int64_t BlocksForBytes(int64_t bytes, int num_layers, int num_kv_heads, int head_dim,
-                                int block_size);
+                                int block_size, core::DType dtype = core::DType::kF32);
 };
 
 // A full block's prefix-cache key: SHA-256 of its token ids (image tokens carrying their image's
@@ -116,7 +119,7 @@ class KvCache {
   KvCache(const KvCacheShape& shape, core::Tensor k, core::Tensor v);
 
   KvCacheShape shape_;
-  core::Tensor k_;  // [num_layers, num_blocks, block_size, num_kv_heads, head_dim]
+  core::Tensor k_;  // [num_layers, num_blocks, block_size, num_kv_heads, head_dim] of shape_.dtype
   core::Tensor v_;
   BlockAllocator allocator_;
 };

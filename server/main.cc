@@ -37,6 +37,8 @@ ABSL_FLAG(int32_t, port, 50051, "port to listen on (0 = any free port, printed w
 ABSL_FLAG(int32_t, max_num_seqs, 64, "sequences decoded together at most");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "decoder rows per engine step (prefill chunks + decodes)");
 ABSL_FLAG(int64_t, kv_cache_bytes, 1ll << 30, "KV cache size in bytes (all layers, K and V)");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "KV cache pages: auto (bf16 with --dtype bf16, f32 with --dtype f32), bf16 or f32");
 ABSL_FLAG(int32_t, kv_block_size, 16, "tokens per KV cache block");
 ABSL_FLAG(int64_t, encoder_cache_bytes, 256ll << 20, "image embeddings kept for reuse, in bytes");
 ABSL_FLAG(int64_t, max_encoder_patches_per_step, 16384, "vision patches per encoder forward");
@@ -136,6 +138,7 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags() {
   engine::EngineOptions e;
   e.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
   e.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  IRIS_ASSIGN_OR_RETURN(e.kv_cache_dtype, engine::KvCacheDTypeFromName(absl::GetFlag(FLAGS_kv_cache_dtype)));
   e.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   e.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   e.max_encoder_patches_per_step = absl::GetFlag(FLAGS_max_encoder_patches_per_step);
@@ -252,14 +255,18 @@ absl::Status Run(const sigset_t& stop_signals) {
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
                         engine::Engine::Create(std::move(model), engine_options));
   const engine::EngineStats stats = engine->stats();
+  const llm::KvCacheShape kv_shape = engine->kv_cache_shape();
+  const std::string kv_dtype = kv_shape.dtype == core::DType::kBF16 ? "bf16" : "f32";
+  const double kv_mib = static_cast<double>(kv_shape.BytesPerBlock()) * kv_shape.num_blocks / (1 << 20);
   const int64_t max_model_len = engine->max_model_len();
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<server::Server> server, server::Server::Start(std::move(engine), options));
   std::fprintf(stderr,
-               "iris-server: model %s (%s) on %s, %lld KV blocks of %d tokens (prefix caching %s), max_model_len %lld, "
-               "%d workers, loaded in %.1f s%s%s%s\n",
+               "iris-server: model %s (%s) on %s, %lld KV blocks of %d tokens (%s, %.0f MiB, prefix caching %s), "
+               "max_model_len %lld, %d workers, loaded in %.1f s%s%s%s\n",
                dir.c_str(), options.dtype.c_str(), device.c_str(), static_cast<long long>(stats.kv_blocks_total),
-               engine_options.kv_block_size, engine_options.enable_prefix_caching ? "on" : "off",
-               static_cast<long long>(max_model_len), options.workers,
+               engine_options.kv_block_size, kv_dtype.c_str(), kv_mib,
+               engine_options.enable_prefix_caching ? "on" : "off", static_cast<long long>(max_model_len),
+               options.workers,
                absl::ToDoubleSeconds(absl::Now() - t0), options.tls_cert_pem.empty() ? "" : ", TLS",
                options.auth_token.empty() ? "" : ", bearer token required", CpuPlanText(cpu_plan).c_str());
   std::fprintf(stderr, "iris-server: listening on %s:%d\n", options.host.c_str(), server->port());

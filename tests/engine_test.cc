@@ -1,8 +1,8 @@
 // The engine on the tiny model: many concurrent requests give what each gives alone (with and
 // without preemption, with and without prefix caching), cancellation frees every KV block,
 // repeated images are encoded once, a chat's next turn hits the prefix cache (and a different
-// image does not), the golden prompts give the reference's greedy tokens, and bad requests are
-// refused with clear errors.
+// image does not), the golden prompts give the reference's greedy tokens, bf16 KV pages give the
+// greedy tokens of f32 pages, and bad requests are refused with clear errors.
 #include "engine/engine.h"
 
 #include <fstream>
@@ -31,8 +31,9 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-std::unique_ptr<Engine> MakeEngine(const EngineOptions& options) {
-  auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{kernels::ComputeType::kF32, {}, {}});
+std::unique_ptr<Engine> MakeEngine(const EngineOptions& options,
+                                   kernels::ComputeType compute = kernels::ComputeType::kF32) {
+  auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{compute, {}, {}});
   EXPECT_TRUE(model.ok()) << model.status();
   auto engine = Engine::Create(std::move(*model), options);
   EXPECT_TRUE(engine.ok()) << engine.status();
@@ -529,6 +530,78 @@ TEST(EngineTest, GoldenGreedyTokens) {
     core::Tensor ref = LoadGolden("model/tiny-" + name + ".safetensors", "logits_last");
     ASSERT_EQ(static_cast<int64_t>(out->prompt_logits.size()), ref.numel());
     EXPECT_LE(testing::RelativeL2(out->prompt_logits.data(), ref.data<float>(), ref.numel()), 1e-4) << name;
+  }
+}
+
+TEST(EngineKvCacheDTypeTest, AutoFollowsTheComputeDTypeAndBf16HoldsTwiceTheBlocks) {
+  using kernels::ComputeType;
+  EngineOptions o;
+  o.kv_cache_bytes = 1 << 20;  // tiny: 2 layers x 2 kv heads x 16 dims, blocks of 16 tokens
+  struct Case {
+    ComputeType compute;
+    KvCacheDType kv;
+    core::DType want;
+    int64_t blocks;
+  };
+  for (const Case& c : {Case{ComputeType::kF32, KvCacheDType::kAuto, core::DType::kF32, 128},
+                        Case{ComputeType::kBF16, KvCacheDType::kAuto, core::DType::kBF16, 256},
+                        Case{ComputeType::kBF16, KvCacheDType::kF32, core::DType::kF32, 128},
+                        Case{ComputeType::kF32, KvCacheDType::kBF16, core::DType::kBF16, 256}}) {
+    o.kv_cache_dtype = c.kv;
+    auto engine = MakeEngine(o, c.compute);
+    EXPECT_EQ(engine->kv_cache_shape().dtype, c.want) << static_cast<int>(c.kv);
+    EXPECT_EQ(engine->stats().kv_blocks_total, c.blocks) << static_cast<int>(c.kv);
+    EXPECT_EQ(engine->kv_cache_shape().BytesPerBlock() * c.blocks, o.kv_cache_bytes);
+  }
+  EXPECT_EQ(*KvCacheDTypeFromName("auto"), KvCacheDType::kAuto);
+  EXPECT_EQ(*KvCacheDTypeFromName("bf16"), KvCacheDType::kBF16);
+  EXPECT_EQ(*KvCacheDTypeFromName("f32"), KvCacheDType::kF32);
+  EXPECT_EQ(KvCacheDTypeFromName("fp16").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Greedy tokens and prompt logits of each spec, one request at a time.
+struct Generated {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<float>> logits;
+};
+
+Generated GenerateEach(kernels::ComputeType compute, KvCacheDType kv, const std::vector<Spec>& specs) {
+  EngineOptions o;
+  o.kv_cache_dtype = kv;
+  auto engine = MakeEngine(o, compute);
+  Generated g;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Request r = MakeRequest(*engine, specs[i], static_cast<int>(i));
+    r.capture_prompt_logits = true;
+    auto out = GenerateBlocking(*engine, std::move(r));
+    EXPECT_TRUE(out.ok()) << out.status();
+    g.tokens.push_back(out->token_ids);
+    g.logits.push_back(out->prompt_logits);
+  }
+  return g;
+}
+
+// bf16 KV pages against f32 pages, every prompt of the mixed workload (text, images, long
+// prompts) and 3..40 greedy tokens each. With bf16 compute the attention rounds K and V to bf16
+// either way, so the pages change nothing the products see; with f32 compute the rounding of K/V
+// (2^-9 relative) moves the logits by about 1e-3 of their size, below the tiny model's greedy
+// margins on these prompts.
+TEST(EngineKvCacheDTypeTest, Bf16PagesGiveTheGreedyTokensOfF32Pages) {
+  using kernels::ComputeType;
+  const std::vector<Spec> specs = MixedWorkload(12);
+  for (ComputeType compute : {ComputeType::kBF16, ComputeType::kF32}) {
+    const Generated f32 = GenerateEach(compute, KvCacheDType::kF32, specs);
+    const Generated bf16 = GenerateEach(compute, KvCacheDType::kBF16, specs);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_EQ(bf16.tokens[i], f32.tokens[i]) << "compute " << static_cast<int>(compute) << " request " << i;
+      ASSERT_EQ(bf16.logits[i].size(), f32.logits[i].size());
+      const double rel = testing::RelativeL2(bf16.logits[i].data(), f32.logits[i].data(),
+                                             static_cast<int64_t>(f32.logits[i].size()));
+      EXPECT_LE(rel, 1e-2) << "compute " << static_cast<int>(compute) << " request " << i;
+      if (compute == ComputeType::kF32) {
+        EXPECT_GT(rel, 0) << "the pages were not bf16";
+      }
+    }
   }
 }
 

@@ -1,9 +1,10 @@
 // The KV cache's block allocator (allocation, LIFO reuse, exhaustion that takes nothing; prefix
 // caching: reference counts, cached blocks found by key, LRU eviction that never touches a held
 // block), block tables (all-or-nothing growth, release, slot mapping), sizing, shape validation and the
-// per-layer pool views.
+// per-layer pool views, in f32 and bf16.
 #include "llm/kv_cache.h"
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -206,24 +207,62 @@ TEST(KvCacheTest, PoolsAndLayerViews) {
   EXPECT_EQ(l0.block_size, 4);
   EXPECT_EQ(l0.num_kv_heads, 2);
   EXPECT_EQ(l0.head_dim, 16);
-  EXPECT_EQ(l2.k - l0.k, 2 * per_layer);
-  EXPECT_EQ(l2.v - l0.v, 2 * per_layer);
+  EXPECT_EQ(l0.dtype, core::DType::kF32);
+  EXPECT_EQ(static_cast<float*>(l2.k) - static_cast<float*>(l0.k), 2 * per_layer);
+  EXPECT_EQ(static_cast<float*>(l2.v) - static_cast<float*>(l0.v), 2 * per_layer);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(l0.k) % 64, 0u);
   // The whole of each pool is writable and K and V do not overlap.
   for (int l = 0; l < 3; ++l) {
     const kernels::PagedKvLayer pl = cache->layer(l);
     for (int64_t i = 0; i < per_layer; ++i) {
-      pl.k[i] = static_cast<float>(l);
-      pl.v[i] = -static_cast<float>(l) - 1;
+      static_cast<float*>(pl.k)[i] = static_cast<float>(l);
+      static_cast<float*>(pl.v)[i] = -static_cast<float>(l) - 1;
     }
   }
   for (int l = 0; l < 3; ++l) {
     const kernels::PagedKvLayer pl = cache->layer(l);
-    EXPECT_EQ(pl.k[0], static_cast<float>(l));
-    EXPECT_EQ(pl.k[per_layer - 1], static_cast<float>(l));
-    EXPECT_EQ(pl.v[per_layer - 1], -static_cast<float>(l) - 1);
+    EXPECT_EQ(static_cast<float*>(pl.k)[0], static_cast<float>(l));
+    EXPECT_EQ(static_cast<float*>(pl.k)[per_layer - 1], static_cast<float>(l));
+    EXPECT_EQ(static_cast<float*>(pl.v)[per_layer - 1], -static_cast<float>(l) - 1);
   }
   EXPECT_EQ(cache->shape().BytesPerBlock(), 2 * 3 * 4 * 2 * 16 * 4);
+}
+
+TEST(KvCacheTest, Bf16PoolsAndLayerViews) {
+  KvCacheShape shape = SmallShape();
+  shape.dtype = core::DType::kBF16;
+  auto cache = KvCache::Create(shape);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ(cache->shape().BytesPerBlock(), 2 * 3 * 4 * 2 * 16 * 2);  // half of f32's
+  const int64_t per_layer = 10 * 4 * 2 * 16;
+  const kernels::PagedKvLayer l0 = cache->layer(0), l2 = cache->layer(2);
+  EXPECT_EQ(l0.dtype, core::DType::kBF16);
+  EXPECT_EQ(l2.dtype, core::DType::kBF16);
+  EXPECT_EQ(static_cast<uint16_t*>(l2.k) - static_cast<uint16_t*>(l0.k), 2 * per_layer);
+  EXPECT_EQ(static_cast<uint16_t*>(l2.v) - static_cast<uint16_t*>(l0.v), 2 * per_layer);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(l0.k) % 64, 0u);
+  // Each layer's bf16 pool is its own: written whole, none overlaps another or K overlaps V.
+  for (int l = 0; l < 3; ++l) {
+    const kernels::PagedKvLayer pl = cache->layer(l);
+    std::fill_n(static_cast<uint16_t*>(pl.k), per_layer, static_cast<uint16_t>(2 * l));
+    std::fill_n(static_cast<uint16_t*>(pl.v), per_layer, static_cast<uint16_t>(2 * l + 1));
+  }
+  for (int l = 0; l < 3; ++l) {
+    const kernels::PagedKvLayer pl = cache->layer(l);
+    for (int64_t i : {int64_t{0}, per_layer - 1}) {
+      EXPECT_EQ(static_cast<uint16_t*>(pl.k)[i], 2 * l);
+      EXPECT_EQ(static_cast<uint16_t*>(pl.v)[i], 2 * l + 1);
+    }
+  }
+}
+
+TEST(KvCacheTest, CreateRejectsOtherDTypes) {
+  KvCacheShape shape = SmallShape();
+  shape.dtype = core::DType::kF16;
+  const auto cache = KvCache::Create(shape);
+  ASSERT_FALSE(cache.ok());
+  EXPECT_EQ(cache.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cache.status().message(), HasSubstr("dtype"));
 }
 
 TEST(KvCacheTest, ReserveGrowsAllOrNothing) {
@@ -344,6 +383,24 @@ TEST(KvCacheShapeTest, BlocksForBytes) {
   EXPECT_EQ(KvCacheShape::BlocksForBytes(1 << 20, 0, 2, 128, 16), 0);
   // Qwen2.5-VL-3B: 36 layers, 2 kv heads x 128, 16 tokens: 1 GiB holds 910 blocks of 1.125 MiB.
   EXPECT_EQ(KvCacheShape::BlocksForBytes(int64_t{1} << 30, 36, 2, 128, 16), 910);
+}
+
+TEST(KvCacheShapeTest, Bf16BlocksAreHalfTheBytes) {
+  KvCacheShape s;
+  s.num_layers = 2;
+  s.num_kv_heads = 2;
+  s.head_dim = 128;
+  s.block_size = 16;
+  s.dtype = core::DType::kBF16;
+  EXPECT_EQ(s.BytesPerBlock(), 32768);
+  const core::DType bf16 = core::DType::kBF16, f32 = core::DType::kF32;
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(65536 * 10, 2, 2, 128, 16, bf16), 20);
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(65536 * 10, 2, 2, 128, 16, f32), 10);
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(32767, 2, 2, 128, 16, bf16), 0);
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(32768, 2, 2, 128, 16, bf16), 1);
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(1 << 20, 2, 2, 128, 16, core::DType::kF16), 0);  // not a pool dtype
+  // The same 1 GiB on Qwen2.5-VL-3B: twice the f32 blocks.
+  EXPECT_EQ(KvCacheShape::BlocksForBytes(int64_t{1} << 30, 36, 2, 128, 16, bf16), 1820);
 }
 
 }  // namespace

@@ -14,6 +14,9 @@
 // is packed as bf16 pairs of dims (Ktb[d/2][key][2]), V as pairs of keys (Vb[key/2][d][2]), q and
 // P are rounded to bf16; the softmax and all accumulation stay f32. It runs only at tier
 // kAvx512Bf16 (the callers' Run<true>), so its roundings are the hardware's.
+//
+// Key and value rows may hold f32 or bf16 (paged bf16 KV pages, uint16_t bits): the f32 kernels
+// widen bf16 rows on load (exact), the bf16 kernels pack bf16 rows as they are.
 #pragma once
 
 #include "kernels/cpu/simd.h"  // first: it sets up the intrinsics headers
@@ -43,13 +46,36 @@ struct StridedRows {
 };
 
 // Rows through a pointer array, from column `col` on (paged: pool rows gathered through a block
-// table).
-struct IndirectRows {
-  const float* const* rows;
+// table), of float or of bf16 bits (uint16_t).
+template <typename T>
+struct IndirectRowsOf {
+  const T* const* rows;
   int col;
-  const float* operator[](int64_t j) const { return rows[j] + col; }
-  IndirectRows Cols(int c) const { return {rows, col + c}; }
+  const T* operator[](int64_t j) const { return rows[j] + col; }
+  IndirectRowsOf Cols(int c) const { return {rows, col + c}; }
 };
+using IndirectRows = IndirectRowsOf<float>;
+
+// 16 elements of a row as f32 lanes (lanes outside m zero): f32 as is, bf16 widened (exact).
+inline __m512 LoadF32(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 LoadF32(__mmask16 m, const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+inline __m512 LoadF32(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 LoadF32(const uint16_t* p) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
+// 32 bf16 lanes: 16 elements from p0 (lanes outside m0 zero), then 16 from p1 (m1). f32 rows are
+// rounded (AVX512-BF16: tier kAvx512Bf16 only), bf16 rows taken as they are.
+inline __m512i Bf16x32(const float* p0, __mmask16 m0, const float* p1, __mmask16 m1) {
+  return ToBf16x32<true>(_mm512_maskz_loadu_ps(m0, p0), _mm512_maskz_loadu_ps(m1, p1));
+}
+inline __m512i Bf16x32(const uint16_t* p0, __mmask16 m0, const uint16_t* p1, __mmask16 m1) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi16(m0, p0)),
+                            _mm256_maskz_loadu_epi16(m1, p1), 1);
+}
 
 // The prefetch hook of the micro-kernels' inner loops, for callers that prefetch elsewhere.
 struct NoPrefetch {
@@ -125,7 +151,7 @@ void PackKt(const Rows& rows, int kn, int head_dim, float* kt) {
       __m512 r[16];
       for (int t = 0; t < 16; ++t) {
         const int j = jg * 16 + t;
-        r[t] = j < kn ? _mm512_maskz_loadu_ps(dm, rows[j] + dg * 16) : _mm512_setzero_ps();
+        r[t] = j < kn ? LoadF32(dm, rows[j] + dg * 16) : _mm512_setzero_ps();
       }
       Transpose16(r);
       const int dn = std::min(16, head_dim - dg * 16);
@@ -142,8 +168,9 @@ template <int CN, bool kTail, typename VRows, typename Pf>
 __attribute__((noinline)) void PvChunk(__mmask16 tail, VRows v, int jn, const float* p, const float* alpha,
                                        bool first, bool last, const float* inv_l, float* const out_rows[kRows],
                                        int rows_valid, float* o, int o_stride, Pf& pf) {
-  auto load = [tail](const float* src, int c) {
-    return (kTail && c == CN - 1) ? _mm512_maskz_loadu_ps(tail, src + c * 16) : _mm512_loadu_ps(src + c * 16);
+  // V rows: f32, or bf16 widened on load; o: f32.
+  auto load = [tail](const auto* src, int c) {
+    return (kTail && c == CN - 1) ? LoadF32(tail, src + c * 16) : LoadF32(src + c * 16);
   };
   auto store = [tail](float* dst, int c, __m512 x) {
     if (kTail && c == CN - 1) {
@@ -168,7 +195,7 @@ __attribute__((noinline)) void PvChunk(__mmask16 tail, VRows v, int jn, const fl
   }
   for (int j = 0; j < jn; ++j) {
     pf.Step();
-    const float* vr = v[j];
+    const auto* vr = v[j];
     __m512 vv[CN];
 #pragma GCC unroll 8
     for (int c = 0; c < CN; ++c) {
@@ -254,9 +281,8 @@ void PackKtBf16(const Rows& rows, int kn, int head_dim, uint32_t* kt) {
       for (int t = 0; t < 16; ++t) {
         const int j = jg * 16 + t;
         if (j < kn) {
-          const float* row = rows[j] + d0;
-          r[t] = _mm512_castsi512_ps(
-              ToBf16x32<true>(_mm512_maskz_loadu_ps(m0, row), _mm512_maskz_loadu_ps(m1, row + 16)));
+          const auto* row = rows[j] + d0;
+          r[t] = _mm512_castsi512_ps(Bf16x32(row, m0, row + 16, m1));
         } else {
           r[t] = _mm512_setzero_ps();
         }
@@ -278,15 +304,13 @@ void PackVBf16(const Rows& rows, int kn, int head_dim, int dpad, uint16_t* vb) {
                                               22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const int npairs = (kn + 1) / 2;
   for (int jp = 0; jp < npairs; ++jp) {
-    const float* a = rows[2 * jp];
+    const auto* a = rows[2 * jp];
     const bool has_b = 2 * jp + 1 < kn;
-    const float* b = has_b ? rows[2 * jp + 1] : a;
+    const auto* b = has_b ? rows[2 * jp + 1] : a;
     for (int d = 0; d < dpad; d += 16) {
       const __mmask16 m = TailMask(std::max(0, head_dim - d));
-      const __m512 va = _mm512_maskz_loadu_ps(m, a + d);
-      const __m512 vbv = has_b ? _mm512_maskz_loadu_ps(m, b + d) : _mm512_setzero_ps();
       // [a0..a15 | b0..b15] as bf16, then interleaved to a0 b0 a1 b1 ...
-      const __m512i both = ToBf16x32<true>(va, vbv);
+      const __m512i both = Bf16x32(a + d, m, b + d, has_b ? m : __mmask16{0});
       _mm512_store_si512(vb + (static_cast<int64_t>(jp) * dpad + d) * 2, _mm512_permutexvar_epi16(interleave, both));
     }
   }

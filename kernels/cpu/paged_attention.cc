@@ -18,6 +18,10 @@
 // The bf16 option (as in attention.cc): both products on vdpbf16ps from bf16-rounded q, k, v and
 // p; the softmax and all accumulation stay f32. K is packed as pairs of dims, V as pairs of keys.
 //
+// bf16 pools (PagedKvLayer::dtype) halve the bytes read: with the bf16 option their rows are
+// packed as they are (no rounding: they hold bf16 already); without it (f32 products) K rows are
+// widened to f32 as they are packed and V rows as P·V loads them.
+//
 // Speed on the development machine (AMD EPYC, AVX512-BF16, one thread, 16/2 heads x 128, block
 // size 16; kernels_bench --filter=paged): decode over K+V in L3 runs at ~22 GB/s f32 (~26 bf16),
 // which is about the FMA bound for 8 q heads per kv head (2 x 8 x 128 MACs per 1 KB of K+V); from
@@ -56,7 +60,7 @@ constexpr int kInLoopPrefetchTiles = 4;
 struct Prefetcher {
   // Up to three lists of rows (pool rows of K, of V, or one packed block as a single row).
   struct Segment {
-    const float* const* rows;
+    const void* const* rows;
     int n;         // rows
     int lines;     // prefetches per row
     int last_off;  // byte offset of a row's last byte
@@ -66,11 +70,12 @@ struct Prefetcher {
   int per_step = 0;  // prefetches per Step()
   int si = 0, row = 0, line = 0;
 
-  void Add(const float* const* rows, int n, int row_bytes, bool aligned) {
+  template <typename T>
+  void Add(const T* const* rows, int n, int row_bytes, bool aligned) {
     if (n <= 0) return;
     // Whole cache lines: one prefetch per line; else one more for the straddled line.
-    seg[nseg++] = {rows, n, aligned && row_bytes % 64 == 0 ? row_bytes / 64 : (row_bytes - 1) / 64 + 2,
-                   row_bytes - 1};
+    seg[nseg++] = {reinterpret_cast<const void* const*>(rows), n,
+                   aligned && row_bytes % 64 == 0 ? row_bytes / 64 : (row_bytes - 1) / 64 + 2, row_bytes - 1};
   }
   int64_t Lines() const {
     int64_t total = 0;
@@ -106,9 +111,10 @@ struct Item {
   int64_t cost;   // q vectors x keys
 };
 
-// The pool rows of keys [kb0, kb0 + kn) of kv head g of a sequence.
-void GatherRows(const PagedKvLayer& L, const PagedSequence& s, int g, int64_t kb0, int kn, const float** krows,
-                const float** vrows) {
+// The pool rows of keys [kb0, kb0 + kn) of kv head g of a sequence (T: the pools' element type).
+template <typename T>
+void GatherRows(const PagedKvLayer& L, const PagedSequence& s, int g, int64_t kb0, int kn, const T** krows,
+                const T** vrows) {
   const int bs = L.block_size;
   const int64_t row_floats = static_cast<int64_t>(L.num_kv_heads) * L.head_dim;
   const int64_t head_off = static_cast<int64_t>(g) * L.head_dim;
@@ -120,14 +126,15 @@ void GatherRows(const PagedKvLayer& L, const PagedSequence& s, int g, int64_t kb
     const int n = std::min(kn - j, bs - off);
     const int64_t base = (blk * bs + off) * row_floats + head_off;
     for (int i = 0; i < n; ++i) {
-      krows[j + i] = L.k + base + i * row_floats;
-      vrows[j + i] = L.v + base + i * row_floats;
+      krows[j + i] = static_cast<const T*>(L.k) + base + i * row_floats;
+      vrows[j + i] = static_cast<const T*>(L.v) + base + i * row_floats;
     }
     j += n;
   }
 }
 
-template <bool kBf16>
+// kBf16: the bf16 products; T: the pools' element type (float, or uint16_t for bf16 pages).
+template <bool kBf16, typename T>
 void Run(CpuDevice& dev, const PagedAttentionArgs& a, std::span<const PagedSequence> seqs, const std::vector<Item>& items,
          int group, int max_q) {
   const PagedKvLayer& L = a.layer;
@@ -137,7 +144,8 @@ void Run(CpuDevice& dev, const PagedAttentionArgs& a, std::span<const PagedSeque
   const int qb_stride = sh.hp * 2;  // bf16 q row: head_dim rounded up to even
   const int64_t num_items = static_cast<int64_t>(items.size());
   // Whole cache lines per row: one prefetch per line, else one more for the straddled line.
-  const bool rows_aligned = (hd * 4) % 64 == 0 && reinterpret_cast<uintptr_t>(L.k) % 64 == 0 &&
+  const int row_bytes = hd * static_cast<int>(sizeof(T));
+  const bool rows_aligned = row_bytes % 64 == 0 && reinterpret_cast<uintptr_t>(L.k) % 64 == 0 &&
                             reinterpret_cast<uintptr_t>(L.v) % 64 == 0;
   // A micro-tile reads and writes the state of 4 q vectors even past the item's last one.
   const int max_q_state = (max_q + kRows - 1) / kRows * kRows;
@@ -175,8 +183,8 @@ void Run(CpuDevice& dev, const PagedAttentionArgs& a, std::span<const PagedSeque
       const int g = static_cast<int>(gc / nch);
       const int64_t c = gc % nch;
       const int kn = static_cast<int>(std::min<int64_t>(kChunk, s.context_len - c * kChunk));
-      const float* krows[kChunk];
-      const float* vrows[kChunk];
+      const T* krows[kChunk];
+      const T* vrows[kChunk];
       GatherRows(L, s, g, c * kChunk, kn, krows, vrows);
       PackBlock<kBf16>(sh, layout, krows, vrows, kn, packed + (pack_base[si] + gc) * block_bytes);
     }
@@ -187,7 +195,7 @@ void Run(CpuDevice& dev, const PagedAttentionArgs& a, std::span<const PagedSeque
     const size_t need = (block_bytes + 64) + (static_cast<size_t>(max_q_state) * hd * 4 + 64) +
                         2 * (static_cast<size_t>(max_q_state) * 4 + 64) + (kRows * kChunk * 4 + 64) +
                         (kRows * kChunk * 2 + 64) + (static_cast<size_t>(max_q) * qb_stride * 2 + 64) +
-                        4 * (kChunk * sizeof(float*) + 64);
+                        4 * (kChunk * sizeof(const T*) + 64);
     Carver carve{static_cast<char*>(dev.Scratch(CpuDevice::kSlotTile, omp_get_thread_num(), need))};
     char* block_local = carve.Take<char>(block_bytes);
     TileState st;
@@ -197,10 +205,10 @@ void Run(CpuDevice& dev, const PagedAttentionArgs& a, std::span<const PagedSeque
     st.p = carve.Take<float>(kRows * kChunk);
     st.pb = carve.Take<uint16_t>(kRows * kChunk);
     uint16_t* qb = carve.Take<uint16_t>(static_cast<size_t>(max_q) * qb_stride);
-    const float** rows[2][2];  // [buffer][k, v]: this chunk's and the next chunk's pool rows
+    const T** rows[2][2];  // [buffer][k, v]: this chunk's and the next chunk's pool rows
     NoPrefetch no_prefetch;
     for (auto& b : rows)
-      for (auto& r : b) r = carve.Take<const float*>(kChunk);
+      for (auto& r : b) r = carve.Take<const T*>(kChunk);
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < num_items; ++it) {
@@ -230,7 +238,7 @@ void Run(CpuDevice& dev, const PagedAttentionArgs& a, std::span<const PagedSeque
       const int qk_steps = kBf16 ? sh.hp : hd;
       int pv_groups = 0;  // calls of PvChunk per tile, as Tile splits head_dim
       for (int left = sh.ndv; left > 0; ++pv_groups) left -= PvVectors(left);
-      TileInputs<IndirectRows> in{};
+      TileInputs<IndirectRowsOf<T>> in{};
       // This item's packed chunk c: prepacked, or packed here into block_local.
       const bool prepacked = pack_base[item.seq] >= 0;
       const int64_t seq_chunks = (s.context_len + kChunk - 1) / kChunk;
@@ -241,8 +249,8 @@ void Run(CpuDevice& dev, const PagedAttentionArgs& a, std::span<const PagedSeque
       for (int64_t c = 0; c < nchunks; ++c) {
         const int64_t kb0 = c * kChunk;
         const int kn = static_cast<int>(std::min<int64_t>(kChunk, kend - kb0));
-        const float** krows = rows[c & 1][0];
-        const float** vrows = rows[c & 1][1];
+        const T** krows = rows[c & 1][0];
+        const T** vrows = rows[c & 1][1];
         // The next chunk's rows, prefetched into L2 while this one computes: spread over the
         // loop iterations the chunk's tiles will run (QK over head_dim, P·V over keys for each
         // group of up to 5 head_dim vectors).
@@ -250,16 +258,16 @@ void Run(CpuDevice& dev, const PagedAttentionArgs& a, std::span<const PagedSeque
         const float* next_block = nullptr;
         if (c + 1 < nchunks) {
           const int kn_next = static_cast<int>(std::min<int64_t>(kChunk, kend - kb0 - kChunk));
-          const float** nk = rows[(c + 1) & 1][0];
-          const float** nv = rows[(c + 1) & 1][1];
+          const T** nk = rows[(c + 1) & 1][0];
+          const T** nv = rows[(c + 1) & 1][1];
           GatherRows(L, s, item.g, kb0 + kChunk, kn_next, nk, nv);
           if (prepacked) {
             next_block = reinterpret_cast<const float*>(packed_chunk(c + 1));
             pf.Add(&next_block, 1, static_cast<int>(kBf16 ? block_bytes : layout.kt_bytes), true);
           } else {
-            pf.Add(nk, kn_next, hd * 4, rows_aligned);
+            pf.Add(nk, kn_next, row_bytes, rows_aligned);
           }
-          if (!(prepacked && kBf16)) pf.Add(nv, kn_next, hd * 4, rows_aligned);
+          if (!(prepacked && kBf16)) pf.Add(nv, kn_next, row_bytes, rows_aligned);
           const int64_t steps =
               in_loop ? static_cast<int64_t>(tiles) * (qk_steps + pv_groups * (kBf16 ? (kn + 1) / 2 : kn)) : tiles;
           pf.per_step = static_cast<int>((pf.Lines() + steps - 1) / steps);
@@ -273,7 +281,7 @@ void Run(CpuDevice& dev, const PagedAttentionArgs& a, std::span<const PagedSeque
         in.kt = reinterpret_cast<const float*>(blk);
         in.ktb = reinterpret_cast<const uint32_t*>(blk);
         in.vb = reinterpret_cast<const uint16_t*>(blk + layout.vb_offset);
-        in.v = IndirectRows{vrows, 0};
+        in.v = IndirectRowsOf<T>{vrows, 0};
         const bool first = c == 0, last = c == nchunks - 1;
         for (int ti = 0; ti < tiles; ++ti) {
           const int t = ti * kRows;
@@ -329,11 +337,13 @@ void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& a) {
   // decodes over short contexts).
   std::stable_sort(items.begin(), items.end(), [](const Item& x, const Item& y) { return x.cost > y.cost; });
 
+  const bool bf16_pages = L.dtype == core::DType::kBF16;
   if (a.bf16 && dev.native_bf16()) {
-    Run<true>(dev, a, seqs, items, group, max_q);
-  } else {
-    Run<false>(dev, a, seqs, items, group, max_q);
+    if (bf16_pages) return Run<true, uint16_t>(dev, a, seqs, items, group, max_q);
+    return Run<true, float>(dev, a, seqs, items, group, max_q);
   }
+  if (bf16_pages) return Run<false, uint16_t>(dev, a, seqs, items, group, max_q);
+  Run<false, float>(dev, a, seqs, items, group, max_q);
 }
 
 }  // namespace iris::kernels::cpu::avx512

@@ -38,6 +38,7 @@ std::vector<PagedSequence> CheckedPagedSequences(const PagedAttentionArgs& a) {
   if (L.head_dim <= 0 || L.head_dim > kPagedMaxHeadDim) Fail("head_dim must be in 1..256");
   if (L.block_size <= 0) Fail("block_size must be positive");
   if (L.k == nullptr || L.v == nullptr || a.q == nullptr || a.out == nullptr) Fail("null pointer");
+  if (L.dtype != core::DType::kF32 && L.dtype != core::DType::kBF16) Fail("the pools' dtype must be f32 or bf16");
   for (const PagedSequence& s : seqs) {
     if (s.q_len < 0 || s.q_len > s.context_len || s.q_begin < 0) Fail("bad sequence: need 0 <= q_len <= context_len");
     if (s.q_len == 0) continue;

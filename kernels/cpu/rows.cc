@@ -34,8 +34,9 @@ void ScatterRows(CpuDevice& dev, const float* src, int64_t width, std::span<cons
 void WritePagedKv(CpuDevice& dev, const PagedKvLayer& layer, const float* k, int64_t k_row_stride, const float* v,
                   int64_t v_row_stride, std::span<const int64_t> slots) {
   if (slots.empty()) return;
+  const bool bf16 = layer.dtype == core::DType::kBF16;
   if (layer.k == nullptr || layer.v == nullptr || layer.block_size <= 0 || layer.num_kv_heads <= 0 ||
-      layer.head_dim <= 0) {
+      layer.head_dim <= 0 || (!bf16 && layer.dtype != core::DType::kF32)) {
     std::fprintf(stderr, "iris WritePagedKv: bad layer\n");
     std::abort();
   }
@@ -50,10 +51,29 @@ void WritePagedKv(CpuDevice& dev, const PagedKvLayer& layer, const float* k, int
     }
   }
   // A prefill writes ~1 MB per layer; small writes stay on the calling thread.
+  if (bf16) {
+    // Rounded to nearest even (core::FloatToBf16, as the checkpoints' bf16), whatever the tier.
+    uint16_t* kp = static_cast<uint16_t*>(layer.k);
+    uint16_t* vp = static_cast<uint16_t*>(layer.v);
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * row >= (1 << 16))
+    for (int64_t r = 0; r < n; ++r) {
+      uint16_t* kd = kp + slots[r] * row;
+      uint16_t* vd = vp + slots[r] * row;
+      const float* ks = k + r * k_row_stride;
+      const float* vs = v + r * v_row_stride;
+#pragma omp simd
+      for (int64_t i = 0; i < row; ++i) kd[i] = core::FloatToBf16(ks[i]);
+#pragma omp simd
+      for (int64_t i = 0; i < row; ++i) vd[i] = core::FloatToBf16(vs[i]);
+    }
+    return;
+  }
+  float* kp = static_cast<float*>(layer.k);
+  float* vp = static_cast<float*>(layer.v);
 #pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * row >= (1 << 16))
   for (int64_t r = 0; r < n; ++r) {
-    std::memcpy(layer.k + slots[r] * row, k + r * k_row_stride, static_cast<size_t>(row) * sizeof(float));
-    std::memcpy(layer.v + slots[r] * row, v + r * v_row_stride, static_cast<size_t>(row) * sizeof(float));
+    std::memcpy(kp + slots[r] * row, k + r * k_row_stride, static_cast<size_t>(row) * sizeof(float));
+    std::memcpy(vp + slots[r] * row, v + r * v_row_stride, static_cast<size_t>(row) * sizeof(float));
   }
 }
 

@@ -372,7 +372,7 @@ class PrefixCachingOffTest(ServerTestCase):
         self.assertEqual(stats.kv_blocks_cached, 0)
         self.assertEqual(stats.encoder_cache_misses, 1)
         self.assertEqual(stats.encoder_cache_hits, 1)
-        self.assertIn("(prefix caching off)", self.server.stderr())
+        self.assertIn("prefix caching off)", self.server.stderr())
 
 
 class CancellationTest(ServerTestCase):

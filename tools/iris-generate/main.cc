@@ -1,8 +1,8 @@
 // iris-generate: one chat in, generated text out, through the engine (as the server runs it).
 //   iris-generate --model DIR (--prompt TEXT [--image FILE...] | --messages FILE.json)
 //                 [--max-tokens N] [--greedy | --temperature T [--top-p P] [--top-k K] [--seed S]]
-//                 [--repetition-penalty R] [--dtype f32|bf16] [--min-pixels N] [--max-pixels N]
-//                 [--dump OUT.safetensors] [--stream]
+//                 [--repetition-penalty R] [--dtype f32|bf16] [--kv-cache-dtype auto|bf16|f32]
+//                 [--min-pixels N] [--max-pixels N] [--dump OUT.safetensors] [--stream]
 // The text goes to stdout (as it is generated with --stream), a summary to stderr. --dump writes
 // the prompt's input_ids [L], position_ids [3, L] and the logits at the last prompt position.
 #include <chrono>
@@ -57,6 +57,7 @@ ABSL_FLAG(int64_t, max_pixels, -1, "per-image maximum pixels after resize (defau
 ABSL_FLAG(bool, stream, false, "print the text as it is generated");
 ABSL_FLAG(int64_t, kv_cache_mib, 256, "KV cache size in MiB");
 ABSL_FLAG(bool, enable_prefix_caching, true, "share the KV blocks of common prompt prefixes (engine option)");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto", "KV cache pages: auto (as --dtype), bf16 or f32");
 
 namespace {
 
@@ -241,6 +242,8 @@ absl::Status Run(const std::vector<std::string>& images) {
     return absl::InvalidArgumentError(absl::StrCat("--dtype must be f32 or bf16, got \"", dtype, "\""));
   }
   if (absl::GetFlag(FLAGS_kv_cache_mib) <= 0) return absl::InvalidArgumentError("--kv-cache-mib must be positive");
+  IRIS_ASSIGN_OR_RETURN(const engine::KvCacheDType kv_dtype,
+                        engine::KvCacheDTypeFromName(absl::GetFlag(FLAGS_kv_cache_dtype)));
   IRIS_ASSIGN_OR_RETURN(llm::SamplingParams sampling, SamplingFromFlags());
   IRIS_ASSIGN_OR_RETURN(std::vector<engine::ChatInputMessage> messages, MessagesFromFlags(images));
 
@@ -266,6 +269,7 @@ absl::Status Run(const std::vector<std::string>& images) {
 
   engine::EngineOptions options;
   options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mib) << 20;
+  options.kv_cache_dtype = kv_dtype;
   options.encoder_cache_bytes = 64ll << 20;
   options.max_num_seqs = 4;
   options.max_queue = 4;
@@ -318,8 +322,8 @@ int main(int argc, char** argv) {
       "generates text with a Qwen2.5-VL model\n"
       "  iris-generate --model DIR (--prompt TEXT [--image FILE...] | --messages FILE.json)\n"
       "                [--max-tokens N] [--greedy | --temperature T [--top-p P] [--top-k K] [--seed S]]\n"
-      "                [--repetition-penalty R] [--dtype f32|bf16] [--min-pixels N] [--max-pixels N]\n"
-      "                [--dump OUT.safetensors] [--stream]");
+      "                [--repetition-penalty R] [--dtype f32|bf16] [--kv-cache-dtype auto|bf16|f32]\n"
+      "                [--min-pixels N] [--max-pixels N] [--dump OUT.safetensors] [--stream]");
   std::vector<std::string> images = iris::core::TakeRepeatedFlag(&argc, argv, "image");
   if (absl::Status parsed = iris::core::ParseFlags(argc, argv); !parsed.ok()) {
     std::fprintf(stderr, "iris-generate: %s\n", std::string(parsed.message()).c_str());

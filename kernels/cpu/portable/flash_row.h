@@ -1,6 +1,7 @@
 // The online softmax of one query row over blocks of 64 keys, in plain C++ that the compiler
 // vectorises into register-resident accumulators, shared by the portable VarlenAttention and
-// PagedAttention. f32 only.
+// PagedAttention. f32 arithmetic; AttendKeys also reads bf16 rows (paged bf16 KV pages), widened
+// to f32 on load.
 //
 // AttendBlock: a key block is packed transposed (Kt[d][64], zero-padded) once and used by every
 // query row that reads it (varlen: 64 query rows): its 64 scores are then 8 vector accumulators fed
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/bf16.h"
 #include "kernels/cpu/portable/math.h"
 
 namespace iris::kernels::cpu::portable {
@@ -44,6 +46,10 @@ void PackKeysT(const KRow& k_row, int n, int head_dim, float* kt) {
     for (int d = 0; d < head_dim; ++d) std::fill(kt + d * kKeyBlock + n, kt + (d + 1) * kKeyBlock, 0.f);
   }
 }
+
+// An element of a K or V row as f32: f32 as is, bf16 (uint16_t bits) widened exactly.
+inline float AsF32(float x) { return x; }
+inline float AsF32(uint16_t x) { return core::Bf16ToFloat(x); }
 
 // s[j] = q · k_j for the 64 keys of a packed block (unscaled).
 inline void Scores(const float* __restrict q, const float* __restrict kt, int head_dim, float* __restrict s) {
@@ -109,18 +115,19 @@ void AttendBlock(const float* q, const float* kt, int n, const VRow& v_row, int 
   Pv(s, n, v_row, head_dim, alpha, st.o);
 }
 
-// Folds keys [0, n) (n <= 64; K row j at k_row(j), V row j at v_row(j)) into the state of query
-// row q without packing them: a dot product per key. For keys that few query vectors read (a
-// decode's group of heads), where packing a block would cost as much as using it. s: 64 floats.
+// Folds keys [0, n) (n <= 64; K row j at k_row(j), V row j at v_row(j), rows of float or of bf16
+// bits) into the state of query row q without packing them: a dot product per key. For keys that
+// few query vectors read (a decode's group of heads), where packing a block would cost as much as
+// using it. s: 64 floats.
 template <typename KRow, typename VRow>
 void AttendKeys(const float* q, int n, const KRow& k_row, const VRow& v_row, int head_dim, float scale, float* s,
                 RowState& st) {
   float mx = st.m;
   for (int j = 0; j < n; ++j) {
-    const float* k = k_row(j);
+    const auto* k = k_row(j);
     float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-    for (int d = 0; d < head_dim; ++d) dot += q[d] * k[d];
+    for (int d = 0; d < head_dim; ++d) dot += q[d] * AsF32(k[d]);
     s[j] = dot * scale;
     mx = std::max(mx, s[j]);
   }
@@ -139,10 +146,10 @@ void AttendKeys(const float* q, int n, const KRow& k_row, const VRow& v_row, int
 #pragma omp simd
   for (int d = 0; d < head_dim; ++d) o[d] *= alpha;
   for (int j = 0; j < n; ++j) {
-    const float* v = v_row(j);
+    const auto* v = v_row(j);
     const float p = s[j];
 #pragma omp simd
-    for (int d = 0; d < head_dim; ++d) o[d] += p * v[d];
+    for (int d = 0; d < head_dim; ++d) o[d] += p * AsF32(v[d]);
   }
 }
 

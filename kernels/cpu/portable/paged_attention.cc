@@ -1,7 +1,8 @@
 // Paged attention in plain C++ for processors without AVX-512: each query row walks its keys
 // through the block table in blocks of 64 with an online softmax (flash_row.h), every q head of
 // its kv group against the same gathered rows. Items of (sequence, kv head, query row) run in
-// parallel. f32 only: PagedAttentionArgs::bf16 is ignored.
+// parallel. f32 arithmetic (PagedAttentionArgs::bf16 is ignored); bf16 pages are widened to f32
+// as they are read, so they cost half the bytes of f32 pages.
 #include <omp.h>
 
 #include <algorithm>
@@ -20,11 +21,12 @@ struct Item {
   int64_t row;  // query row, relative to the sequence's q_begin
 };
 
-}  // namespace
-
-void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& a) {
+// T: the pools' element type (float, or uint16_t for bf16).
+template <typename T>
+void Run(CpuDevice& dev, const PagedAttentionArgs& a, const std::vector<PagedSequence>& seqs) {
   const PagedKvLayer& L = a.layer;
-  const std::vector<PagedSequence> seqs = CheckedPagedSequences(a);
+  const T* kpool = static_cast<const T*>(L.k);
+  const T* vpool = static_cast<const T*>(L.v);
   const int group = seqs.empty() ? 1 : a.num_heads / L.num_kv_heads;
   const int hd = L.head_dim;
   const int bs = L.block_size;
@@ -40,12 +42,12 @@ void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& a) {
   {
     const size_t floats = (static_cast<size_t>(group) * hd + kKeyBlock + 15) / 16 * 16;  // keeps what follows aligned
     const size_t bytes =
-        floats * sizeof(float) + 2 * kKeyBlock * sizeof(const float*) + static_cast<size_t>(group) * sizeof(RowState);
+        floats * sizeof(float) + 2 * kKeyBlock * sizeof(const T*) + static_cast<size_t>(group) * sizeof(RowState);
     char* scratch = static_cast<char*>(dev.Scratch(CpuDevice::kSlotTile, omp_get_thread_num(), bytes));
     float* o = reinterpret_cast<float*>(scratch);
     float* s = o + static_cast<size_t>(group) * hd;
-    const float** krows = reinterpret_cast<const float**>(scratch + floats * sizeof(float));
-    const float** vrows = krows + kKeyBlock;
+    const T** krows = reinterpret_cast<const T**>(scratch + floats * sizeof(float));
+    const T** vrows = krows + kKeyBlock;
     RowState* states = reinterpret_cast<RowState*>(vrows + kKeyBlock);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < num_items; ++it) {
@@ -60,8 +62,8 @@ void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& a) {
         for (int j = 0; j < n; ++j) {
           const int64_t t = kb + j;
           const int64_t slot = int64_t{seq.block_table[t / bs]} * bs + t % bs;
-          krows[j] = L.k + slot * row_floats + static_cast<int64_t>(item.g) * hd;
-          vrows[j] = L.v + slot * row_floats + static_cast<int64_t>(item.g) * hd;
+          krows[j] = kpool + slot * row_floats + static_cast<int64_t>(item.g) * hd;
+          vrows[j] = vpool + slot * row_floats + static_cast<int64_t>(item.g) * hd;
         }
         for (int i = 0; i < group; ++i) {
           const float* q = a.q + q_row * a.q_row_stride + static_cast<int64_t>(h0 + i) * hd;
@@ -74,6 +76,14 @@ void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& a) {
       }
     }
   }
+}
+
+}  // namespace
+
+void PagedAttention(CpuDevice& dev, const PagedAttentionArgs& a) {
+  const std::vector<PagedSequence> seqs = CheckedPagedSequences(a);
+  if (a.layer.dtype == core::DType::kBF16) return Run<uint16_t>(dev, a, seqs);
+  Run<float>(dev, a, seqs);
 }
 
 }  // namespace iris::kernels::cpu::portable
