@@ -13,7 +13,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/model_config.h"
 #include "core/safetensors.h"
 #include "kernels/linear.h"
@@ -31,6 +33,9 @@ ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 or f32");
 ABSL_FLAG(double, min_seconds, 2.0, "time each measurement at least this long (after one warm-up)");
 ABSL_FLAG(bool, switches, true, "also measure with each technique switched off");
 ABSL_FLAG(int, rounds, 3, "alternating rounds for the technique-switch table");
+ABSL_FLAG(std::string, slice_gflop, "1,4,16",
+          "also time the resumable forward in slices of these GFLOP (as the engine interleaves it), "
+          "against the one-call forward; empty: skip");
 
 namespace {
 
@@ -285,6 +290,44 @@ int main(int argc, char** argv) {
     row("parallel q/k/v padding where a kernel needs 80->96 (one pass vs three)", pad_one, pad_three);
     std::printf("(on the CPU the attention kernel takes head_dim 80 as it is, so with the switch on no padding\n"
                 " pass runs at all; the switch-off path pads in three passes and attends at 96)\n");
+  }
+
+  // The resumable forward as the engine runs it between decode steps: Advance by a FLOP allowance
+  // until done. What slicing costs is the ratio to the one-call forward, measured alternately.
+  std::vector<double> slices;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_slice_gflop), ',', absl::SkipEmpty())) {
+    double g = 0;
+    if (absl::SimpleAtod(part, &g) && g > 0) slices.push_back(g);
+  }
+  if (!slices.empty()) {
+    std::printf("\nthe forward in slices (Begin, Advance(GFLOP) until done, Finish) against one call, alternating:\n");
+    std::printf("| input | GFLOP | slice GFLOP | slices | one call ms | sliced ms | sliced / one call |\n");
+    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (size_t i : {size_t{1}, size_t{2}}) {
+      const Prepared& p = inputs[i];
+      const double gflop = (*encoder)->CountFlops(p.grids) * 1e-9;
+      for (double g : slices) {
+        int pieces = 0;
+        auto sliced = [&] {
+          pieces = 0;
+          if (!(*encoder)->Begin(p.pixel_values, p.grids).ok()) std::abort();
+          while (!(*encoder)->done()) {
+            (void)*(*encoder)->Advance(g * 1e9);
+            ++pieces;
+          }
+          (void)*(*encoder)->Finish();
+        };
+        double whole = 0, cut = 0;
+        for (int r = 0; r < 2; ++r) {  // alternate, keep the better of each
+          const double w = encode_ms(p);
+          const double c = 1e3 * TimeIt(sliced, min_s, 20);
+          whole = r == 0 ? w : std::min(whole, w);
+          cut = r == 0 ? c : std::min(cut, c);
+        }
+        std::printf("| %s | %.0f | %g | %d | %.1f | %.1f | %.3f |\n", shapes[i].label.c_str(), gflop, g, pieces,
+                    whole, cut, cut / whole);
+      }
+    }
   }
   return 0;
 }
