@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from .metrics import Metrics, percentile_label
 
@@ -146,3 +146,81 @@ def write_plots(levels: Sequence[Level], plot_dir: str, title: str) -> List[str]
         ax.set_title(f"{label} percentiles vs concurrency\n{title}", fontsize=10)
         save(fig, f"{name}.png")
     return paths
+
+
+def write_comparison_plots(runs: Sequence[tuple], plot_dir: str) -> List[str]:
+    """Several sweeps on one set of axes (e.g. one server configuration each): runs are
+    (label, saved sweep JSON as --result-json writes it). Writes compare_throughput.png (output
+    tok/s), compare_ttft.png (mean and P99) and compare_itl.png (P50 and P99); returns the paths."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(plot_dir, exist_ok=True)
+    paths = []
+    colors = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+
+    def series(run, key):
+        levels = run["levels"]
+        return [l["max_concurrency"] for l in levels], [l["summary"].get(key) for l in levels]
+
+    def figure(name, title, ylabel, keys, log_y):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        xs_all = set()
+        for (label, run), color in zip(runs, colors):
+            for key, style, suffix in keys:
+                xs, ys = series(run, key)
+                xs_all.update(xs)
+                ax.plot(xs, ys, style, color=color, label=f"{label}{suffix}")
+        ticks = sorted(xs_all)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(x) for x in ticks])
+        ax.set_xlabel("max concurrency (requests in flight)")
+        ax.set_ylabel(ylabel)
+        if log_y:
+            ax.set_yscale("log")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        fig.tight_layout()
+        path = os.path.join(plot_dir, name)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+
+    figure("compare_throughput.png", "Output throughput vs concurrency", "output tokens per second",
+           [("output_throughput", "o-", "")], False)
+    figure("compare_ttft.png", "TTFT vs concurrency", "TTFT (ms, log scale)",
+           [("mean_ttft_ms", "o-", " mean"), ("p99_ttft_ms", "^--", " P99")], True)
+    figure("compare_itl.png", "ITL vs concurrency", "ITL (ms, log scale)",
+           [("p50_itl_ms", "o-", " P50"), ("p99_itl_ms", "^--", " P99")], True)
+    return paths
+
+
+def compare_main(argv: Optional[Sequence[str]] = None) -> int:
+    """sweep-compare LABEL=FILE.json ... --plot-dir DIR: the comparison plots, and one Markdown
+    table per sweep."""
+    import argparse
+    import json
+    p = argparse.ArgumentParser(prog="sweep-compare",
+                                description="Plot several iris-bench sweeps (--result-json files) together.")
+    p.add_argument("runs", nargs="+", metavar="LABEL=FILE.json")
+    p.add_argument("--plot-dir", required=True, metavar="DIR")
+    args = p.parse_args(argv)
+    runs = []
+    for item in args.runs:
+        label, sep, path = item.partition("=")
+        if not sep or not label or not path:
+            p.error(f"runs: expected LABEL=FILE.json, got {item!r}")
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            p.error(f"runs: cannot read {path}: {e}")
+        if not isinstance(data, dict) or not data.get("levels"):
+            p.error(f"runs: {path} is not a sweep result (no levels)")
+        runs.append((label, data))
+    for path in write_comparison_plots(runs, args.plot_dir):
+        print(path)
+    return 0

@@ -126,6 +126,46 @@ class SweepGrpcTest(NoThreadLeak, unittest.TestCase):
                              [[{"error": "RESOURCE_EXHAUSTED: queue full (fake)", "count": 1}]] * 2)
 
 
+class SweepCompareTest(unittest.TestCase):
+    """sweep-compare: several saved sweeps on one set of axes; bad inputs refused naming them."""
+
+    @staticmethod
+    def saved(levels):
+        return {"config": {}, "levels": [
+            {"max_concurrency": c, "requests": 4, "success_rate": 1.0, "errors": {},
+             "summary": {"output_throughput": tok, "mean_ttft_ms": 100.0 * c, "p99_ttft_ms": 150.0 * c,
+                         "p50_itl_ms": 30.0, "p99_itl_ms": itl}} for c, tok, itl in levels]}
+
+    def test_plots_and_refusals(self):
+        compare = os.path.join(os.path.dirname(IRIS_BENCH), "sweep-compare")
+        with tempfile.TemporaryDirectory() as tmp:
+            a, b = os.path.join(tmp, "a.json"), os.path.join(tmp, "b.json")
+            with open(a, "w") as f:
+                json.dump(self.saved([(1, 10.0, 40.0), (2, 18.0, 60.0)]), f)
+            with open(b, "w") as f:
+                json.dump(self.saved([(1, 11.0, 900.0), (2, 19.0, 4000.0), (4, 20.0, 5000.0)]), f)
+            out = os.path.join(tmp, "plots")
+            r = subprocess.run([compare, f"on={a}", f"off={b}", "--plot-dir", out], capture_output=True,
+                               text=True, timeout=120, env=bench_env())
+            self.assertEqual(r.returncode, 0, r.stderr)
+            names = sorted(os.listdir(out))
+            self.assertEqual(names, ["compare_itl.png", "compare_throughput.png", "compare_ttft.png"])
+            for name in names:
+                with open(os.path.join(out, name), "rb") as f:
+                    self.assertEqual(f.read(8), PNG_MAGIC, name)
+                self.assertGreater(os.path.getsize(os.path.join(out, name)), 5000, name)
+            r = subprocess.run([compare, a, "--plot-dir", out], capture_output=True, text=True, timeout=60,
+                               env=bench_env())
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("expected LABEL=FILE.json", r.stderr)
+            with open(a, "w") as f:
+                json.dump({"levels": []}, f)
+            r = subprocess.run([compare, f"x={a}", "--plot-dir", out], capture_output=True, text=True, timeout=60,
+                               env=bench_env())
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("is not a sweep result", r.stderr)
+
+
 class SweepOpenAITest(NoThreadLeak, unittest.TestCase):
     def test_openai_levels(self):
         with FakeOpenAIServer(chunk_gap_s=0.002) as srv:
