@@ -90,7 +90,7 @@ void StepRunner::GatherPixels(const std::vector<ImageToEncode>& images, Tensor* 
 }
 
 void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
-  absl::flat_hash_map<std::string, std::shared_ptr<const Tensor>> fresh;
+  Embeddings fresh;
   absl::Status status;
   if (!plan.images.empty()) {
     const absl::Time t0 = absl::Now();
@@ -102,11 +102,7 @@ void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
       int64_t row = 0;
       for (const ImageToEncode& im : plan.images) {
         const PromptImage& p = AsRequest(im.source).req.prompt.images[im.index];
-        const int64_t n = p.pad_end - p.pad_begin;
-        auto emb = std::make_shared<const Tensor>(out->Rows(row, row + n).Clone());
-        row += n;
-        encoder_cache_->Insert(im.content_hash, emb);
-        fresh[im.content_hash] = std::move(emb);
+        row = StoreEmbeddings(*out, row, p.pad_end - p.pad_begin, im.content_hash, fresh);
       }
     } else {
       status = out.status();
@@ -120,9 +116,37 @@ void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
   result.encoder_cache_hits -= result.encoder_cache_misses;
 }
 
+int64_t StepRunner::StoreEmbeddings(const Tensor& out, int64_t row, int64_t n, const std::string& content_hash,
+                                    Embeddings& fresh) {
+  auto emb = std::make_shared<const Tensor>(out.Rows(row, row + n).Clone());
+  encoder_cache_->Insert(content_hash, emb);
+  fresh[content_hash] = std::move(emb);
+  return row + n;
+}
+
+StepRunner::Attached StepRunner::AttachImages(RequestState& s, const Embeddings& fresh) {
+  Attached a;
+  s.image_embeds.resize(s.images.size());
+  for (size_t j = 0; j < s.images.size(); ++j) {
+    SequenceImage& im = s.images[j];
+    if (!s.needs_image(im)) continue;
+    ++a.needed;
+    if (auto f = fresh.find(im.content_hash); f != fresh.end()) {
+      s.image_embeds[j] = f->second;
+      a.from_fresh = true;
+    } else if (auto cached = encoder_cache_->Lookup(im.content_hash)) {
+      s.image_embeds[j] = std::move(cached);
+    } else {
+      continue;
+    }
+    im.attached = true;
+    ++a.attached;
+  }
+  return a;
+}
+
 void StepRunner::AttachAdmitted(const StepPlan& plan,
-                                const absl::flat_hash_map<std::string, std::shared_ptr<const Tensor>>& fresh,
-                                double encode_ms, const absl::Status& status, StepResult& result) {
+                                const Embeddings& fresh, double encode_ms, const absl::Status& status, StepResult& result) {
   const absl::Time start = absl::Now();
   // Each admitted sequence takes the embeddings it needs from this batch or from the cache (an
   // image inside its cached prefix has no rows to compute and needs none).
@@ -130,25 +154,10 @@ void StepRunner::AttachAdmitted(const StepPlan& plan,
     RequestState& s = AsRequest(seq);
     if (s.first_scheduled == absl::InfinitePast()) s.first_scheduled = start;  // queue time ends here
     if (!s.needs_images()) continue;
-    s.image_embeds.resize(s.images.size());
-    bool in_batch = false, missing = false;
-    for (size_t j = 0; j < s.images.size() && !missing; ++j) {
-      SequenceImage& im = s.images[j];
-      if (!s.needs_image(im)) continue;
-      ++result.encoder_cache_hits;
-      if (auto f = fresh.find(im.content_hash); f != fresh.end()) {
-        s.image_embeds[j] = f->second;
-        in_batch = true;
-      } else if (auto cached = encoder_cache_->Lookup(im.content_hash)) {
-        s.image_embeds[j] = std::move(cached);
-      } else {
-        missing = true;
-        continue;
-      }
-      im.attached = true;
-    }
-    if (in_batch) s.encode_ms += encode_ms;
-    if (missing) {
+    const Attached a = AttachImages(s, fresh);
+    result.encoder_cache_hits += a.needed;
+    if (a.from_fresh) s.encode_ms += encode_ms;
+    if (a.attached < a.needed) {
       result.image_errors[seq] = status.ok() ? absl::InternalError("image embeddings missing after encoding") : status;
     }
   }
@@ -200,19 +209,14 @@ void StepRunner::EndJob(const absl::Status& status, StepResult& result) {
   std::unique_ptr<EncodeJob> job = std::move(job_);
   result.encode_job_ended = true;
   absl::Status failed = status;
-  absl::flat_hash_map<std::string, std::shared_ptr<const Tensor>> fresh;
+  Embeddings fresh;
   if (failed.ok()) {
     const absl::Time t0 = absl::Now();
     absl::StatusOr<Tensor> out = model_->encoder->Finish();
     job->ms += absl::ToDoubleMilliseconds(absl::Now() - t0);
     if (out.ok()) {
       int64_t row = 0;
-      for (const EncodeJob::Image& im : job->images) {
-        auto emb = std::make_shared<const Tensor>(out->Rows(row, row + im.rows).Clone());
-        row += im.rows;
-        encoder_cache_->Insert(im.content_hash, emb);
-        fresh[im.content_hash] = std::move(emb);
-      }
+      for (const EncodeJob::Image& im : job->images) row = StoreEmbeddings(*out, row, im.rows, im.content_hash, fresh);
       result.images_encoded = static_cast<int64_t>(job->images.size());
       result.encode_ms = job->ms;
     } else {
@@ -238,20 +242,7 @@ void StepRunner::EndJob(const absl::Status& status, StepResult& result) {
     // Each image it needs, from this job or the cache; one evicted meanwhile stays unattached and
     // the scheduler plans it again.
     RequestState& s = AsRequest(seq);
-    s.image_embeds.resize(s.images.size());
-    for (size_t j = 0; j < s.images.size(); ++j) {
-      SequenceImage& im = s.images[j];
-      if (!s.needs_image(im)) continue;
-      if (auto f = fresh.find(im.content_hash); f != fresh.end()) {
-        s.image_embeds[j] = f->second;
-      } else if (auto cached = encoder_cache_->Lookup(im.content_hash)) {
-        s.image_embeds[j] = std::move(cached);
-      } else {
-        continue;
-      }
-      im.attached = true;
-      ++attached;
-    }
+    attached += AttachImages(s, fresh).attached;
     s.encode_ms += job->ms;
   }
   if (failed.ok()) result.encoder_cache_hits += std::max<int64_t>(0, attached - result.images_encoded);

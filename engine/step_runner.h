@@ -26,6 +26,8 @@
 
 namespace iris::engine {
 
+struct RequestState;
+
 struct StepResult {
   // Admitted sequences left without their image embeddings (the encoder failed), with why. They
   // are not in the decoder forward.
@@ -67,10 +69,26 @@ class StepRunner {
 
  private:
   struct EncodeJob;
+  // Embeddings made by this step's encoder work, by content hash.
+  using Embeddings = absl::flat_hash_map<std::string, std::shared_ptr<const core::Tensor>>;
+  // What AttachImages did: images the sequence still needed, those it got, whether any came fresh.
+  struct Attached {
+    int64_t needed = 0;
+    int64_t attached = 0;
+    bool from_fresh = false;
+  };
+
   void EncodeImages(const StepPlan& plan, StepResult& result);
+  // Rows [row, row + n) of an encoder output as one image's embeddings, into the encoder cache and
+  // `fresh`; returns row + n.
+  int64_t StoreEmbeddings(const core::Tensor& out, int64_t row, int64_t n, const std::string& content_hash,
+                          Embeddings& fresh);
+  // Gives `s` the embeddings of each image it still needs, from `fresh` or the cache; an image in
+  // neither stays unattached.
+  Attached AttachImages(RequestState& s, const Embeddings& fresh);
   // Admitted sequences take their embeddings from `fresh` (this step's forward) or the cache.
-  void AttachAdmitted(const StepPlan& plan, const absl::flat_hash_map<std::string, std::shared_ptr<const core::Tensor>>& fresh,
-                      double encode_ms, const absl::Status& status, StepResult& result);
+  void AttachAdmitted(const StepPlan& plan, const Embeddings& fresh, double encode_ms, const absl::Status& status,
+                      StepResult& result);
   // Interleaved encoding: start the plan's job, advance the one in flight, end it.
   void StartJob(const StepPlan& plan, StepResult& result);
   void AdvanceJob(double encoder_flops, StepResult& result);
