@@ -259,7 +259,9 @@ TEST(VisionEncoderProperties, ResumableForwardIsBitIdentical) {
         EXPECT_EQ(m->encoder->remaining_flops(), 0);
         // At a FLOP of allowance every call runs one piece: 64 rows of a stage (or one pad).
         const int64_t granules = in.pixel_values.dim(0) / 64;
-        if (parts >= 1e12) EXPECT_GE(calls, m->config.vision.depth * 2 * granules);
+        if (parts >= 1e12) {
+          EXPECT_GE(calls, m->config.vision.depth * 2 * granules);
+        }
         auto out = m->encoder->Finish();
         ASSERT_TRUE(out.ok()) << out.status();
         EXPECT_FALSE(m->encoder->in_progress());

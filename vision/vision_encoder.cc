@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -334,9 +335,9 @@ void VisionEncoder::Abandon() { run_.reset(); }
 
 bool VisionEncoder::done() const { return run_ != nullptr && run_->stage == Stage::kDone; }
 
-int64_t VisionEncoder::StageRows() const {
+int64_t VisionEncoder::StageRows(Stage s) const {
   const int unit = config_.spatial_merge_size * config_.spatial_merge_size;
-  switch (run_->stage) {
+  switch (s) {
     case Stage::kPad: return 1;  // one piece
     case Stage::kMerger: return run_->n / unit;
     case Stage::kDone: return 0;
@@ -344,66 +345,52 @@ int64_t VisionEncoder::StageRows() const {
   }
 }
 
-double VisionEncoder::StageFlopsPerRow() const {
+double VisionEncoder::StageFlopsPerRow(Stage s, int l) const {
   const double hv = config_.hidden_size, ip = static_cast<double>(padded_intermediate_);
   const double patch_dim = double{1.0} * config_.in_channels * config_.temporal_patch_size *
                            config_.patch_size * config_.patch_size;
   const double unit = config_.spatial_merge_size * config_.spatial_merge_size;
-  switch (run_->stage) {
+  switch (s) {
     case Stage::kEmbed: return 2 * patch_dim * hv;
     case Stage::kQkv: return 2 * hv * 3 * hv;
     case Stage::kPad: return 0;
     case Stage::kAttend:
       return 2 * hv * hv + 2 * hv * 2 * ip + 2 * ip * hv +
-             run_->attention_flops_per_row[config_.IsFullAttention(run_->l) ? 1 : 0];
+             run_->attention_flops_per_row[config_.IsFullAttention(l) ? 1 : 0];
     case Stage::kMerger: return 2 * (unit * hv) * (unit * hv) + 2 * (unit * hv) * config_.out_hidden_size;
     case Stage::kDone: return 0;
   }
   return 0;
 }
 
+std::pair<VisionEncoder::Stage, int> VisionEncoder::Following(Stage s, int l) const {
+  const bool padding = ResolveQkvPadding(options_, config_.head_dim()) != QkvPadding::kNone;
+  switch (s) {
+    case Stage::kEmbed: return {Stage::kQkv, 0};
+    case Stage::kQkv: return {padding ? Stage::kPad : Stage::kAttend, l};
+    case Stage::kPad: return {Stage::kAttend, l};
+    case Stage::kAttend: return l + 1 < config_.depth ? std::pair{Stage::kQkv, l + 1} : std::pair{Stage::kMerger, l};
+    case Stage::kMerger:
+    case Stage::kDone: return {Stage::kDone, l};
+  }
+  return {Stage::kDone, l};
+}
+
 double VisionEncoder::remaining_flops() const {
-  if (run_ == nullptr || run_->stage == Stage::kDone) return 0;
-  const double hv = config_.hidden_size, ip = static_cast<double>(padded_intermediate_);
-  const double n = static_cast<double>(run_->n);
-  const double unit = config_.spatial_merge_size * config_.spatial_merge_size;
-  const double qkv = 2 * hv * 3 * hv, mlp = 2 * hv * hv + 4 * hv * ip + 2 * ip * hv;
-  auto attend = [&](int l) { return mlp + run_->attention_flops_per_row[config_.IsFullAttention(l) ? 1 : 0]; };
+  if (run_ == nullptr) return 0;
   // The current stage's rest, then every later stage whole.
-  double left = StageFlopsPerRow() * static_cast<double>(StageRows() - run_->row);
-  const Stage s = run_->stage;
-  if (s == Stage::kEmbed) left += n * (qkv + attend(0));
-  if (s == Stage::kQkv || s == Stage::kPad) left += n * attend(run_->l);
-  const int first_whole = s == Stage::kEmbed ? 1 : (s == Stage::kMerger ? config_.depth : run_->l + 1);
-  for (int l = first_whole; l < config_.depth; ++l) left += n * (qkv + attend(l));
-  if (s != Stage::kMerger) {
-    left += n / unit * (2 * (unit * hv) * (unit * hv) + 2 * (unit * hv) * config_.out_hidden_size);
+  double left = StageFlopsPerRow(run_->stage, run_->l) * static_cast<double>(StageRows(run_->stage) - run_->row);
+  for (auto [s, l] = Following(run_->stage, run_->l); s != Stage::kDone; std::tie(s, l) = Following(s, l)) {
+    left += StageFlopsPerRow(s, l) * static_cast<double>(StageRows(s));
   }
   return left;
 }
 
 absl::Status VisionEncoder::NextStage() {
   Run& r = *run_;
+  if (r.stage == Stage::kAttend && observer_) observer_(r.l, act_->hidden.data<float>(), r.n);
+  std::tie(r.stage, r.l) = Following(r.stage, r.l);
   r.row = 0;
-  const bool padding = ResolveQkvPadding(options_, config_.head_dim()) != QkvPadding::kNone;
-  switch (r.stage) {
-    case Stage::kEmbed:
-      r.stage = Stage::kQkv;
-      r.l = 0;
-      break;
-    case Stage::kQkv: r.stage = padding ? Stage::kPad : Stage::kAttend; break;
-    case Stage::kPad: r.stage = Stage::kAttend; break;
-    case Stage::kAttend:
-      if (observer_) observer_(r.l, act_->hidden.data<float>(), r.n);
-      if (++r.l < config_.depth) {
-        r.stage = Stage::kQkv;
-      } else {
-        r.stage = Stage::kMerger;
-      }
-      break;
-    case Stage::kMerger: r.stage = Stage::kDone; break;
-    case Stage::kDone: break;
-  }
   if (r.stage == Stage::kQkv && !options_.techniques.cached_cu_seqlens && r.l > 0) {
     // The technique off: the plan built and mirrored again for this layer.
     IRIS_ASSIGN_OR_RETURN(std::shared_ptr<const EncoderPlan> host, BuildEncoderPlan(config_, r.grids));
@@ -493,12 +480,12 @@ absl::StatusOr<double> VisionEncoder::Advance(double max_flops) {
   double ran = 0;
   bool first = true;
   while (run_->stage != Stage::kDone) {
-    const int64_t left = StageRows() - run_->row;
+    const int64_t left = StageRows(run_->stage) - run_->row;
     if (left <= 0) {
       IRIS_RETURN_IF_ERROR(NextStage());
       continue;
     }
-    const double per_row = StageFlopsPerRow();
+    const double per_row = StageFlopsPerRow(run_->stage, run_->l);
     int64_t rows = left;
     if (per_row > 0 && ran + per_row * static_cast<double>(left) > max_flops) {
       const double fit = std::max(0.0, (max_flops - ran) / per_row);
@@ -513,7 +500,7 @@ absl::StatusOr<double> VisionEncoder::Advance(double max_flops) {
     run_->row += rows;
     ran += per_row * static_cast<double>(rows);
     first = false;
-    if (run_->row == StageRows()) IRIS_RETURN_IF_ERROR(NextStage());
+    if (run_->row == StageRows(run_->stage)) IRIS_RETURN_IF_ERROR(NextStage());
   }
   return ran;
 }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -126,9 +127,11 @@ class VisionEncoder {
   // Attention for query rows [r0, r1) of the forward's n rows, written to the attn buffer.
   void Attention(const DevicePlan& plan, bool full, int64_t n, int64_t r0, int64_t r1);
   void PadAll(int64_t n);
-  // Rows of the current stage, its FLOPs per row, and running rows [r0, r1) of it.
-  int64_t StageRows() const;
-  double StageFlopsPerRow() const;
+  // A stage's rows and FLOPs per row (stage s of block l); running rows [r0, r1) of the current one.
+  int64_t StageRows(Stage s) const;
+  double StageFlopsPerRow(Stage s, int l) const;
+  // The stage after stage `s` of block `l`, and its block.
+  std::pair<Stage, int> Following(Stage s, int l) const;
   absl::Status RunPiece(int64_t r0, int64_t r1);
   absl::Status NextStage();
 
