@@ -190,6 +190,16 @@ TEST_P(Vision3bEncoder, MatchesEveryGoldenCase) {
 INSTANTIATE_TEST_SUITE_P(Compute, Vision3bEncoder, ::testing::Values(ComputeType::kF32, ComputeType::kBF16),
                          [](const auto& info) { return info.param == ComputeType::kF32 ? "f32" : "bf16"; });
 
+// Configuration `off` of four: 0, 1, 2 switch off one technique each (fused rotary, parallel
+// q/k/v padding, cached cu_seqlens), 3 all three.
+EncoderTechniques TechniqueConfiguration(int off) {
+  EncoderTechniques t;
+  t.fused_rotary = off != 0 && off != 3;
+  t.parallel_qkv_padding = off != 1 && off != 3;
+  t.cached_cu_seqlens = off != 2 && off != 3;
+  return t;
+}
+
 // Several images in one varlen forward give each image's rows exactly as encoding it alone
 // (images never attend to each other), and every technique switch leaves the output unchanged.
 TEST(VisionEncoderProperties, BatchedEqualsSequentialAndSwitchesAgree) {
@@ -213,11 +223,7 @@ TEST(VisionEncoderProperties, BatchedEqualsSequentialAndSwitchesAgree) {
   EXPECT_EQ(row, batched->dim(0));
 
   for (int off = 0; off < 4; ++off) {
-    EncoderTechniques t;
-    t.fused_rotary = off != 0 && off != 3;
-    t.parallel_qkv_padding = off != 1 && off != 3;
-    t.cached_cu_seqlens = off != 2 && off != 3;
-    m->encoder->set_techniques(t);
+    m->encoder->set_techniques(TechniqueConfiguration(off));
     auto out = m->encoder->Forward(all.pixel_values, all.grids);
     ASSERT_TRUE(out.ok());
     EXPECT_LT(testing::MaxAbsDiff(out->data<float>(), batched->data<float>(), out->numel()), 1e-5)
@@ -234,11 +240,7 @@ TEST(VisionEncoderProperties, ResumableForwardIsBitIdentical) {
     ASSERT_NE(m, nullptr);
     Inputs in = Prepare({"images/jpeg444_q90_640x480.jpg", "images/rgb_300x200.png"}, m->pp);
     for (int off = 0; off < 4; ++off) {
-      EncoderTechniques t;
-      t.fused_rotary = off != 0 && off != 3;
-      t.parallel_qkv_padding = off != 1 && off != 3;
-      t.cached_cu_seqlens = off != 2 && off != 3;
-      m->encoder->set_techniques(t);
+      m->encoder->set_techniques(TechniqueConfiguration(off));
       auto whole = m->encoder->Forward(in.pixel_values, in.grids);
       ASSERT_TRUE(whole.ok()) << whole.status();
       for (const double parts : {1e12, 7.0, 1.0}) {
