@@ -88,13 +88,17 @@ class GrpcFakeTest(NoThreadLeak, unittest.TestCase):
             values = report_values(r.stdout)
             self.assertEqual(values["Successful requests:"], "2")   # every line by default
             self.assertEqual(values["Total generated tokens:"], "5")
-            warm, measured = srv.requests[:2], srv.requests[2:]
+            warm = srv.requests[:2]
+            # the measured requests run concurrently: they may reach the server in either order
+            measured = {q.messages[0].content[-1].text: q for q in srv.requests[2:]}
+            self.assertEqual(sorted(measured), ["Say hi.", "What colour?"])
+            with open(os.path.join(tmp, "red.png"), "rb") as f:
+                red_png = f.read()
             for q in warm:  # warmups: the first line's prompt, an image of their own
                 self.assertEqual(q.messages[0].content[-1].text, "What colour?")
-                self.assertNotEqual(q.messages[0].content[0].image.data, measured[0].messages[0].content[0].image.data)
-            with open(os.path.join(tmp, "red.png"), "rb") as f:
-                self.assertEqual(measured[0].messages[0].content[0].image.data, f.read())
-            self.assertEqual([p.WhichOneof("kind") for p in measured[1].messages[0].content], ["text"])
+                self.assertNotEqual(q.messages[0].content[0].image.data, red_png)
+            self.assertEqual(measured["What colour?"].messages[0].content[0].image.data, red_png)
+            self.assertEqual([p.WhichOneof("kind") for p in measured["Say hi."].messages[0].content], ["text"])
             # a bad line stops the run before anything is sent, naming line and field
             with open(path, "a") as f:
                 f.write(json.dumps({"prompt": "x", "output_len": -1}) + "\n")
