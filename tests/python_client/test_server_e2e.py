@@ -627,8 +627,23 @@ class QueueTest(ServerTestCase):
         self.assertEqual(info.limits.max_model_len, 64)
         self.assertEqual(info.max_num_seqs, 1)
 
+    def test_prompt_plus_max_tokens_over_max_model_len(self):
+        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, "max_model_len", "64",
+                            text="Hello there", max_tokens=60)
+        reply = self.client.generate(text="Hello there", max_tokens=10, ignore_eos=True)
+        self.assertEqual(reply.usage.completion_tokens, 10)
+        self.assertLessEqual(reply.usage.prompt_tokens + reply.usage.completion_tokens, 64)
+
+
+class QueueFullTest(ServerTestCase):
+    """--max-queue 1 with one sequence slot: a third request is refused while one runs and one waits.
+    The running request is long (4,000 tokens, cancelled by the test) so that it cannot finish —
+    and free the slot — while the test looks at the queue (a 40-token one did, under load)."""
+
+    server_args = ("--max-num-seqs", "1", "--max-queue", "1", "--max-model-len", "4096")
+
     def test_queue_full(self):
-        running = self.client.generate(text="one", stream=True, max_tokens=40, ignore_eos=True)
+        running = self.client.generate(text="one", stream=True, max_tokens=4000, ignore_eos=True)
         next(running)
         waiting = self.client.generate(text="two", stream=True, max_tokens=40, ignore_eos=True)
         deadline = time.monotonic() + 10
@@ -645,13 +660,6 @@ class QueueTest(ServerTestCase):
         self.assertIdle()
         self.assertEqual(self.client.generate(text="four", max_tokens=2).usage.completion_tokens,
                          2)
-
-    def test_prompt_plus_max_tokens_over_max_model_len(self):
-        self.assertRpcError(grpc.StatusCode.INVALID_ARGUMENT, "max_model_len", "64",
-                            text="Hello there", max_tokens=60)
-        reply = self.client.generate(text="Hello there", max_tokens=10, ignore_eos=True)
-        self.assertEqual(reply.usage.completion_tokens, 10)
-        self.assertLessEqual(reply.usage.prompt_tokens + reply.usage.completion_tokens, 64)
 
 
 class AuthTest(ServerTestCase):
