@@ -20,6 +20,7 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   grpc-proto python3-grpcio python3-protobuf python3-numpy python3-pil openssl
   python3-matplotlib  # iris-bench sweep plots (Agg backend, no display needed)
+  haproxy  # the load-balancer test (deploy/haproxy/iris-grpc.cfg)
 )
 # .ci/run's extra stages: clang with libFuzzer and the sanitizer runtimes, OpenMP for clang,
 # llvm-symbolizer for readable sanitizer reports; debootstrap and rsync for the fresh root;
