@@ -169,11 +169,15 @@ class LoadBalancerTest(unittest.TestCase):
         self.assertEqual(len(records), N)
         failed = [r for r in records if not r["success"]]
         ok = [r for r in records if r["success"]]
-        # The streams open on replica1 when it died fail, as UNAVAILABLE; only they fail.
+        # The streams open on replica1 when it died fail, and only they. Through the proxy the
+        # client sees the lost backend as UNAVAILABLE, or as "UNKNOWN: Stream removed" when
+        # HAProxy resets a stream whose response headers it had already passed on (seen in about
+        # one run in ten); both are the transport failing, never a status from a replica.
         self.assertGreaterEqual(len(failed), 1, out)
         self.assertLessEqual(len(failed), CONCURRENCY)
         for r in failed:
-            self.assertTrue(r["error"].startswith("UNAVAILABLE"), r["error"])
+            self.assertTrue(r["error"].startswith("UNAVAILABLE") or r["error"] == "UNKNOWN: Stream removed",
+                            r["error"])
         for r in ok:
             self.assertEqual(r["output_tokens"], OUT_LEN, r)
         self.assertIn(f"Failed requests:                         {len(failed)}", out)
