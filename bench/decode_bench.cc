@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_machine.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -55,24 +56,6 @@ using namespace iris;
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
-
-std::string CpuName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
-}
-
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  double a = 0, b = 0, c = 0;
-  in >> a >> b >> c;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f %.2f %.2f", a, b, c);
-  return buf;
-}
 
 std::vector<int> ParseInts(const std::string& list, const char* flag) {
   std::vector<int> out;
@@ -236,7 +219,7 @@ int main(int argc, char** argv) {
 
   const int threads = omp_get_max_threads();
   std::printf("machine: %s, %d OpenMP threads (%u hardware threads); load average at start %s\n",
-              CpuName().c_str(), threads, std::thread::hardware_concurrency(), LoadAverage().c_str());
+              iris::bench::CpuName().c_str(), threads, std::thread::hardware_concurrency(), iris::bench::LoadAverage().c_str());
   std::printf("device: %s\n", dev.Describe().c_str());
   std::printf("model: %s (text: %d layers, hidden %d, %d heads / %d kv heads x %d, intermediate %d, vocab %lld), "
               "compute %s, KV pages %s, loaded in %.1f s\n",
@@ -297,7 +280,7 @@ int main(int argc, char** argv) {
     }
     prompt_peak = std::max(prompt_peak, measure_peak());
   }
-  std::printf("prefill (load average %s):\n", LoadAverage().c_str());
+  std::printf("prefill (load average %s):\n", iris::bench::LoadAverage().c_str());
   std::printf("| prefill | tokens | steps | ms/step | tokens/s | matmul TFLOP/s | matmul peak TFLOP/s | of peak |\n");
   std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::printf("| cache fill, chunks of %d | %lld | %lld | %.1f | %.0f | %.2f | | |\n", chunk,
@@ -323,7 +306,7 @@ int main(int argc, char** argv) {
   };
   std::vector<DecodeRow> decode_rows;
   std::vector<double> step_ms;  // median ms/step per entry of `batches`
-  const std::string decode_load = LoadAverage();
+  const std::string decode_load = iris::bench::LoadAverage();
   std::fprintf(stderr, "decode_bench: decode steps...\n");
   for (int b : batches) {
     std::vector<llm::BlockTable*> tp;
@@ -376,7 +359,7 @@ int main(int argc, char** argv) {
     int per_step;
   };
   std::vector<std::vector<LinearRow>> linear_rows(batches.size());
-  const std::string linear_load = LoadAverage();
+  const std::string linear_load = iris::bench::LoadAverage();
   if (absl::GetFlag(FLAGS_linears)) {
     std::fprintf(stderr, "decode_bench: Linear alone...\n");
     const std::vector<float> x = RandomEmbeddings(max_batch, std::max<int64_t>(h, tc.intermediate_size), 3);
@@ -453,7 +436,7 @@ int main(int argc, char** argv) {
   }
   if (!kv_contexts.empty()) {
     std::fprintf(stderr, "decode_bench: bf16 vs f32 KV pages...\n");
-    const std::string kv_load = LoadAverage();
+    const std::string kv_load = iris::bench::LoadAverage();
     std::vector<KvCompareRow> rows;
     for (int c : kv_contexts) rows.push_back(CompareKvDTypes(dev, dec, max_batch, c, steps, kWarmup));
     std::printf("\nbf16 vs f32 KV pages: decode at batch %d, compute %s (load average %s; median of %d steps of "
@@ -471,6 +454,6 @@ int main(int argc, char** argv) {
                   max_batch / r.bf16_s, kv_mb / 2, r.f32_s / r.bf16_s, r.f32_best_s / r.bf16_best_s);
     }
   }
-  std::printf("\nload average at the end: %s\n", LoadAverage().c_str());
+  std::printf("\nload average at the end: %s\n", iris::bench::LoadAverage().c_str());
   return 0;
 }

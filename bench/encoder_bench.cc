@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_machine.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -59,15 +60,6 @@ double TimeIt(Fn&& fn, double min_seconds, int max_runs = 50) {
   return runs[runs.size() / 2];
 }
 
-std::string CpuName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
-}
-
 struct Source {
   std::string label;
   std::string file;  // decoded from this file, or:
@@ -114,7 +106,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::printf("machine: %s, %u hardware threads\n", CpuName().c_str(), std::thread::hardware_concurrency());
+  std::printf("machine: %s, %u hardware threads\n", iris::bench::CpuName().c_str(), std::thread::hardware_concurrency());
   std::printf("device: %s\n", dev.Describe().c_str());
   std::printf("model: %s (vision depth %d, hidden %d, heads %d x %d), compute %s\n", dir.c_str(),
               config->vision.depth, config->vision.hidden_size, config->vision.num_heads,

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_machine.h"
 #include "core/tensor.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/cpu_device.h"
@@ -68,15 +69,6 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   std::vector<float> v(n);
   for (auto& x : v) x = dist(rng);
   return v;
-}
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
 }
 
 bool Enabled(const std::string& filter, const char* name) {
@@ -452,7 +444,7 @@ int main(int argc, char** argv) {
   }
   std::printf("%s\n", dev.Describe().c_str());
   const dnnl_version_t* v = dnnl_version();
-  std::printf("machine: %s, %d OpenMP threads, oneDNN %d.%d.%d (cpu isa: %s)\n", CpuModel().c_str(),
+  std::printf("machine: %s, %d OpenMP threads, oneDNN %d.%d.%d (cpu isa: %s)\n", iris::bench::CpuName().c_str(),
               omp_get_max_threads(), v->major, v->minor, v->patch,
               dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_bf16  ? "avx512_core_bf16"
               : dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx ? "avx512_core_amx"

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_machine.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
@@ -42,15 +43,6 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-std::string CpuName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
 }
 
 engine::ChatInputPart Text(std::string s) {
@@ -100,7 +92,7 @@ int main(int argc, char** argv) {
   const std::string image = ReadFile(absl::GetFlag(FLAGS_image));
   std::unique_ptr<engine::Engine> engines[2] = {MakeEngine(true), MakeEngine(false)};
   std::printf("prefix_cache_bench: %s (%s), CPU %s\n", absl::GetFlag(FLAGS_model).c_str(),
-              absl::GetFlag(FLAGS_dtype).c_str(), CpuName().c_str());
+              absl::GetFlag(FLAGS_dtype).c_str(), iris::bench::CpuName().c_str());
   std::printf("%-6s %-8s %14s %14s %16s %12s\n", "round", "caching", "turn-2 prompt", "cached tokens",
               "turn-2 TTFT ms", "turn-1 TTFT");
   std::vector<double> ttft[2];

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_machine.h"
 #include "core/model_config.h"
 #include "core/tensor.h"
 #include "vision/image_decode.h"
@@ -27,18 +28,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string CpuModel() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "unknown CPU";
-}
 
 struct Timing {
   double median_ms;
@@ -85,7 +74,7 @@ int main(int argc, char** argv) {
 
   std::printf("preprocess_bench: %s, %u hardware threads, %d workers (OMP_NUM_THREADS); median of %d "
               "runs; max_pixels %lld\n",
-              CpuModel().c_str(), std::thread::hardware_concurrency(),
+              iris::bench::CpuName().c_str(), std::thread::hardware_concurrency(),
               iris::core::ParallelWorkers(), runs,
               static_cast<long long>(config.max_pixels));
 
