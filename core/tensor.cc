@@ -5,6 +5,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/bf16.h"
 
@@ -99,6 +100,7 @@ Tensor Tensor::ToF32() const {
   return out;
 }
 
-std::string Tensor::ShapeString() const { return "[" + absl::StrJoin(shape_, ", ") + "]"; }
+// StrCat, not "[" + ... + "]": GCC 12 warns falsely (-Wrestrict) on the inlined operator+.
+std::string Tensor::ShapeString() const { return absl::StrCat("[", absl::StrJoin(shape_, ", "), "]"); }
 
 }  // namespace iris::core
