@@ -3,6 +3,8 @@
 // whole file's), the chat template's default system prompt, prompt ids and 1-D positions, prompt
 // logits (f32 and bf16), greedy tokens, a teacher-forced continuation through the paged cache, and
 // the engine's batched == sequential property on this family. Images are refused naming the part.
+// Qwen2-VL (tiny-qwen2-vl): prompt ids, M-RoPE positions, logits and greedy tokens of the whole
+// model, and batched == sequential with images.
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -327,65 +329,162 @@ TEST(Qwen2TextGolden, ForcedContinuationArgmax) {
   }
 }
 
-// --- The engine: concurrent requests give what each gives alone ---
+// --- The engine: concurrent requests give what each gives alone, on each new family ---
 
-TEST(Qwen2TextEngine, BatchedEqualsSequential) {
+struct Spec {
+  std::string text;
+  std::string image;  // a tests/data/images file, or none (text-only models get none)
+  int64_t max_tokens;
+};
+
+void ExpectBatchedEqualsSequential(const std::string& name, const std::vector<Spec>& specs) {
+  SCOPED_TRACE(name);
+  auto make = [&](engine::Engine& eng, int i) {
+    std::vector<engine::ChatInputPart> parts;
+    if (!specs[i].image.empty()) {
+      engine::ChatInputPart image;
+      image.kind = engine::ChatInputPart::Kind::kImage;
+      image.image_bytes = ReadFile(testing::DataPath("images/" + specs[i].image));
+      parts.push_back(image);
+    }
+    engine::ChatInputPart text;
+    text.text = specs[i].text;
+    parts.push_back(text);
+    auto prompt = engine::BuildPrompt(eng.model(), {{"user", parts}});
+    EXPECT_TRUE(prompt.ok()) << prompt.status();
+    engine::Request r;
+    r.id = absl::StrCat("r", i);
+    r.prompt = std::move(*prompt);
+    r.sampling.max_tokens = specs[i].max_tokens;
+    r.sampling.ignore_eos = true;
+    return r;
+  };
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto eng = MakeEngine(name, kernels::ComputeType::kF32);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      auto out = engine::GenerateBlocking(*eng, make(*eng, static_cast<int>(i)));
+      ASSERT_TRUE(out.ok()) << out.status();
+      ASSERT_EQ(static_cast<int64_t>(out->token_ids.size()), specs[i].max_tokens);
+      alone.push_back(out->token_ids);
+    }
+  }
+  engine::EngineOptions o;
+  o.max_num_batched_tokens = 128;  // the long prompts are prefilled in chunks beside decodes
+  auto eng = MakeEngine(name, kernels::ComputeType::kF32, o);
+  absl::Mutex mu;
+  std::vector<std::vector<int32_t>> got(specs.size());
+  int finished = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    engine::Request r = make(*eng, static_cast<int>(i));
+    r.on_output = [&, i](engine::RequestOutput out) {
+      absl::MutexLock lock(&mu);
+      got[i].insert(got[i].end(), out.token_ids.begin(), out.token_ids.end());
+      if (out.finished) ++finished;
+    };
+    ASSERT_TRUE(eng->Submit(std::move(r)).ok());
+  }
+  {
+    absl::MutexLock lock(&mu);
+    std::pair<int*, int> all{&finished, static_cast<int>(specs.size())};
+    mu.Await(absl::Condition(+[](std::pair<int*, int>* f) { return *f->first == f->second; }, &all));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(got[i], alone[i]) << "request " << i;
+  const engine::EngineStats stats = eng->stats();
+  EXPECT_EQ(stats.kv_blocks_used, 0);
+  EXPECT_GT(stats.steps, 0);
+}
+
+std::vector<Spec> Workload(bool images) {
   std::string long_text;
   for (int i = 0; i < 30; ++i) long_text += absl::StrCat("Line ", i, " of a long text prompt. ");
-  std::vector<std::pair<std::string, int64_t>> specs;
+  const char* files[] = {"rgb_300x200.png", "gray_56x56.png", "rgb_350x70.png"};
+  std::vector<Spec> specs;
   for (int i = 0; i < 12; ++i) {
-    specs.emplace_back(i % 3 == 2 ? long_text : absl::StrCat("Tell me about number ", i, "."), 4 + (i * 5) % 23);
+    Spec s{i % 3 == 2 ? long_text : absl::StrCat("Tell me about number ", i, "."), "", 4 + (i * 5) % 23};
+    if (images && i % 2 == 1) s.image = files[i % 3];
+    specs.push_back(s);
   }
-  for (const char* name : {"tiny-qwen2-text", "tiny-qwen2-text-untied"}) {
-    SCOPED_TRACE(name);
-    auto make = [&](engine::Engine& eng, int i) {
+  return specs;
+}
+
+TEST(FamilyEngine, Qwen2TextBatchedEqualsSequential) {
+  ExpectBatchedEqualsSequential("tiny-qwen2-text", Workload(false));
+  ExpectBatchedEqualsSequential("tiny-qwen2-text-untied", Workload(false));
+}
+
+TEST(FamilyEngine, Qwen2VlBatchedEqualsSequential) { ExpectBatchedEqualsSequential("tiny-qwen2-vl", Workload(true)); }
+
+// --- Qwen2-VL: the whole model against model/manifest_qwen2vl.json ---
+
+std::vector<engine::ChatInputMessage> VlMessages(const json& c) {
+  std::vector<engine::ChatInputMessage> out;
+  size_t image = 0;
+  for (const auto& m : c["messages"]) {
+    engine::ChatInputMessage msg{m["role"].get<std::string>(), {}};
+    if (m["content"].is_string()) {
       engine::ChatInputPart part;
-      part.text = specs[i].first;
-      auto prompt = engine::BuildPrompt(eng.model(), {{"user", {part}}});
-      EXPECT_TRUE(prompt.ok()) << prompt.status();
-      engine::Request r;
-      r.id = absl::StrCat("r", i);
-      r.prompt = std::move(*prompt);
-      r.sampling.max_tokens = specs[i].second;
-      r.sampling.ignore_eos = true;
-      return r;
-    };
-    std::vector<std::vector<int32_t>> alone;
-    {
-      auto eng = MakeEngine(name, kernels::ComputeType::kF32);
-      for (size_t i = 0; i < specs.size(); ++i) {
-        auto out = engine::GenerateBlocking(*eng, make(*eng, static_cast<int>(i)));
-        ASSERT_TRUE(out.ok()) << out.status();
-        ASSERT_EQ(static_cast<int64_t>(out->token_ids.size()), specs[i].second);
-        alone.push_back(out->token_ids);
+      part.text = m["content"].get<std::string>();
+      msg.parts.push_back(part);
+    } else {
+      for (const auto& p : m["content"]) {
+        engine::ChatInputPart part;
+        if (p["type"] == "image") {
+          part.kind = engine::ChatInputPart::Kind::kImage;
+          part.image_bytes = ReadFile(testing::DataPath(c["images"][image++].get<std::string>()));
+        } else {
+          part.text = p["text"].get<std::string>();
+        }
+        msg.parts.push_back(part);
       }
     }
-    engine::EngineOptions o;
-    o.max_num_batched_tokens = 128;  // the long prompts are prefilled in chunks beside decodes
-    auto eng = MakeEngine(name, kernels::ComputeType::kF32, o);
-    absl::Mutex mu;
-    std::vector<std::vector<int32_t>> got(specs.size());
-    int finished = 0;
-    for (size_t i = 0; i < specs.size(); ++i) {
-      engine::Request r = make(*eng, static_cast<int>(i));
-      r.on_output = [&, i](engine::RequestOutput out) {
-        absl::MutexLock lock(&mu);
-        got[i].insert(got[i].end(), out.token_ids.begin(), out.token_ids.end());
-        if (out.finished) ++finished;
-      };
-      ASSERT_TRUE(eng->Submit(std::move(r)).ok());
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+void CheckQwen2VlCases(kernels::ComputeType compute, double max_rel) {
+  auto eng = MakeEngine("tiny-qwen2-vl", compute);
+  EXPECT_EQ(eng->model().config.family, core::ModelFamily::kQwen2_VL);
+  const json cases = testing::LoadDataJson("model/manifest_qwen2vl.json")["cases"];
+  ASSERT_EQ(cases.size(), 3u);
+  for (const json& c : cases) {
+    const std::string name = c["case"].get<std::string>();
+    SCOPED_TRACE(name);
+    const std::string file = c["arrays"]["file"].get<std::string>();
+    auto prompt = engine::BuildPrompt(eng->model(), VlMessages(c));
+    ASSERT_TRUE(prompt.ok()) << prompt.status();
+    EXPECT_EQ(std::vector<int64_t>(prompt->ids.begin(), prompt->ids.end()), Int64Values(LoadGolden(file, "input_ids")));
+    std::vector<int64_t> pos;  // [3, 1, L] axis-major
+    for (const auto& axis : prompt->positions.positions) pos.insert(pos.end(), axis.begin(), axis.end());
+    EXPECT_EQ(pos, Int64Values(LoadGolden(file, "position_ids")));
+    engine::Request r;
+    r.id = name;
+    r.prompt = std::move(*prompt);
+    r.sampling.max_tokens = 20;
+    r.sampling.ignore_eos = !c["greedy"]["stopped_on_eos"].get<bool>();
+    r.capture_prompt_logits = true;
+    auto out = engine::GenerateBlocking(*eng, std::move(r));
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_TRUE(out->status.ok()) << out->status;
+    const core::Tensor ref = LoadGolden(file, "logits_last");
+    ASSERT_EQ(static_cast<int64_t>(out->prompt_logits.size()), ref.numel());
+    const double rel = testing::RelativeL2(out->prompt_logits.data(), ref.data<float>(), ref.numel());
+    EXPECT_LE(rel, max_rel);
+    EXPECT_EQ(out->usage.image_tokens, c.value("num_image_tokens", int64_t{0}));
+    if (compute == kernels::ComputeType::kF32) {
+      EXPECT_EQ(std::vector<int64_t>(out->token_ids.begin(), out->token_ids.end()),
+                Int64Values(LoadGolden(file, "greedy_tokens")));
+      EXPECT_EQ(out->text, c["greedy"]["text"].get<std::string>());
     }
-    {
-      absl::MutexLock lock(&mu);
-      mu.Await(absl::Condition(+[](int* f) { return *f == 12; }, &finished));
-    }
-    for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(got[i], alone[i]) << "request " << i;
-    const engine::EngineStats stats = eng->stats();
-    EXPECT_EQ(stats.kv_blocks_used, 0);
-    EXPECT_EQ(stats.images_encoded, 0);
-    EXPECT_GT(stats.steps, 0);
   }
 }
+
+TEST(Qwen2VlGolden, PromptsPositionsLogitsAndGreedyTokensF32) {
+  CheckQwen2VlCases(kernels::ComputeType::kF32, 1e-4);
+}
+
+TEST(Qwen2VlGolden, PromptLogitsBf16) { CheckQwen2VlCases(kernels::ComputeType::kBF16, 2e-2); }
 
 }  // namespace
 }  // namespace iris
