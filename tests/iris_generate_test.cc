@@ -240,6 +240,8 @@ TEST(IrisGenerate, ReportsBadInputsAndExitsNonZero) {
       {Model() + " --prompt hi --image " + testing::DataPath("images/rgb_20x300.png"), "rgb_20x300.png"},
       {"--model /nonexistent --prompt hi", "/nonexistent"},
       {Model() + " --prompt hi stray", "unexpected argument"},
+      // The memory check before loading: a KV cache of 1 PiB does not fit; the flag is named.
+      {Model() + " --prompt hi --kv-cache-mib 1073741824", "lower --kv-cache-mib to at most"},
   };
   for (const auto& c : cases) {
     const Result r = RunGenerate(c.args);

@@ -29,6 +29,7 @@
 #include "core/status_macros.h"
 #include "core/tensor.h"
 #include "engine/engine.h"
+#include "engine/memory_check.h"
 #include "engine/model.h"
 #include "engine/prompt_builder.h"
 #include "engine/request.h"
@@ -254,6 +255,12 @@ absl::Status Run(const std::vector<std::string>& images) {
   model_options.compute = dtype == "f32" ? kernels::ComputeType::kF32 : kernels::ComputeType::kBF16;
   model_options.device.name = absl::GetFlag(FLAGS_device);
   model_options.device.cpu_isa = absl::GetFlag(FLAGS_cpu_isa);
+  {  // before loading: refuse what would not fit (the engine below uses these budgets)
+    engine::EngineOptions planned;
+    planned.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mib) << 20;
+    planned.max_num_seqs = 4;
+    IRIS_RETURN_IF_ERROR(engine::CheckMemoryBeforeLoad(dir, model_options, planned, -1, "--kv-cache-mib").status());
+  }
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::LoadModel(dir, model_options));
   const auto t1 = Clock::now();
   {  // --min-pixels/--max-pixels against the model's bounds, even when no image uses them
