@@ -138,20 +138,45 @@ TEST(IrisGenerate, GoldenCasesF32) { CheckGoldenCases("f32", 1e-4, /*check_text=
 
 TEST(IrisGenerate, GoldenCasesBf16) { CheckGoldenCases("bf16", 2e-2, /*check_text=*/false); }
 
+// Qwen2-VL (tests/data/model/manifest_qwen2vl.json): ids, [3, L] M-RoPE positions, logits, text.
+TEST(IrisGenerate, Qwen2VlGoldenCases) {
+  const json cases = testing::LoadDataJson("model/manifest_qwen2vl.json")["cases"];
+  ASSERT_EQ(cases.size(), 3u);
+  for (const json& c : cases) {
+    const std::string name = c["case"].get<std::string>();
+    SCOPED_TRACE(name);
+    const std::string file = c["arrays"]["file"].get<std::string>();
+    const std::string messages = WriteMessages(c, name);
+    const std::string dump = TempPath(name + ".safetensors");
+    const Result r = RunGenerate("--model " + testing::ModelPath("tiny-qwen2-vl") + " --messages " + messages +
+                                 " --dtype f32 --max-tokens 20 --dump " + dump);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, c["greedy"]["text"].get<std::string>() + "\n");
+    const Dump d = ReadDump(dump, /*position_rows=*/3);
+    EXPECT_EQ(d.input_ids, testing::Int64Values(testing::LoadGolden(file, "input_ids")));
+    EXPECT_EQ(d.position_ids, testing::Int64Values(testing::LoadGolden(file, "position_ids")));
+    const core::Tensor ref = testing::LoadGolden(file, "logits_last");
+    ASSERT_EQ(d.logits.shape(), ref.shape());
+    EXPECT_LE(testing::RelativeL2(d.logits.data<float>(), ref.data<float>(), ref.numel()), 1e-4);
+    std::filesystem::remove(messages);
+    std::filesystem::remove(dump);
+  }
+}
+
 // The text-only family (tests/data/model/manifest_qwen2text.json): position_ids are [1, L] as the
 // reference's; an image is refused naming the part.
 TEST(IrisGenerate, TextOnlyModelGoldenCases) {
   const json cases = testing::LoadDataJson("model/manifest_qwen2text.json")["cases"];
   int run = 0;
   for (const json& c : cases) {
-    if (!c["tie_word_embeddings"].get<bool>()) continue;  // the fixture is the tied model
+    const std::string model = c["tie_word_embeddings"].get<bool>() ? "tiny-qwen2-text" : "tiny-qwen2-text-untied";
     const std::string name = c["case"].get<std::string>();
     const std::string file = c["arrays"]["file"].get<std::string>();
     const std::string messages = WriteMessages(c, name);
     for (const auto& [dtype, max_rel] : {std::pair<std::string, double>{"f32", 1e-4}, {"bf16", 2e-2}}) {
       SCOPED_TRACE(name + " " + dtype);
       const std::string dump = TempPath(name + ".safetensors");
-      const Result r = RunGenerate("--model " + testing::ModelPath("tiny-qwen2-text") + " --messages " + messages +
+      const Result r = RunGenerate("--model " + testing::ModelPath(model) + " --messages " + messages +
                                    " --dtype " + dtype + " --max-tokens 20 --dump " + dump);
       ASSERT_EQ(r.exit_code, 0) << r.err;
       if (dtype == "f32") EXPECT_EQ(r.out, c["greedy"]["text"].get<std::string>() + "\n");
@@ -166,7 +191,7 @@ TEST(IrisGenerate, TextOnlyModelGoldenCases) {
     std::filesystem::remove(messages);
     ++run;
   }
-  EXPECT_EQ(run, 5);
+  EXPECT_EQ(run, 6);
   const Result image = RunGenerate("--model " + testing::ModelPath("tiny-qwen2-text") + " --prompt hi --image " +
                                    testing::DataPath("images/rgb_300x200.png"));
   EXPECT_NE(image.exit_code, 0);
