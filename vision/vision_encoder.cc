@@ -209,7 +209,9 @@ absl::Status VisionEncoder::ReserveActivations(int64_t max_patches) {
   IRIS_RETURN_IF_ERROR(alloc(&act->normed, n * hv));
   IRIS_RETURN_IF_ERROR(alloc(&act->qkv, n * 3 * hv));
   IRIS_RETURN_IF_ERROR(alloc(&act->attn, n * hv));
-  IRIS_RETURN_IF_ERROR(alloc(&act->gate_up, n * 2 * padded_intermediate_));
+  // The fused gate/up output exists only for the gated MLP (fc1 writes straight into act).
+  const bool gated = config_.mlp == core::VisionMlp::kGatedSilu;
+  IRIS_RETURN_IF_ERROR(alloc(&act->gate_up, gated ? n * 2 * padded_intermediate_ : 1));
   IRIS_RETURN_IF_ERROR(alloc(&act->act, n * padded_intermediate_));
   IRIS_RETURN_IF_ERROR(alloc(&act->cos, n * d / 2));
   IRIS_RETURN_IF_ERROR(alloc(&act->sin, n * d / 2));
