@@ -123,6 +123,41 @@ TEST(Qwen2TextConfig, RefusesWhatIsNotImplementedNamingTheField) {
   EXPECT_TRUE(core::ParseModelConfig(j, "config.json").ok());
 }
 
+TEST(Qwen2VlConfig, ParsesTheTowerAndRefusesWhatItCannotRun) {
+  auto c = core::LoadModelConfig(testing::DataPath("tiny-qwen2-vl"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->family, core::ModelFamily::kQwen2_VL);
+  EXPECT_TRUE(c->has_vision());
+  EXPECT_EQ(c->vision.hidden_size, 64);        // embed_dim
+  EXPECT_EQ(c->vision.intermediate_size, 128);  // embed_dim * mlp_ratio
+  EXPECT_EQ(c->vision.out_hidden_size, 64);     // hidden_size
+  EXPECT_EQ(c->vision.norm, core::VisionNorm::kLayerNorm);
+  EXPECT_EQ(c->vision.mlp, core::VisionMlp::kQuickGelu);
+  EXPECT_FALSE(c->vision.windowed);
+  for (int b = 0; b < c->vision.depth; ++b) EXPECT_TRUE(c->vision.IsFullAttention(b)) << b;
+  EXPECT_TRUE(c->text.mrope);
+  EXPECT_EQ(c->text.mrope_section, (std::vector<int>{2, 3, 3}));
+  const json base = testing::LoadDataJson("tiny-qwen2-vl/config.json");
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](json& j) { j["vision_config"]["mlp_ratio"] = 2.01; }, "\"vision_config.mlp_ratio\" times embed_dim 64"},
+      {[](json& j) { j["vision_config"]["hidden_act"] = "silu"; }, "must be \"quick_gelu\" (Qwen2-VL)"},
+      {[](json& j) { j["vision_config"].erase("embed_dim"); }, "\"vision_config.embed_dim\" is missing"},
+      {[](json& j) { j.erase("rope_scaling"); }, "rope_scaling.mrope_section\" is missing"},
+      {[](json& j) { j["use_sliding_window"] = true; }, "sliding-window attention is not implemented"},
+  };
+  for (const Case& k : cases) {
+    json j = base;
+    k.edit(j);
+    auto parsed = core::ParseModelConfig(j, "config.json");
+    ASSERT_FALSE(parsed.ok()) << k.message;
+    EXPECT_NE(parsed.status().message().find(k.message), std::string::npos) << parsed.status();
+  }
+}
+
 // --- The chat template ---
 
 TEST(ChatStyle, DefaultSystemPromptComesFromTheTemplate) {
