@@ -37,7 +37,7 @@ absl::StatusOr<KvCacheDType> KvCacheDTypeFromName(absl::string_view name) {
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> model, const EngineOptions& options) {
-  if (model == nullptr || model->decoder == nullptr || model->encoder == nullptr) {
+  if (model == nullptr || model->decoder == nullptr || (model->config.has_vision() && model->encoder == nullptr)) {
     return absl::InvalidArgumentError("Engine::Create: no model");
   }
   if (options.kv_block_size <= 0 || options.max_num_batched_tokens <= 0 || options.max_num_seqs <= 0 ||
@@ -60,8 +60,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   // of the budget's patches or of the largest image the preprocessor makes, whichever is more.
   const core::PreprocessorConfig& pre = model->preprocessor;
   const int64_t largest_image = pre.max_pixels / (int64_t{pre.patch_size} * pre.patch_size);
-  IRIS_RETURN_IF_ERROR(
-      model->encoder->ReserveActivations(std::max(options.max_encoder_patches_per_step, largest_image)));
+  if (model->encoder != nullptr) {  // text-only models have none
+    IRIS_RETURN_IF_ERROR(
+        model->encoder->ReserveActivations(std::max(options.max_encoder_patches_per_step, largest_image)));
+  }
   IRIS_RETURN_IF_ERROR(model->decoder->ReserveActivations(options.max_num_batched_tokens, options.max_num_seqs));
   std::unique_ptr<StepTrace> trace;
   if (!options.step_trace_path.empty()) {
@@ -116,6 +118,10 @@ absl::Status Engine::Submit(Request request) {
     if (static_cast<int64_t>(p.positions.positions[j].size()) != L) {
       return absl::InvalidArgumentError("prompt: M-RoPE positions do not cover the prompt");
     }
+  }
+  if (!p.images.empty() && model_->encoder == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt: ", p.images.size(), " images for a text-only model (",
+                                                   core::FamilyModelType(model_->config.family), ")"));
   }
   const int merge = model_->config.vision.spatial_merge_size;
   for (size_t j = 0; j < p.images.size(); ++j) {

@@ -44,25 +44,32 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, const M
   if (!config.has_text) {
     return absl::InvalidArgumentError(absl::StrCat(dir, "/config.json has no text model (a vision-only checkpoint)"));
   }
-  IRIS_ASSIGN_OR_RETURN(core::PreprocessorConfig pre, core::LoadPreprocessorConfig(dir));
+  core::PreprocessorConfig pre;
+  if (config.has_vision()) {
+    IRIS_ASSIGN_OR_RETURN(pre, core::LoadPreprocessorConfig(dir));
+    if (config.vision.out_hidden_size != config.text.hidden_size) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, "/config.json: vision_config.out_hidden_size ",
+                                                     config.vision.out_hidden_size, " differs from hidden_size ",
+                                                     config.text.hidden_size));
+    }
+  }
   IRIS_ASSIGN_OR_RETURN(std::vector<int32_t> eos, LoadEosIds(dir, config));
   IRIS_ASSIGN_OR_RETURN(llm::Tokenizer tokenizer, llm::Tokenizer::Load(dir));
+  IRIS_ASSIGN_OR_RETURN(llm::ChatStyle style, llm::LoadChatStyle(dir));
+  std::unique_ptr<Model> model(new Model{dir, config, pre, std::move(eos), std::move(tokenizer), nullptr,
+                                         nullptr, options, nullptr, std::move(style)});
   IRIS_ASSIGN_OR_RETURN(core::Checkpoint ckpt, core::Checkpoint::Open(dir));
-  IRIS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Device> device, kernels::CreateDevice(options.device));
-  vision::EncoderOptions eo;
-  eo.compute = options.compute;
-  eo.techniques = options.techniques;
-  IRIS_ASSIGN_OR_RETURN(auto encoder, vision::VisionEncoder::Load(*device, ckpt, config.vision, eo));
+  IRIS_ASSIGN_OR_RETURN(model->device, kernels::CreateDevice(options.device));
+  if (config.has_vision()) {
+    vision::EncoderOptions eo;
+    eo.compute = options.compute;
+    eo.techniques = options.techniques;
+    IRIS_ASSIGN_OR_RETURN(model->encoder, vision::VisionEncoder::Load(*model->device, ckpt, config.vision, eo));
+  }
   llm::DecoderOptions dopt;
   dopt.compute = options.compute;
-  IRIS_ASSIGN_OR_RETURN(auto decoder, llm::Decoder::Load(*device, ckpt, config.text, dopt));
-  if (config.vision.out_hidden_size != config.text.hidden_size) {
-    return absl::InvalidArgumentError(absl::StrCat(dir, "/config.json: vision_config.out_hidden_size ",
-                                                   config.vision.out_hidden_size, " differs from hidden_size ",
-                                                   config.text.hidden_size));
-  }
-  return std::unique_ptr<Model>(new Model{dir, std::move(config), pre, std::move(eos), std::move(tokenizer),
-                                          std::move(encoder), std::move(decoder), options, std::move(device)});
+  IRIS_ASSIGN_OR_RETURN(model->decoder, llm::Decoder::Load(*model->device, ckpt, config.text, dopt));
+  return model;
 }
 
 }  // namespace iris::engine

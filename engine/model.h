@@ -1,5 +1,6 @@
-// A loaded Qwen2.5-VL model: configs, tokenizer, vision encoder and decoder from one checkpoint
-// directory, plus the generation defaults (EOS ids) from generation_config.json.
+// A loaded model of one of the Qwen families (Qwen2.5-VL, Qwen2-VL, text-only Qwen2/Qwen2.5):
+// configs, tokenizer, chat style, vision encoder (absent for text-only models) and decoder from
+// one checkpoint directory, plus the generation defaults (EOS ids) from generation_config.json.
 #pragma once
 
 #include <memory>
@@ -10,6 +11,7 @@
 #include "core/model_config.h"
 #include "kernels/device.h"
 #include "kernels/linear.h"
+#include "llm/chat_template.h"
 #include "llm/decoder.h"
 #include "llm/tokenizer.h"
 #include "vision/vision_encoder.h"
@@ -25,13 +27,14 @@ struct ModelOptions {
 struct Model {
   std::string dir;
   core::ModelConfig config;
-  core::PreprocessorConfig preprocessor;
+  core::PreprocessorConfig preprocessor;  // defaults for a text-only model (never used)
   std::vector<int32_t> eos_token_ids;  // generation_config.json's eos_token_id (list or one), else config's
   llm::Tokenizer tokenizer;
-  std::unique_ptr<vision::VisionEncoder> encoder;
+  std::unique_ptr<vision::VisionEncoder> encoder;  // null for a text-only model
   std::unique_ptr<llm::Decoder> decoder;
   ModelOptions options;
   std::unique_ptr<kernels::Device> device;  // what encoder and decoder run on
+  llm::ChatStyle chat_style;  // from the checkpoint's chat template (its default system turn)
 
   // The encoder and the decoder go before the device they hold.
   ~Model() {
@@ -40,8 +43,9 @@ struct Model {
   }
 };
 
-// Loads everything from `dir` (config.json, preprocessor_config.json, generation_config.json when
-// present, tokenizer.json, safetensors). Errors name the file and field.
+// Loads everything from `dir` (config.json, preprocessor_config.json for VL models,
+// generation_config.json when present, tokenizer.json, the chat template, safetensors). Errors name
+// the file and field.
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, const ModelOptions& options);
 
 }  // namespace iris::engine

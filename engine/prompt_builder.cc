@@ -121,6 +121,11 @@ absl::StatusOr<Prompt> BuildPrompt(const Model& model, const std::vector<ChatInp
     for (size_t p = 0; p < messages[m].parts.size(); ++p) {
       const ChatInputPart& part = messages[m].parts[p];
       if (part.kind != ChatInputPart::Kind::kImage) continue;
+      if (!model.config.has_vision()) {
+        return absl::InvalidArgumentError(absl::StrCat(PartPath(m, p), ".image: this model (",
+                                                       core::FamilyModelType(model.config.family),
+                                                       ") is text-only and accepts no images"));
+      }
       ImageJob job;
       job.message = m;
       job.part = p;
@@ -160,7 +165,7 @@ absl::StatusOr<Prompt> BuildPrompt(const Model& model, const std::vector<ChatInp
     }
     chat.push_back(std::move(msg));
   }
-  absl::StatusOr<llm::ChatPrompt> rendered = llm::BuildPrompt(model.tokenizer, model.config, chat);
+  absl::StatusOr<llm::ChatPrompt> rendered = llm::BuildPrompt(model.tokenizer, model.config, chat, model.chat_style);
   if (!rendered.ok()) {
     if (rendered.status().code() == absl::StatusCode::kInvalidArgument) {
       return LocateChatError(model, messages, rendered.status());
@@ -188,8 +193,12 @@ absl::StatusOr<Prompt> BuildPrompt(const Model& model, const std::vector<ChatInp
     image.pad_end = rendered->images[i].pad_end;
     prompt.images.push_back(std::move(image));
   }
-  IRIS_ASSIGN_OR_RETURN(prompt.positions,
-                        llm::ComputeMropePositions(rendered->ids, rendered->image_grids(), model.config));
+  if (model.config.has_vision()) {
+    IRIS_ASSIGN_OR_RETURN(prompt.positions,
+                          llm::ComputeMropePositions(rendered->ids, rendered->image_grids(), model.config));
+  } else {
+    prompt.positions = llm::TextPositions(length);
+  }
   prompt.ids = std::move(rendered->ids);
   return prompt;
 }

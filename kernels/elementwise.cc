@@ -46,6 +46,19 @@ void GeluErf(Device& device, const float* x, int64_t n, float* y) {
   }
 }
 
+void LayerNorm(Device& device, const float* x, const float* weight, const float* bias, int64_t rows, int64_t dim,
+               float eps, float* y) {
+  switch (device.kind()) {
+    case DeviceKind::kCpu: return cpu::portable::LayerNorm(cpu::AsCpu(device), x, weight, bias, rows, dim, eps, y);
+  }
+}
+
+void QuickGelu(Device& device, const float* x, int64_t n, float* y) {
+  switch (device.kind()) {
+    case DeviceKind::kCpu: return cpu::portable::QuickGelu(cpu::AsCpu(device), x, n, y);
+  }
+}
+
 void Add(Device& device, const float* a, const float* b, int64_t n, float* y) {
   switch (device.kind()) {
     case DeviceKind::kCpu: {

@@ -22,6 +22,14 @@ void SiluMul(Device& device, const float* gate, const float* up, int64_t n, floa
 // y = gelu(x) with the exact erf form. y may alias x.
 void GeluErf(Device& device, const float* x, int64_t n, float* y);
 
+// y[r, :] = (x[r, :] - mean) / sqrt(var + eps) * weight + bias   (torch LayerNorm, biased variance).
+// y may alias x.
+void LayerNorm(Device& device, const float* x, const float* weight, const float* bias, int64_t rows, int64_t dim,
+               float eps, float* y);
+
+// y = x * sigmoid(1.702 x)   (QuickGELU, Qwen2-VL's vision MLP). y may alias x.
+void QuickGelu(Device& device, const float* x, int64_t n, float* y);
+
 // y = a + b. y may alias a or b.
 void Add(Device& device, const float* a, const float* b, int64_t n, float* y);
 

@@ -83,6 +83,12 @@ absl::StatusOr<int64_t> ImageTokenCount(const std::array<int64_t, 3>& grid_thw, 
 
 absl::StatusOr<ChatPrompt> BuildPrompt(const Tokenizer& tokenizer, const core::ModelConfig& config,
                                        const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  return BuildPrompt(tokenizer, config, messages, ChatStyle{}, add_generation_prompt);
+}
+
+absl::StatusOr<ChatPrompt> BuildPrompt(const Tokenizer& tokenizer, const core::ModelConfig& config,
+                                       const std::vector<ChatMessage>& messages, const ChatStyle& style,
+                                       bool add_generation_prompt) {
   IRIS_ASSIGN_OR_RETURN(const int32_t im_start, RequireToken(tokenizer, "<|im_start|>"));
   IRIS_ASSIGN_OR_RETURN(const int32_t im_end, RequireToken(tokenizer, "<|im_end|>"));
   const auto image_pad = static_cast<int32_t>(config.image_token_id);
@@ -91,7 +97,9 @@ absl::StatusOr<ChatPrompt> BuildPrompt(const Tokenizer& tokenizer, const core::M
   const auto video_pad = static_cast<int32_t>(config.video_token_id);
   const int merge = config.vision.spatial_merge_size;
 
-  PromptWriter w(tokenizer, {image_pad, video_pad, vision_start, vision_end});
+  std::vector<int32_t> reserved;
+  if (config.has_vision()) reserved = {image_pad, video_pad, vision_start, vision_end};
+  PromptWriter w(tokenizer, std::move(reserved));
   ChatPrompt prompt;
 
   auto header = [&](std::string_view role) -> absl::Status {
@@ -108,9 +116,9 @@ absl::StatusOr<ChatPrompt> BuildPrompt(const Tokenizer& tokenizer, const core::M
 
   for (size_t m = 0; m < messages.size(); ++m) {
     const ChatMessage& msg = messages[m];
-    if (m == 0 && msg.role != "system") {
+    if (m == 0 && msg.role != "system" && style.default_system_prompt.has_value()) {
       IRIS_RETURN_IF_ERROR(header("system"));
-      w.Text(kDefaultSystemPrompt);
+      w.Text(*style.default_system_prompt);
       IRIS_RETURN_IF_ERROR(footer());
     }
     IRIS_RETURN_IF_ERROR(header(msg.role));
@@ -119,6 +127,11 @@ absl::StatusOr<ChatPrompt> BuildPrompt(const Tokenizer& tokenizer, const core::M
       if (part.kind == ChatPart::Kind::kText) {
         w.Text(part.text);
         continue;
+      }
+      if (!config.has_vision()) {
+        return absl::InvalidArgumentError(absl::StrCat("messages[", m, "].parts[", p, "]: this model (",
+                                                       core::FamilyModelType(config.family),
+                                                       ") is text-only and accepts no images"));
       }
       absl::StatusOr<int64_t> n = ImageTokenCount(part.grid_thw, merge);
       if (!n.ok()) {

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/model_config.h"
+#include "llm/chat_template.h"
 #include "llm/tokenizer.h"
 
 namespace iris::llm {
@@ -59,6 +60,13 @@ absl::StatusOr<int64_t> ImageTokenCount(const std::array<int64_t, 3>& grid_thw, 
 // Renders `messages` as the Qwen2.5-VL chat template does (add_vision_id off) and tokenizes it.
 absl::StatusOr<ChatPrompt> BuildPrompt(const Tokenizer& tokenizer, const core::ModelConfig& config,
                                        const std::vector<ChatMessage>& messages,
+                                       bool add_generation_prompt = true);
+
+// The same with the checkpoint's ChatStyle (its default system turn). For a text-only model
+// (config.has_vision() false) an image part is INVALID_ARGUMENT and no token is reserved: text is
+// tokenized as the reference tokenizes it.
+absl::StatusOr<ChatPrompt> BuildPrompt(const Tokenizer& tokenizer, const core::ModelConfig& config,
+                                       const std::vector<ChatMessage>& messages, const ChatStyle& style,
                                        bool add_generation_prompt = true);
 
 }  // namespace iris::llm

@@ -76,6 +76,15 @@ absl::StatusOr<MropePositions> ComputeMropePositions(absl::Span<const int32_t> i
   return out;
 }
 
+MropePositions TextPositions(int64_t length) {
+  MropePositions out;
+  for (auto& axis : out.positions) {
+    axis.resize(static_cast<size_t>(length));
+    for (int64_t i = 0; i < length; ++i) axis[static_cast<size_t>(i)] = i;
+  }
+  return out;
+}
+
 std::vector<float> MropeInvFreq(int head_dim, double theta) {
   const int half = head_dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));

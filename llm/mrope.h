@@ -27,6 +27,10 @@ absl::StatusOr<MropePositions> ComputeMropePositions(absl::Span<const int32_t> i
                                                      absl::Span<const std::array<int64_t, 3>> image_grids,
                                                      const core::ModelConfig& config);
 
+// A text-only model's positions 0..length-1, the same on the three rows (1-D RoPE through the
+// M-RoPE path: equal rows give every column the same angle as plain RoPE), rope_delta 0.
+MropePositions TextPositions(int64_t length);
+
 // The position (same on all three axes) of decode step k: the token at sequence index L + k.
 inline int64_t DecodePosition(int64_t prompt_len, int64_t k, int64_t rope_delta) {
   return prompt_len + k + rope_delta;

@@ -84,7 +84,8 @@ IrisService::IrisService(engine::Engine* engine, core::ThreadPool* workers, cons
   std::filesystem::path dir = std::filesystem::path(model.dir).lexically_normal();
   if (!dir.has_filename()) dir = dir.parent_path();
   model_info_.set_model(dir.filename().string());
-  model_info_.set_model_type(model.config.model_type);
+  model_info_.set_model_type(model.config.model_type.empty() ? core::FamilyModelType(model.config.family)
+                                                             : model.config.model_type);
   model_info_.set_dtype(options.dtype);
   model_info_.set_vocab_size(model.config.text.vocab_size);
   v1::Limits* limits = model_info_.mutable_limits();
@@ -96,12 +97,21 @@ IrisService::IrisService(engine::Engine* engine, core::ThreadPool* workers, cons
   limits->set_max_tokens(options.limits.max_tokens);
   limits->set_max_model_len(engine->max_model_len());
   limits->set_max_queue(eo.max_queue);
-  limits->set_min_pixels(model.preprocessor.min_pixels);
-  limits->set_max_pixels(model.preprocessor.max_pixels);
-  v1::EncoderTechniques* t = model_info_.mutable_encoder_techniques();
-  t->set_fused_rotary(model.options.techniques.fused_rotary);
-  t->set_parallel_qkv_padding(model.options.techniques.parallel_qkv_padding);
-  t->set_cached_cu_seqlens(model.options.techniques.cached_cu_seqlens);
+  model_info_.set_accepts_images(model.config.has_vision());
+  model_info_.set_architecture(core::FamilyArchitecture(model.config.family));
+  if (model.config.has_vision()) {
+    limits->set_min_pixels(model.preprocessor.min_pixels);
+    limits->set_max_pixels(model.preprocessor.max_pixels);
+    v1::EncoderTechniques* t = model_info_.mutable_encoder_techniques();
+    t->set_fused_rotary(model.options.techniques.fused_rotary);
+    t->set_parallel_qkv_padding(model.options.techniques.parallel_qkv_padding);
+    t->set_cached_cu_seqlens(model.options.techniques.cached_cu_seqlens);
+  } else {
+    // No image is accepted: the image limits say so.
+    limits->set_max_image_bytes(0);
+    limits->set_max_image_pixels(0);
+    limits->set_max_images_per_request(0);
+  }
   model_info_.set_max_num_seqs(eo.max_num_seqs);
   model_info_.set_max_num_batched_tokens(eo.max_num_batched_tokens);
   model_info_.set_kv_cache_blocks(engine->stats().kv_blocks_total);

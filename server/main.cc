@@ -22,6 +22,7 @@
 #include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "engine/engine.h"
+#include "engine/memory_check.h"
 #include "engine/model.h"
 #include "server/server.h"
 #include "server/server_options.h"
@@ -42,6 +43,9 @@ ABSL_FLAG(std::string, kv_cache_dtype, "auto",
 ABSL_FLAG(int32_t, kv_block_size, 16, "tokens per KV cache block");
 ABSL_FLAG(int64_t, encoder_cache_bytes, 256ll << 20, "image embeddings kept for reuse, in bytes");
 ABSL_FLAG(int64_t, max_encoder_patches_per_step, 16384, "vision patches per encoder forward");
+ABSL_FLAG(bool, check_memory, true,
+          "before loading, estimate the memory the model takes (weights, KV cache, activations) and refuse to "
+          "start when it exceeds what the machine has available");
 ABSL_FLAG(bool, interleave_encoder, true, "encode images in pieces between decode steps and size prefill chunks, so "
           "running requests keep getting tokens (false: whole images in the admitting step)");
 ABSL_FLAG(double, step_budget_ms, 0, "with --interleave-encoder: target time of an engine step while requests decode "
@@ -248,6 +252,11 @@ absl::Status Run(const sigset_t& stop_signals) {
   model_options.techniques.cached_cu_seqlens = absl::GetFlag(FLAGS_cached_cu_seqlens);
   model_options.device.name = absl::GetFlag(FLAGS_device);
   model_options.device.cpu_isa = absl::GetFlag(FLAGS_cpu_isa);
+  if (absl::GetFlag(FLAGS_check_memory)) {  // before loading: refuse what would not fit
+    IRIS_ASSIGN_OR_RETURN(const engine::MemoryCheck memory,
+                          engine::CheckMemoryBeforeLoad(dir, model_options, engine_options));
+    std::fprintf(stderr, "iris-server: memory plan: %s\n", memory.Describe().c_str());
+  }
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::LoadModel(dir, model_options));
   const std::string device = model->device->Describe();
   if (!model->config.has_text) return absl::InvalidArgumentError(absl::StrCat("--model: ", dir, " has no text model (vision-only checkpoint)"));

@@ -101,6 +101,9 @@ TEST(IrisEncode, ReportsBadInputsAndExitsNonZero) {
       {model + " --image " + testing::DataPath("images/rgb_300x200.png"), "--out is required"},
       {model + " --dtype f16 --image " + testing::DataPath("images/rgb_300x200.png") + " --out " + out, "--dtype"},
       {"--model /nonexistent --image " + testing::DataPath("images/rgb_300x200.png") + " --out " + out, "config.json"},
+      {"--model " + testing::DataPath("tiny-qwen2-text") + " --image " + testing::DataPath("images/rgb_300x200.png") +
+           " --out " + out,
+       "a text-only model (model_type qwen2) has no vision tower"},
   };
   for (const auto& c : cases) {
     const Result r = RunEncode(c.args);

@@ -73,7 +73,7 @@ std::string WriteMessages(const json& c, const std::string& name) {
       if (part["type"] == "image") part["image"] = testing::DataPath(c["images"].at(next++).get<std::string>());
     }
   }
-  EXPECT_EQ(next, c["images"].size());
+  EXPECT_EQ(next, c.contains("images") ? c["images"].size() : 0u);
   const std::string path = TempPath(name + ".json");
   std::ofstream(path) << messages.dump(2);
   return path;
@@ -84,7 +84,7 @@ struct Dump {
   core::Tensor logits;
 };
 
-Dump ReadDump(const std::string& path) {
+Dump ReadDump(const std::string& path, int64_t position_rows = 3) {
   Dump d;
   auto file = core::SafetensorsFile::Open(path);
   EXPECT_TRUE(file.ok()) << file.status();
@@ -95,7 +95,7 @@ Dump ReadDump(const std::string& path) {
   EXPECT_TRUE(ids.ok() && pos.ok() && logits.ok());
   if (!ids.ok() || !pos.ok() || !logits.ok()) return d;
   EXPECT_EQ(ids->rank(), 1);
-  EXPECT_EQ(pos->shape(), (std::vector<int64_t>{3, ids->dim(0)}));
+  EXPECT_EQ(pos->shape(), (std::vector<int64_t>{position_rows, ids->dim(0)}));
   EXPECT_EQ(logits->dtype(), core::DType::kF32);
   d.input_ids = testing::Int64Values(*ids);
   d.position_ids = testing::Int64Values(*pos);
@@ -137,6 +137,67 @@ void CheckGoldenCases(const std::string& dtype, double max_rel, bool check_text)
 TEST(IrisGenerate, GoldenCasesF32) { CheckGoldenCases("f32", 1e-4, /*check_text=*/true); }
 
 TEST(IrisGenerate, GoldenCasesBf16) { CheckGoldenCases("bf16", 2e-2, /*check_text=*/false); }
+
+// Qwen2-VL (tests/data/model/manifest_qwen2vl.json): ids, [3, L] M-RoPE positions, logits, text.
+TEST(IrisGenerate, Qwen2VlGoldenCases) {
+  const json cases = testing::LoadDataJson("model/manifest_qwen2vl.json")["cases"];
+  ASSERT_EQ(cases.size(), 3u);
+  for (const json& c : cases) {
+    const std::string name = c["case"].get<std::string>();
+    SCOPED_TRACE(name);
+    const std::string file = c["arrays"]["file"].get<std::string>();
+    const std::string messages = WriteMessages(c, name);
+    const std::string dump = TempPath(name + ".safetensors");
+    const Result r = RunGenerate("--model " + testing::ModelPath("tiny-qwen2-vl") + " --messages " + messages +
+                                 " --dtype f32 --max-tokens 20 --dump " + dump);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, c["greedy"]["text"].get<std::string>() + "\n");
+    const Dump d = ReadDump(dump, /*position_rows=*/3);
+    EXPECT_EQ(d.input_ids, testing::Int64Values(testing::LoadGolden(file, "input_ids")));
+    EXPECT_EQ(d.position_ids, testing::Int64Values(testing::LoadGolden(file, "position_ids")));
+    const core::Tensor ref = testing::LoadGolden(file, "logits_last");
+    ASSERT_EQ(d.logits.shape(), ref.shape());
+    EXPECT_LE(testing::RelativeL2(d.logits.data<float>(), ref.data<float>(), ref.numel()), 1e-4);
+    std::filesystem::remove(messages);
+    std::filesystem::remove(dump);
+  }
+}
+
+// The text-only family (tests/data/model/manifest_qwen2text.json): position_ids are [1, L] as the
+// reference's; an image is refused naming the part.
+TEST(IrisGenerate, TextOnlyModelGoldenCases) {
+  const json cases = testing::LoadDataJson("model/manifest_qwen2text.json")["cases"];
+  int run = 0;
+  for (const json& c : cases) {
+    const std::string model = c["tie_word_embeddings"].get<bool>() ? "tiny-qwen2-text" : "tiny-qwen2-text-untied";
+    const std::string name = c["case"].get<std::string>();
+    const std::string file = c["arrays"]["file"].get<std::string>();
+    const std::string messages = WriteMessages(c, name);
+    for (const auto& [dtype, max_rel] : {std::pair<std::string, double>{"f32", 1e-4}, {"bf16", 2e-2}}) {
+      SCOPED_TRACE(name + " " + dtype);
+      const std::string dump = TempPath(name + ".safetensors");
+      const Result r = RunGenerate("--model " + testing::ModelPath(model) + " --messages " + messages +
+                                   " --dtype " + dtype + " --max-tokens 20 --dump " + dump);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      if (dtype == "f32") EXPECT_EQ(r.out, c["greedy"]["text"].get<std::string>() + "\n");
+      const Dump d = ReadDump(dump, /*position_rows=*/1);
+      EXPECT_EQ(d.input_ids, testing::Int64Values(testing::LoadGolden(file, "input_ids")));
+      EXPECT_EQ(d.position_ids, testing::Int64Values(testing::LoadGolden(file, "position_ids")));
+      const core::Tensor ref = testing::LoadGolden(file, "logits_last");
+      ASSERT_EQ(d.logits.shape(), ref.shape());
+      EXPECT_LE(testing::RelativeL2(d.logits.data<float>(), ref.data<float>(), ref.numel()), max_rel);
+      std::filesystem::remove(dump);
+    }
+    std::filesystem::remove(messages);
+    ++run;
+  }
+  EXPECT_EQ(run, 6);
+  const Result image = RunGenerate("--model " + testing::ModelPath("tiny-qwen2-text") + " --prompt hi --image " +
+                                   testing::DataPath("images/rgb_300x200.png"));
+  EXPECT_NE(image.exit_code, 0);
+  EXPECT_NE(image.err.find("is text-only and accepts no images"), std::string::npos) << image.err;
+  EXPECT_NE(image.err.find("--image " + testing::DataPath("images/rgb_300x200.png")), std::string::npos) << image.err;
+}
 
 // --prompt with --image is the one_image chat; --stream prints the same text; greedy is the default.
 TEST(IrisGenerate, PromptAndImageFlagsAndStreaming) {
@@ -204,6 +265,8 @@ TEST(IrisGenerate, ReportsBadInputsAndExitsNonZero) {
       {Model() + " --prompt hi --image " + testing::DataPath("images/rgb_20x300.png"), "rgb_20x300.png"},
       {"--model /nonexistent --prompt hi", "/nonexistent"},
       {Model() + " --prompt hi stray", "unexpected argument"},
+      // The memory check before loading: a KV cache of 1 PiB does not fit; the flag is named.
+      {Model() + " --prompt hi --kv-cache-mib 1073741824", "lower --kv-cache-mib to at most"},
   };
   for (const auto& c : cases) {
     const Result r = RunGenerate(c.args);

@@ -66,6 +66,44 @@ TEST(RmsNormTest, EpsDominatesZeroRow) {
   for (float v : y) EXPECT_EQ(v, 0.f);
 }
 
+// Qwen2-VL's tower: LayerNorm with bias (torch's biased variance) and QuickGELU.
+TEST(LayerNormTest, MatchesReference) {
+  const int64_t shapes[][2] = {{1, 13}, {7, 80}, {33, 1280}, {129, 17}, {64, 64}};
+  uint32_t seed = 40;
+  for (const auto& sh : shapes) {
+    const int64_t rows = sh[0], dim = sh[1];
+    SCOPED_TRACE(::testing::Message() << rows << "x" << dim);
+    const std::vector<float> x = Random(rows * dim, seed++, -3.f, 5.f);  // a non-zero mean
+    const std::vector<float> w = Random(dim, seed++, 0.5f, 1.5f);
+    const std::vector<float> b = Random(dim, seed++, -0.1f, 0.1f);
+    const float eps = 1e-6f;
+    std::vector<double> ref(rows * dim);
+    for (int64_t r = 0; r < rows; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < dim; ++i) mean += x[r * dim + i];
+      mean /= dim;
+      for (int64_t i = 0; i < dim; ++i) var += (x[r * dim + i] - mean) * (x[r * dim + i] - mean);
+      const double inv = 1.0 / std::sqrt(var / dim + eps);
+      for (int64_t i = 0; i < dim; ++i) ref[r * dim + i] = (x[r * dim + i] - mean) * inv * w[i] + b[i];
+    }
+    std::vector<float> y(rows * dim, std::numeric_limits<float>::quiet_NaN());
+    LayerNorm(dev, x.data(), w.data(), b.data(), rows, dim, eps, y.data());
+    ExpectClose(y, ref, 2e-6, 1e-6);
+    std::vector<float> inplace = x;  // y aliases x
+    LayerNorm(dev, inplace.data(), w.data(), b.data(), rows, dim, eps, inplace.data());
+    EXPECT_EQ(inplace, y);
+  }
+}
+
+TEST(QuickGeluTest, MatchesReference) {
+  const std::vector<float> x = Random(100003, 50, -20.f, 20.f);
+  std::vector<double> ref(x.size());
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = x[i] / (1.0 + std::exp(-1.702 * x[i]));
+  std::vector<float> y(x.size());
+  QuickGelu(dev, x.data(), static_cast<int64_t>(x.size()), y.data());
+  ExpectClose(y, ref, 2e-6, 1e-7);
+}
+
 TEST(SiluMulTest, RowsMatchReference) {
   const int64_t shapes[][2] = {{1, 13}, {7, 80}, {33, 3420}, {129, 17}, {5, 16}};
   uint32_t seed = 10;

@@ -231,7 +231,9 @@ TEST(Presets, ParameterCounts) {
   EXPECT_EQ(ParameterCount(PresetTensors(*FindPreset("3b"), false)), 3754622976);
   EXPECT_EQ(ParameterCount(PresetTensors(*FindPreset("small"), false)), 295157600);
   for (const Preset& p : AllPresets()) {
-    for (const TensorSpec& s : PresetTensors(p, false)) EXPECT_NE(s.name, "lm_head.weight") << p.name;
+    bool has_lm_head = false;
+    for (const TensorSpec& s : PresetTensors(p, false)) has_lm_head |= s.name == "lm_head.weight";
+    EXPECT_EQ(has_lm_head, !p.text.tie_word_embeddings) << p.name;
   }
 }
 
@@ -250,6 +252,7 @@ TEST(Presets, ThreeBVisionConfigEqualsGoldenVisionConfig) {
 
 TEST(Presets, ConfigsRoundTripThroughLoadModelConfig) {
   for (const Preset& p : AllPresets()) {
+    if (p.family != core::ModelFamily::kQwen2_5_VL) continue;  // FamilyPresets below
     SCOPED_TRACE(p.name);
     TempDir dir("config_" + p.name);
     std::ofstream(dir / "config.json") << ConfigJson(p);
@@ -458,9 +461,33 @@ TEST(MakeModelCli, BadArgumentsFailWithAMessage) {
 
 TEST(MakeModelCli, HelpDocumentsThePresets) {
   const RunResult r = RunTool("--help");
-  for (const char* s : {"tiny", "small", "3b", "--preset", "--vision-only", "--tokenizer-from", "0x5EED000000000003"}) {
+  for (const char* s : {"tiny", "small", "3b", "--preset", "--vision-only", "--tokenizer-from", "0x5EED000000000003",
+                        "tiny-qwen2-text", "tiny-qwen2-vl", "qwen2.5-72b", "Qwen2ForCausalLM", "--config-only"}) {
     EXPECT_THAT(r.output, HasSubstr(s));
   }
+}
+
+// The 32B/72B presets: only their JSON files, the tensor list and the memory estimate; asking for
+// their weights is refused before anything is written.
+TEST(MakeModelCli, ConfigOnlyPresetsPrintTheirMemoryEstimate) {
+  TempDir dir("config_only");
+  const RunResult refused = RunTool("--preset qwen2.5-72b --out " + dir.path());
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.output, HasSubstr("is config-only (145 GB of weights): pass --config-only"));
+  EXPECT_FALSE(fs::exists(dir / "model.safetensors"));
+  const RunResult r = RunTool("--preset qwen2.5-72b --config-only --out " + dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("963 tensors, 72706203648 parameters (Qwen2ForCausalLM)"));
+  EXPECT_THAT(r.output, HasSubstr("iris-server would need weights 145.41 GB (bf16, 72.71 B parameters)"));
+  EXPECT_TRUE(fs::exists(dir / "config.json"));
+  EXPECT_TRUE(fs::exists(dir / "generation_config.json"));
+  EXPECT_FALSE(fs::exists(dir / "preprocessor_config.json"));  // a text model
+  EXPECT_FALSE(fs::exists(dir / "model.safetensors"));
+  auto c = core::LoadModelConfig(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->text.num_hidden_layers, 80);
+  EXPECT_EQ(c->text.num_key_value_heads, 8);
+  EXPECT_FALSE(c->text.tie_word_embeddings);
 }
 
 }  // namespace

@@ -172,6 +172,48 @@ TEST_P(TinyEncoder, MatchesEveryGoldenCase) {
 INSTANTIATE_TEST_SUITE_P(Compute, TinyEncoder, ::testing::Values(ComputeType::kF32, ComputeType::kBF16),
                          [](const auto& info) { return info.param == ComputeType::kF32 ? "f32" : "bf16"; });
 
+// Qwen2-VL's tower (LayerNorm, fc1/fc2 QuickGELU, full attention in every block, LayerNorm ln_q)
+// through the same encoder: every case and block output (raster order: no windows).
+class Qwen2VLEncoder : public ::testing::TestWithParam<ComputeType> {};
+
+TEST_P(Qwen2VLEncoder, MatchesEveryGoldenCase) {
+  const bool f32 = GetParam() == ComputeType::kF32;
+  auto m = LoadModel(testing::ModelPath("tiny-qwen2-vl"), GetParam());
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->config.vision.norm, core::VisionNorm::kLayerNorm);
+  EXPECT_EQ(m->config.vision.mlp, core::VisionMlp::kQuickGelu);
+  EXPECT_FALSE(m->config.vision.windowed);
+  const nlohmann::json manifest = testing::LoadDataJson("vision/manifest_qwen2vl.json");
+  ASSERT_EQ(manifest["cases"].size(), 3u);
+  for (const auto& c : manifest["cases"]) {
+    const double err = CheckCase(*m, c, f32);
+    std::printf("  %s %s: relative L2 %.3g\n", c["case"].get<std::string>().c_str(), f32 ? "f32" : "bf16", err);
+    EXPECT_LE(err, f32 ? 1e-4 : 2e-2) << c["case"];
+    // One cu_seqlens set (per image) and no window boundaries in the plan.
+    auto plan = BuildEncoderPlan(m->config.vision, Prepare(ImagesOf(c), m->pp).grids);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const std::string file = c["arrays"]["file"].get<std::string>();
+    const std::vector<int64_t> cu = testing::Int64Values(testing::LoadGolden(file, "cu_seqlens"));
+    EXPECT_EQ(std::vector<int64_t>((*plan)->cu_seqlens.begin(), (*plan)->cu_seqlens.end()), cu);
+    EXPECT_TRUE((*plan)->cu_window_seqlens.empty());
+    if (f32) {  // elementwise |a - b| <= 1e-4 + 1e-4 |b| on the output
+      const Inputs in = Prepare(ImagesOf(c), m->pp);
+      auto out = m->encoder->Forward(in.pixel_values, in.grids);
+      ASSERT_TRUE(out.ok()) << out.status();
+      const Tensor g = testing::LoadGolden(file, "output");
+      int64_t bad = 0;
+      for (int64_t i = 0; i < g.numel(); ++i) {
+        const float a = out->data<float>()[i], b = g.data<float>()[i];
+        if (!(std::fabs(a - b) <= 1e-4f + 1e-4f * std::fabs(b))) ++bad;
+      }
+      EXPECT_EQ(bad, 0) << c["case"];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compute, Qwen2VLEncoder, ::testing::Values(ComputeType::kF32, ComputeType::kBF16),
+                         [](const auto& info) { return info.param == ComputeType::kF32 ? "f32" : "bf16"; });
+
 class Vision3bEncoder : public ::testing::TestWithParam<ComputeType> {};
 
 TEST_P(Vision3bEncoder, MatchesEveryGoldenCase) {

@@ -80,7 +80,6 @@ absl::StatusOr<std::shared_ptr<const EncoderPlan>> BuildEncoderPlan(
   if (grid_thw.empty()) return absl::InvalidArgumentError("grid_thw: no images to encode");
   const int merge = config.spatial_merge_size;
   const int unit = merge * merge;
-  const int vws = config.window_size / merge / config.patch_size;  // window side in merged tokens
   auto plan = std::make_shared<EncoderPlan>();
   plan->grid_thw.assign(grid_thw.begin(), grid_thw.end());
   for (size_t i = 0; i < grid_thw.size(); ++i) {
@@ -94,40 +93,48 @@ absl::StatusOr<std::shared_ptr<const EncoderPlan>> BuildEncoderPlan(
   if (plan->num_patches > (int64_t{1} << 30)) return absl::InvalidArgumentError("grid_thw: too many patches");
   plan->num_merged = plan->num_patches / unit;
 
-  // Window order and window boundaries (HF get_window_index), including the empty windows HF
-  // pads when a side is a multiple of the window size; cu_window_seqlens drops the repeats.
-  plan->window_index.reserve(plan->num_merged);
-  plan->cu_window_seqlens_raw.push_back(0);
-  int64_t base = 0;
-  for (const auto& g : grid_thw) {
-    const int64_t lh = g[1] / merge, lw = g[2] / merge;
-    const int64_t pad_h = vws - lh % vws, pad_w = vws - lw % vws;
-    const int64_t nwh = (lh + pad_h) / vws, nww = (lw + pad_w) / vws;
-    for (int64_t t = 0; t < g[0]; ++t) {
-      for (int64_t wh = 0; wh < nwh; ++wh) {
-        for (int64_t ww = 0; ww < nww; ++ww) {
-          int64_t count = 0;
-          for (int64_t y = wh * vws; y < std::min((wh + 1) * vws, lh); ++y) {
-            for (int64_t x = ww * vws; x < std::min((ww + 1) * vws, lw); ++x) {
-              plan->window_index.push_back(static_cast<int32_t>(base + t * lh * lw + y * lw + x));
-              ++count;
+  if (!config.windowed) {
+    // Qwen2-VL: every block attends to its whole frame; the order stays the processor's (the
+    // index is the identity) and there are no window boundaries.
+    plan->window_index.resize(plan->num_merged);
+    for (int64_t i = 0; i < plan->num_merged; ++i) plan->window_index[i] = static_cast<int32_t>(i);
+  } else {
+    // Window order and window boundaries (HF get_window_index), including the empty windows HF
+    // pads when a side is a multiple of the window size; cu_window_seqlens drops the repeats.
+    const int vws = config.window_size / merge / config.patch_size;  // window side in merged tokens
+    plan->window_index.reserve(plan->num_merged);
+    plan->cu_window_seqlens_raw.push_back(0);
+    int64_t base = 0;
+    for (const auto& g : grid_thw) {
+      const int64_t lh = g[1] / merge, lw = g[2] / merge;
+      const int64_t pad_h = vws - lh % vws, pad_w = vws - lw % vws;
+      const int64_t nwh = (lh + pad_h) / vws, nww = (lw + pad_w) / vws;
+      for (int64_t t = 0; t < g[0]; ++t) {
+        for (int64_t wh = 0; wh < nwh; ++wh) {
+          for (int64_t ww = 0; ww < nww; ++ww) {
+            int64_t count = 0;
+            for (int64_t y = wh * vws; y < std::min((wh + 1) * vws, lh); ++y) {
+              for (int64_t x = ww * vws; x < std::min((ww + 1) * vws, lw); ++x) {
+                plan->window_index.push_back(static_cast<int32_t>(base + t * lh * lw + y * lw + x));
+                ++count;
+              }
             }
+            plan->cu_window_seqlens_raw.push_back(
+                static_cast<int32_t>(plan->cu_window_seqlens_raw.back() + count * unit));
           }
-          plan->cu_window_seqlens_raw.push_back(
-              static_cast<int32_t>(plan->cu_window_seqlens_raw.back() + count * unit));
         }
       }
+      base += g[0] * lh * lw;
     }
-    base += g[0] * lh * lw;
-  }
-  for (int32_t v : plan->cu_window_seqlens_raw) {
-    if (plan->cu_window_seqlens.empty() || plan->cu_window_seqlens.back() != v) {
-      plan->cu_window_seqlens.push_back(v);
+    for (int32_t v : plan->cu_window_seqlens_raw) {
+      if (plan->cu_window_seqlens.empty() || plan->cu_window_seqlens.back() != v) {
+        plan->cu_window_seqlens.push_back(v);
+      }
     }
-  }
-  for (size_t i = 1; i < plan->cu_window_seqlens.size(); ++i) {
-    plan->max_window_seqlen = std::max(plan->max_window_seqlen,
-                                       plan->cu_window_seqlens[i] - plan->cu_window_seqlens[i - 1]);
+    for (size_t i = 1; i < plan->cu_window_seqlens.size(); ++i) {
+      plan->max_window_seqlen = std::max(plan->max_window_seqlen,
+                                         plan->cu_window_seqlens[i] - plan->cu_window_seqlens[i - 1]);
+    }
   }
   // Full attention: one sequence per frame; window order keeps each frame's tokens together.
   plan->cu_seqlens.push_back(0);

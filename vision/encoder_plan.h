@@ -27,7 +27,8 @@ struct EncoderPlan {
   // Full-attention blocks: one sequence per image frame, in patches.
   std::vector<int32_t> cu_seqlens;
   int max_seqlen = 0;
-  // Window-attention blocks: one sequence per window (empty windows removed), in patches.
+  // Window-attention blocks: one sequence per window (empty windows removed), in patches. Empty
+  // for a tower without windows (Qwen2-VL), whose window_index is the identity.
   std::vector<int32_t> cu_window_seqlens;
   std::vector<int32_t> cu_window_seqlens_raw;  // before removing repeats, as HF builds it
   int max_window_seqlen = 0;

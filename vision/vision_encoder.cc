@@ -22,9 +22,15 @@ using core::Tensor;
 using kernels::Epilogue;
 using kernels::Linear;
 
+// One block of either tower: the config picks the norm (RMSNorm, or LayerNorm with the biases
+// below) and the MLP (gate_up → SiLU·mul → down, or fc1 → QuickGELU → down = fc2).
 struct VisionEncoder::Block {
-  Tensor norm1, norm2;  // F32 [hidden]
-  std::unique_ptr<Linear> qkv, proj, gate_up, down;
+  Tensor norm1, norm2;            // F32 [hidden]
+  Tensor norm1_bias, norm2_bias;  // F32 [hidden], LayerNorm only
+  std::unique_ptr<Linear> qkv, proj;
+  std::unique_ptr<Linear> gate_up;  // gated SiLU MLP
+  std::unique_ptr<Linear> fc1;      // QuickGELU MLP
+  std::unique_ptr<Linear> down;     // down_proj or fc2
 };
 
 // The named activation buffers of one forward, F32 on the device, sized for max_patches rows.
@@ -55,6 +61,30 @@ struct VisionEncoder::DevicePlan {
 namespace {
 
 int64_t RoundUp(int64_t x, int64_t m) { return m <= 0 ? x : (x + m - 1) / m * m; }
+
+// [out, in] with zero columns in..padded_in (exact: the padded inputs are zero or multiply zero).
+Tensor PadColumns(const Tensor& w, int64_t padded_in) {
+  const int64_t out = w.dim(0), in = w.dim(1);
+  Tensor padded = Tensor::Zeros(w.dtype(), {out, padded_in});
+  const size_t es = core::DTypeSize(w.dtype());
+  for (int64_t r = 0; r < out; ++r) {
+    std::memcpy(static_cast<char*>(padded.raw()) + r * padded_in * es,
+                static_cast<const char*>(w.raw()) + r * in * es, in * es);
+  }
+  return padded;
+}
+
+// A norm's weight (and, for LayerNorm, its bias) as F32 device tensors.
+absl::Status LoadNorm(kernels::Device& device, const core::Checkpoint& ckpt, const core::VisionConfig& config,
+                      const std::string& prefix, int64_t dim, Tensor* weight, Tensor* bias) {
+  IRIS_ASSIGN_OR_RETURN(Tensor w, core::GetWeight(ckpt, prefix + ".weight", {dim}));
+  IRIS_ASSIGN_OR_RETURN(*weight, device.Mirror(w.ToF32()));
+  if (config.norm == core::VisionNorm::kLayerNorm) {
+    IRIS_ASSIGN_OR_RETURN(Tensor b, core::GetWeight(ckpt, prefix + ".bias", {dim}));
+    IRIS_ASSIGN_OR_RETURN(*bias, device.Mirror(b.ToF32()));
+  }
+  return absl::OkStatus();
+}
 
 // A host vector as a tensor view that keeps the plan alive.
 Tensor ViewOf(const std::vector<int32_t>& v, const std::shared_ptr<const EncoderPlan>& owner) {
@@ -94,10 +124,8 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(kernels::Devi
   for (int i = 0; i < config.depth; ++i) {
     const std::string p = absl::StrCat("visual.blocks.", i, ".");
     Block& b = enc->blocks_[i];
-    IRIS_ASSIGN_OR_RETURN(Tensor n1, core::GetWeight(ckpt, p + "norm1.weight", {hv}));
-    IRIS_ASSIGN_OR_RETURN(Tensor n2, core::GetWeight(ckpt, p + "norm2.weight", {hv}));
-    IRIS_ASSIGN_OR_RETURN(b.norm1, device.Mirror(n1.ToF32()));
-    IRIS_ASSIGN_OR_RETURN(b.norm2, device.Mirror(n2.ToF32()));
+    IRIS_RETURN_IF_ERROR(LoadNorm(device, ckpt, config, p + "norm1", hv, &b.norm1, &b.norm1_bias));
+    IRIS_RETURN_IF_ERROR(LoadNorm(device, ckpt, config, p + "norm2", hv, &b.norm2, &b.norm2_bias));
     IRIS_ASSIGN_OR_RETURN(Tensor qkv_w, core::GetWeight(ckpt, p + "attn.qkv.weight", {3 * hv, hv}));
     IRIS_ASSIGN_OR_RETURN(Tensor qkv_b, core::GetWeight(ckpt, p + "attn.qkv.bias", {3 * hv}));
     Tensor qkv_bias = qkv_b.ToF32();
@@ -107,6 +135,22 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(kernels::Devi
     Tensor proj_bias = proj_b.ToF32();
     IRIS_ASSIGN_OR_RETURN(b.proj, Linear::Create(device, proj_w, &proj_bias, compute));
 
+    if (config.mlp == core::VisionMlp::kQuickGelu) {
+      // fc1 padded to ip rows by zero rows (quick_gelu(0) = 0) and fc2 to ip columns: exact.
+      IRIS_ASSIGN_OR_RETURN(Tensor fc1_w, core::GetWeight(ckpt, p + "mlp.fc1.weight", {iv, hv}));
+      IRIS_ASSIGN_OR_RETURN(Tensor fc1_b, core::GetWeight(ckpt, p + "mlp.fc1.bias", {iv}));
+      Tensor fc1_pad = Tensor::Zeros(fc1_w.dtype(), {ip, hv});
+      core::CopyRows(fc1_w, &fc1_pad, 0);
+      Tensor fc1_bias = Tensor::Zeros(DType::kF32, {ip});
+      Tensor f1b = fc1_b.ToF32();
+      std::memcpy(fc1_bias.data<float>(), f1b.data<float>(), iv * sizeof(float));
+      IRIS_ASSIGN_OR_RETURN(b.fc1, Linear::Create(device, fc1_pad, &fc1_bias, compute));
+      IRIS_ASSIGN_OR_RETURN(Tensor fc2_w, core::GetWeight(ckpt, p + "mlp.fc2.weight", {hv, iv}));
+      IRIS_ASSIGN_OR_RETURN(Tensor fc2_b, core::GetWeight(ckpt, p + "mlp.fc2.bias", {hv}));
+      Tensor fc2_bias = fc2_b.ToF32();
+      IRIS_ASSIGN_OR_RETURN(b.down, Linear::Create(device, PadColumns(fc2_w, ip), &fc2_bias, compute));
+      continue;
+    }
     // gate and up fused into one [2*ip, hv] projection; rows iv..ip of each half are zero, so
     // silu(0) * 0 = 0 and the padded columns of down add nothing: the result is exact.
     IRIS_ASSIGN_OR_RETURN(Tensor gate_w, core::GetWeight(ckpt, p + "mlp.gate_proj.weight", {iv, hv}));
@@ -127,19 +171,13 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(kernels::Devi
 
     IRIS_ASSIGN_OR_RETURN(Tensor down_w, core::GetWeight(ckpt, p + "mlp.down_proj.weight", {hv, iv}));
     IRIS_ASSIGN_OR_RETURN(Tensor down_b, core::GetWeight(ckpt, p + "mlp.down_proj.bias", {hv}));
-    Tensor down_pad = Tensor::Zeros(down_w.dtype(), {hv, ip});
-    const size_t es = core::DTypeSize(down_w.dtype());
-    for (int64_t r = 0; r < hv; ++r) {
-      std::memcpy(static_cast<char*>(down_pad.raw()) + r * ip * es,
-                  static_cast<const char*>(down_w.raw()) + r * iv * es, iv * es);
-    }
     Tensor down_bias = down_b.ToF32();
-    IRIS_ASSIGN_OR_RETURN(b.down, Linear::Create(device, down_pad, &down_bias, compute));
+    IRIS_ASSIGN_OR_RETURN(b.down, Linear::Create(device, PadColumns(down_w, ip), &down_bias, compute));
   }
   const int unit = config.spatial_merge_size * config.spatial_merge_size;
   const int64_t mh = hv * unit;
-  IRIS_ASSIGN_OR_RETURN(Tensor lnq, core::GetWeight(ckpt, "visual.merger.ln_q.weight", {hv}));
-  IRIS_ASSIGN_OR_RETURN(enc->merger_norm_, device.Mirror(lnq.ToF32()));
+  IRIS_RETURN_IF_ERROR(
+      LoadNorm(device, ckpt, config, "visual.merger.ln_q", hv, &enc->merger_norm_, &enc->merger_norm_bias_));
   IRIS_ASSIGN_OR_RETURN(Tensor fc1_w, core::GetWeight(ckpt, "visual.merger.mlp.0.weight", {mh, mh}));
   IRIS_ASSIGN_OR_RETURN(Tensor fc1_b, core::GetWeight(ckpt, "visual.merger.mlp.0.bias", {mh}));
   Tensor fc1_bias = fc1_b.ToF32();
@@ -171,7 +209,9 @@ absl::Status VisionEncoder::ReserveActivations(int64_t max_patches) {
   IRIS_RETURN_IF_ERROR(alloc(&act->normed, n * hv));
   IRIS_RETURN_IF_ERROR(alloc(&act->qkv, n * 3 * hv));
   IRIS_RETURN_IF_ERROR(alloc(&act->attn, n * hv));
-  IRIS_RETURN_IF_ERROR(alloc(&act->gate_up, n * 2 * padded_intermediate_));
+  // The fused gate/up output exists only for the gated MLP (fc1 writes straight into act).
+  const bool gated = config_.mlp == core::VisionMlp::kGatedSilu;
+  IRIS_RETURN_IF_ERROR(alloc(&act->gate_up, gated ? n * 2 * padded_intermediate_ : 1));
   IRIS_RETURN_IF_ERROR(alloc(&act->act, n * padded_intermediate_));
   IRIS_RETURN_IF_ERROR(alloc(&act->cos, n * d / 2));
   IRIS_RETURN_IF_ERROR(alloc(&act->sin, n * d / 2));
@@ -355,7 +395,7 @@ double VisionEncoder::StageFlopsPerRow(Stage s, int l) const {
     case Stage::kQkv: return 2 * hv * 3 * hv;
     case Stage::kPad: return 0;
     case Stage::kAttend:
-      return 2 * hv * hv + 2 * hv * 2 * ip + 2 * ip * hv +
+      return 2 * hv * hv + 2 * hv * (config_.mlp == core::VisionMlp::kGatedSilu ? 2 : 1) * ip + 2 * ip * hv +
              run_->attention_flops_per_row[config_.IsFullAttention(l) ? 1 : 0];
     case Stage::kMerger: return 2 * (unit * hv) * (unit * hv) + 2 * (unit * hv) * config_.out_hidden_size;
     case Stage::kDone: return 0;
@@ -399,6 +439,15 @@ absl::Status VisionEncoder::NextStage() {
   return absl::OkStatus();
 }
 
+void VisionEncoder::Norm(const float* x, const Tensor& weight, const Tensor& bias, int64_t rows, float* y) {
+  const int64_t hv = config_.hidden_size;
+  if (config_.norm == core::VisionNorm::kLayerNorm) {
+    kernels::LayerNorm(device_, x, weight.data<float>(), bias.data<float>(), rows, hv, config_.rms_norm_eps, y);
+  } else {
+    kernels::RmsNorm(device_, x, weight.data<float>(), rows, hv, config_.rms_norm_eps, y);
+  }
+}
+
 absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
   Run& r = *run_;
   const int64_t hv = config_.hidden_size, n = r.n, rows = r1 - r0;
@@ -427,8 +476,7 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
         device_.CopyToDevice(A.cos_host.data<float>(), A.cos.data<float>(), table_bytes);
         device_.CopyToDevice(A.sin_host.data<float>(), A.sin.data<float>(), table_bytes);
       }
-      kernels::RmsNorm(device_, hidden + r0 * hv, b.norm1.data<float>(), rows, hv, config_.rms_norm_eps,
-                       normed + r0 * hv);
+      Norm(hidden + r0 * hv, b.norm1, b.norm1_bias, rows, normed + r0 * hv);
       float* out = qkv + r0 * 3 * hv;
       b.qkv->Forward(normed + r0 * hv, rows, out);
       const kernels::HeadsView q{out, 3 * hv, heads}, k{out + hv, 3 * hv, heads};
@@ -448,20 +496,24 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
       float* h = hidden + r0 * hv;
       b.proj->Forward(A.attn.data<float>() + r0 * hv, rows, h, Epilogue::kAccumulate);
       float* nr = normed + r0 * hv;
-      kernels::RmsNorm(device_, h, b.norm2.data<float>(), rows, hv, config_.rms_norm_eps, nr);
-      float* gu = A.gate_up.data<float>() + r0 * 2 * ip;
-      b.gate_up->Forward(nr, rows, gu);
+      Norm(h, b.norm2, b.norm2_bias, rows, nr);
       float* act = A.act.data<float>() + r0 * ip;
-      kernels::SiluMulRows(device_, gu, rows, ip, act);
+      if (b.fc1 != nullptr) {
+        b.fc1->Forward(nr, rows, act);
+        kernels::QuickGelu(device_, act, rows * ip, act);
+      } else {
+        float* gu = A.gate_up.data<float>() + r0 * 2 * ip;
+        b.gate_up->Forward(nr, rows, gu);
+        kernels::SiluMulRows(device_, gu, rows, ip, act);
+      }
       b.down->Forward(act, rows, h, Epilogue::kAccumulate);
       break;
     }
     case Stage::kMerger: {
-      // RMSNorm, every `unit` consecutive rows as one vector, MLP with GELU; rows are merged tokens.
+      // ln_q, every `unit` consecutive rows as one vector, MLP with GELU; rows are merged tokens.
       const int64_t mh = hv * unit;
       float* nr = normed + r0 * mh;
-      kernels::RmsNorm(device_, hidden + r0 * mh, merger_norm_.data<float>(), rows * unit, hv, config_.rms_norm_eps,
-                       nr);
+      Norm(hidden + r0 * mh, merger_norm_, merger_norm_bias_, rows * unit, nr);
       float* fc1 = A.fc1.data<float>() + r0 * mh;
       merger_fc1_->Forward(nr, rows, fc1, Epilogue::kGeluErf);
       merger_fc2_->Forward(fc1, rows, A.window_out.data<float>() + r0 * config_.out_hidden_size);
@@ -536,7 +588,7 @@ double VisionEncoder::CountFlops(std::span<const GridThw> grid_thw) const {
   };
   double flops = 2 * n * patch_dim * hv;
   for (int l = 0; l < config_.depth; ++l) {
-    flops += 2 * n * hv * (3 * hv + hv + 3 * iv);
+    flops += 2 * n * hv * (3 * hv + hv + (config_.mlp == core::VisionMlp::kGatedSilu ? 3 : 2) * iv);
     flops += attention(config_.IsFullAttention(l) ? (*plan)->cu_seqlens : (*plan)->cu_window_seqlens);
   }
   const double unit = config_.spatial_merge_size * config_.spatial_merge_size;

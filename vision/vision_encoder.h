@@ -1,5 +1,7 @@
-// The Qwen2.5-VL vision transformer: patch embed, 2-D rotary, window and full-attention blocks,
-// merger, inverse window order. Several images of different sizes go through one forward
+// The vision transformer of Qwen2.5-VL and Qwen2-VL: patch embed, 2-D rotary, window and
+// full-attention blocks, merger, inverse window order. The towers differ only in data the
+// VisionConfig carries (the blocks' norm and MLP kind, whether any block is windowed), so one
+// encoder runs both. Several images of different sizes go through one forward
 // (varlen). Device-free: every step is an op on the kernels::Device it was loaded for; the
 // activations are named buffers on that device, allocated once for a patch capacity.
 #pragma once
@@ -133,6 +135,8 @@ class VisionEncoder {
   // The stage after stage `s` of block `l`, and its block.
   std::pair<Stage, int> Following(Stage s, int l) const;
   absl::Status RunPiece(int64_t r0, int64_t r1);
+  // The config's norm (RMSNorm, or LayerNorm with `bias`) of `rows` rows.
+  void Norm(const float* x, const core::Tensor& weight, const core::Tensor& bias, int64_t rows, float* y);
   absl::Status NextStage();
 
   kernels::Device& device_;
@@ -141,6 +145,7 @@ class VisionEncoder {
   std::unique_ptr<kernels::Linear> patch_embed_;
   std::vector<Block> blocks_;
   core::Tensor merger_norm_;
+  core::Tensor merger_norm_bias_;  // LayerNorm ln_q only
   std::unique_ptr<kernels::Linear> merger_fc1_;
   std::unique_ptr<kernels::Linear> merger_fc2_;
   int64_t padded_intermediate_ = 0;

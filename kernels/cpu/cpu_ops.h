@@ -73,6 +73,10 @@ void RowToBf16Native(const float* x, int64_t n, uint16_t* y);
 namespace iris::kernels::cpu::portable {
 
 void RmsNorm(CpuDevice& dev, const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y);
+// Qwen2-VL's tower only (LayerNorm with bias, QuickGELU): every tier runs these portable ones.
+void LayerNorm(CpuDevice& dev, const float* x, const float* weight, const float* bias, int64_t rows, int64_t dim,
+               float eps, float* y);
+void QuickGelu(CpuDevice& dev, const float* x, int64_t n, float* y);
 void SiluMulRows(CpuDevice& dev, const float* gu, int64_t rows, int64_t inter, float* out);
 void SiluMul(CpuDevice& dev, const float* gate, const float* up, int64_t n, float* out);
 void GeluErf(CpuDevice& dev, const float* x, int64_t n, float* y);

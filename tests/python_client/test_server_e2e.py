@@ -303,6 +303,8 @@ class GenerateTest(ServerTestCase):
         info = self.client.model_info()
         self.assertEqual(info.model, "tiny")
         self.assertEqual(info.model_type, "qwen2_5_vl")
+        self.assertEqual(info.architecture, "Qwen2_5_VLForConditionalGeneration")
+        self.assertTrue(info.accepts_images)
         self.assertEqual(info.dtype, "f32")
         self.assertEqual(info.vocab_size, TINY_VOCAB)
         limits = info.limits

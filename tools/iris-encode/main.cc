@@ -49,6 +49,10 @@ absl::Status Run(const std::vector<std::string>& images) {
     return absl::InvalidArgumentError(absl::StrCat("--dtype must be f32 or bf16, got \"", dtype, "\""));
   }
   IRIS_ASSIGN_OR_RETURN(core::ModelConfig config, core::LoadModelConfig(dir));
+  if (!config.has_vision()) {
+    return absl::InvalidArgumentError(absl::StrCat("--model ", dir, ": a text-only model (model_type ",
+                                                   core::FamilyModelType(config.family), ") has no vision tower"));
+  }
   IRIS_ASSIGN_OR_RETURN(core::PreprocessorConfig pp, core::LoadPreprocessorConfig(dir));
   std::optional<int64_t> min_px, max_px;
   if (absl::GetFlag(FLAGS_min_pixels) >= 0) min_px = absl::GetFlag(FLAGS_min_pixels);

@@ -4,7 +4,7 @@
 //                 [--repetition-penalty R] [--dtype f32|bf16] [--kv-cache-dtype auto|bf16|f32]
 //                 [--min-pixels N] [--max-pixels N] [--dump OUT.safetensors] [--stream]
 // The text goes to stdout (as it is generated with --stream), a summary to stderr. --dump writes
-// the prompt's input_ids [L], position_ids [3, L] and the logits at the last prompt position.
+// the prompt's input_ids [L], position_ids [3, L] (M-RoPE) or [1, L] (text-only models) and the logits at the last prompt position.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,6 +29,7 @@
 #include "core/status_macros.h"
 #include "core/tensor.h"
 #include "engine/engine.h"
+#include "engine/memory_check.h"
 #include "engine/model.h"
 #include "engine/prompt_builder.h"
 #include "engine/request.h"
@@ -170,13 +171,15 @@ absl::Status NameImageFile(const absl::Status& status, const std::vector<std::st
   return status;
 }
 
-absl::Status WriteDump(const std::string& path, const engine::Prompt& prompt, const std::vector<float>& logits) {
+// position_ids in the reference's shape: [3, L] for M-RoPE models, [1, L] for text-only ones.
+absl::Status WriteDump(const std::string& path, const engine::Prompt& prompt, const std::vector<float>& logits,
+                       int position_rows) {
   const int64_t L = static_cast<int64_t>(prompt.ids.size());
   if (logits.empty()) return absl::InternalError("the engine returned no prompt logits for --dump");
   core::Tensor ids = core::Tensor::Empty(core::DType::kI64, {L});
   for (int64_t i = 0; i < L; ++i) ids.data<int64_t>()[i] = prompt.ids[i];
-  core::Tensor pos = core::Tensor::Empty(core::DType::kI64, {3, L});
-  for (int a = 0; a < 3; ++a) {
+  core::Tensor pos = core::Tensor::Empty(core::DType::kI64, {position_rows, L});
+  for (int a = 0; a < position_rows; ++a) {
     const auto& axis = prompt.positions.positions[a];
     if (static_cast<int64_t>(axis.size()) != L) return absl::InternalError("positions and ids differ in length");
     std::memcpy(pos.data<int64_t>() + a * L, axis.data(), L * sizeof(int64_t));
@@ -252,14 +255,26 @@ absl::Status Run(const std::vector<std::string>& images) {
   model_options.compute = dtype == "f32" ? kernels::ComputeType::kF32 : kernels::ComputeType::kBF16;
   model_options.device.name = absl::GetFlag(FLAGS_device);
   model_options.device.cpu_isa = absl::GetFlag(FLAGS_cpu_isa);
+  {  // before loading: refuse what would not fit (the engine below uses these budgets)
+    engine::EngineOptions planned;
+    planned.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_mib) << 20;
+    planned.max_num_seqs = 4;
+    IRIS_RETURN_IF_ERROR(engine::CheckMemoryBeforeLoad(dir, model_options, planned, -1, "--kv-cache-mib").status());
+  }
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::LoadModel(dir, model_options));
   const auto t1 = Clock::now();
   {  // --min-pixels/--max-pixels against the model's bounds, even when no image uses them
     std::optional<int64_t> min_px, max_px;
     if (absl::GetFlag(FLAGS_min_pixels) >= 0) min_px = absl::GetFlag(FLAGS_min_pixels);
     if (absl::GetFlag(FLAGS_max_pixels) >= 0) max_px = absl::GetFlag(FLAGS_max_pixels);
-    IRIS_RETURN_IF_ERROR(vision::ResolvePixelBounds(model->preprocessor, min_px, max_px).status());
+    if (!model->config.has_vision() && (min_px.has_value() || max_px.has_value())) {
+      return absl::InvalidArgumentError("--min-pixels/--max-pixels: this model is text-only (model_type qwen2)");
+    }
+    if (model->config.has_vision()) {
+      IRIS_RETURN_IF_ERROR(vision::ResolvePixelBounds(model->preprocessor, min_px, max_px).status());
+    }
   }
+  const int position_rows = model->config.text.mrope ? 3 : 1;
 
   auto prompt = engine::BuildPrompt(*model, messages);
   if (!prompt.ok()) return NameImageFile(prompt.status(), images);
@@ -294,7 +309,7 @@ absl::Status Run(const std::vector<std::string>& images) {
   eng->Shutdown();
 
   if (!absl::GetFlag(FLAGS_dump).empty()) {
-    IRIS_RETURN_IF_ERROR(WriteDump(absl::GetFlag(FLAGS_dump), dumped, out->prompt_logits));
+    IRIS_RETURN_IF_ERROR(WriteDump(absl::GetFlag(FLAGS_dump), dumped, out->prompt_logits, position_rows));
   }
 
   const engine::Usage& u = out->usage;

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
+#include <sstream>
 #include <memory>
 #include <regex>
 #include <vector>
@@ -173,14 +175,32 @@ absl::Status RemoveOldWeights(const fs::path& dir) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> CopyTokenizer(const fs::path& from, const fs::path& to) {
+absl::StatusOr<std::string> ReadTextFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Text-only presets take the tokenizer but not the VL chat template: their tokenizer_config.json
+// carries Qwen2.5-Instruct's text template instead, and there is no chat_template.json.
+absl::StatusOr<int> CopyTokenizer(const Preset& preset, const fs::path& from, const fs::path& to) {
   std::error_code ec;
   if (!fs::is_directory(from, ec)) {
     return absl::NotFoundError(absl::StrCat("--tokenizer-from ", from.string(), " is not a directory"));
   }
+  const bool text_only = preset.family == core::ModelFamily::kQwen2Text;
   int copied = 0;
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.json"}) {
     if (!fs::exists(from / name, ec)) continue;
+    if (text_only && std::string_view(name) == "chat_template.json") continue;
+    if (text_only && std::string_view(name) == "tokenizer_config.json") {
+      IRIS_ASSIGN_OR_RETURN(std::string text, ReadTextFile(from / name));
+      IRIS_RETURN_IF_ERROR(WriteTextFile((to / name).string(), TokenizerConfigJson(preset, text)));
+      ++copied;
+      continue;
+    }
     fs::copy_file(from / name, to / name, fs::copy_options::overwrite_existing, ec);
     if (ec) {
       return absl::PermissionDeniedError(
@@ -208,15 +228,30 @@ absl::StatusOr<WriteSummary> WriteSyntheticModel(const Preset& preset, const Wri
   WriteSummary summary;
   IRIS_RETURN_IF_ERROR(WriteTextFile((dir / "config.json").string(), ConfigJson(preset)));
   IRIS_RETURN_IF_ERROR(WriteTextFile((dir / "generation_config.json").string(), GenerationConfigJson(preset)));
-  IRIS_RETURN_IF_ERROR(WriteTextFile((dir / "preprocessor_config.json").string(), PreprocessorConfigJson(preset)));
+  if (preset.family != core::ModelFamily::kQwen2Text) {
+    IRIS_RETURN_IF_ERROR(WriteTextFile((dir / "preprocessor_config.json").string(), PreprocessorConfigJson(preset)));
+  }
   if (!options.tokenizer_from.empty()) {
-    IRIS_ASSIGN_OR_RETURN(summary.tokenizer_files, CopyTokenizer(options.tokenizer_from, dir));
+    IRIS_ASSIGN_OR_RETURN(summary.tokenizer_files, CopyTokenizer(preset, options.tokenizer_from, dir));
+  }
+  const std::vector<TensorSpec> all_specs = PresetTensors(preset, options.vision_only);
+  if (options.config_only) {
+    summary.tensors = static_cast<int64_t>(all_specs.size());
+    summary.parameters = ParameterCount(all_specs);
+    summary.bytes = static_cast<uint64_t>(summary.parameters) * 2;
+    summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return summary;
+  }
+  if (preset.config_only) {
+    return absl::InvalidArgumentError(absl::StrCat("preset ", preset.name, " is config-only (",
+                                                   ParameterCount(all_specs) * 2 / 1000000000,
+                                                   " GB of weights): pass --config-only to write its JSON files"));
   }
   IRIS_RETURN_IF_ERROR(RemoveOldWeights(dir));
 
   // Shards are cut in model order; inside a file tensors are sorted by name, as
   // safetensors' own writer does.
-  const std::vector<TensorSpec> specs = PresetTensors(preset, options.vision_only);
+  const std::vector<TensorSpec>& specs = all_specs;
   std::vector<std::vector<TensorSpec>> shards;
   uint64_t shard_bytes = 0;
   for (const TensorSpec& s : specs) {

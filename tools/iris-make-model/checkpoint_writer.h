@@ -23,6 +23,9 @@ struct WriteOptions {
   // When set, tokenizer.json, tokenizer_config.json and chat_template.json are copied from
   // this folder (those present; the folder itself must exist).
   std::string tokenizer_from;
+  // Only the JSON files (config, generation, preprocessor, tokenizer): no weights. The summary
+  // still counts the tensors and parameters the checkpoint would hold.
+  bool config_only = false;
 };
 
 struct WriteSummary {

@@ -64,6 +64,33 @@ void GeluErf(CpuDevice& dev, const float* x, int64_t n, float* y) {
   });
 }
 
+void LayerNorm(CpuDevice& dev, const float* x, const float* weight, const float* bias, int64_t rows, int64_t dim,
+               float eps, float* y) {
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (rows * dim > kParallelThreshold)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    // Two passes in double for the statistics (torch's CPU LayerNorm is no less exact); the
+    // normalisation itself in float32.
+    double sum = 0;
+    for (int64_t i = 0; i < dim; ++i) sum += xr[i];
+    const double mean = sum / static_cast<double>(dim);
+    double var = 0;
+    for (int64_t i = 0; i < dim; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    const float m = static_cast<float>(mean);
+    const float inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(dim) + eps));
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] - m) * inv * weight[i] + bias[i];
+  }
+}
+
+void QuickGelu(CpuDevice& dev, const float* x, int64_t n, float* y) {
+  ForChunks(dev, n, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) y[i] = x[i] / (1.0f + Exp(-1.702f * x[i]));
+  });
+}
+
 void Add(CpuDevice& dev, const float* a, const float* b, int64_t n, float* y) {
   ForChunks(dev, n, [&](int64_t begin, int64_t end) {
 #pragma omp simd

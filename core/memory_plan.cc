@@ -1,0 +1,215 @@
+#include "core/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace iris::core {
+namespace {
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string Gb(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(bytes) / 1e9);
+  return buf;
+}
+
+void AddVision(const VisionConfig& v, std::vector<TensorShape>* out) {
+  auto add = [out](std::string name, std::vector<int64_t> shape) { out->push_back({std::move(name), std::move(shape)}); };
+  const int64_t hv = v.hidden_size, iv = v.intermediate_size;
+  const int unit = v.spatial_merge_size * v.spatial_merge_size;
+  const bool layer_norm = v.norm == VisionNorm::kLayerNorm;
+  add("visual.patch_embed.proj.weight", {hv, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size});
+  for (int i = 0; i < v.depth; ++i) {
+    const std::string b = absl::StrCat("visual.blocks.", i, ".");
+    for (const char* norm : {"norm1", "norm2"}) {
+      add(b + norm + ".weight", {hv});
+      if (layer_norm) add(b + norm + ".bias", {hv});
+    }
+    add(b + "attn.qkv.weight", {3 * hv, hv});
+    add(b + "attn.qkv.bias", {3 * hv});
+    add(b + "attn.proj.weight", {hv, hv});
+    add(b + "attn.proj.bias", {hv});
+    if (v.mlp == VisionMlp::kQuickGelu) {
+      add(b + "mlp.fc1.weight", {iv, hv});
+      add(b + "mlp.fc1.bias", {iv});
+      add(b + "mlp.fc2.weight", {hv, iv});
+      add(b + "mlp.fc2.bias", {hv});
+    } else {
+      for (const char* proj : {"gate_proj", "up_proj"}) {
+        add(b + "mlp." + proj + ".weight", {iv, hv});
+        add(b + "mlp." + proj + ".bias", {iv});
+      }
+      add(b + "mlp.down_proj.weight", {hv, iv});
+      add(b + "mlp.down_proj.bias", {hv});
+    }
+  }
+  add("visual.merger.ln_q.weight", {hv});
+  if (layer_norm) add("visual.merger.ln_q.bias", {hv});
+  add("visual.merger.mlp.0.weight", {unit * hv, unit * hv});
+  add("visual.merger.mlp.0.bias", {unit * hv});
+  add("visual.merger.mlp.2.weight", {v.out_hidden_size, unit * hv});
+  add("visual.merger.mlp.2.bias", {v.out_hidden_size});
+}
+
+void AddText(const TextConfig& t, std::vector<TensorShape>* out) {
+  auto add = [out](std::string name, std::vector<int64_t> shape) { out->push_back({std::move(name), std::move(shape)}); };
+  const int64_t h = t.hidden_size, inter = t.intermediate_size, d = t.head_dim();
+  const int64_t q = int64_t{t.num_attention_heads} * d, kv = int64_t{t.num_key_value_heads} * d;
+  add("model.embed_tokens.weight", {t.vocab_size, h});
+  for (int j = 0; j < t.num_hidden_layers; ++j) {
+    const std::string l = absl::StrCat("model.layers.", j, ".");
+    add(l + "self_attn.q_proj.weight", {q, h});
+    add(l + "self_attn.q_proj.bias", {q});
+    add(l + "self_attn.k_proj.weight", {kv, h});
+    add(l + "self_attn.k_proj.bias", {kv});
+    add(l + "self_attn.v_proj.weight", {kv, h});
+    add(l + "self_attn.v_proj.bias", {kv});
+    add(l + "self_attn.o_proj.weight", {h, q});
+    add(l + "mlp.gate_proj.weight", {inter, h});
+    add(l + "mlp.up_proj.weight", {inter, h});
+    add(l + "mlp.down_proj.weight", {h, inter});
+    add(l + "input_layernorm.weight", {h});
+    add(l + "post_attention_layernorm.weight", {h});
+  }
+  add("model.norm.weight", {h});
+  if (!t.tie_word_embeddings) add("lm_head.weight", {t.vocab_size, h});
+}
+
+// The first integer after `key` in a /proc or /sys file; -1 when absent.
+int64_t ReadNumberAfter(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    std::istringstream rest(line.substr(key.size()));
+    int64_t v = -1;
+    if (rest >> v) return v;
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::vector<TensorShape> ExpectedTensors(const ModelConfig& config) {
+  std::vector<TensorShape> out;
+  if (config.has_vision() || !config.has_text) AddVision(config.vision, &out);
+  if (config.has_text) AddText(config.text, &out);
+  return out;
+}
+
+int64_t CountParameters(const ModelConfig& config) {
+  int64_t n = 0;
+  for (const TensorShape& t : ExpectedTensors(config)) n += Numel(t.shape);
+  return n;
+}
+
+absl::Status CheckCheckpointTensors(const ModelConfig& config, const Checkpoint& checkpoint) {
+  for (const TensorShape& t : ExpectedTensors(config)) {
+    if (!checkpoint.Has(t.name)) {
+      // A tied head may still be stored (some exports keep it): only its absence when untied is an error.
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: tensor ", t.name, " is missing (the config implies ",
+                                                     ExpectedTensors(config).size(), " tensors)"));
+    }
+    absl::StatusOr<Tensor> got = checkpoint.Get(t.name);
+    if (!got.ok()) return got.status();
+    if (got->shape() != t.shape) {
+      std::string want = "[";
+      for (size_t i = 0; i < t.shape.size(); ++i) absl::StrAppend(&want, i ? ", " : "", t.shape[i]);
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: tensor ", t.name, " has shape ", got->ShapeString(),
+                                                     ", the config implies ", want, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b) {
+  MemoryEstimate e;
+  const int64_t wb = b.f32_compute ? 4 : 2;
+  const int64_t stored = config.torch_dtype == "float32" ? 4 : 2;
+  e.parameters = CountParameters(config);
+  if (config.has_text) {
+    const TextConfig& t = config.text;
+    // The embedding table stays mapped from the file (its rows are read where needed); every
+    // projection, lm_head and a tied head's copy of the table are made in the compute dtype.
+    const int64_t embed = t.vocab_size * t.hidden_size;
+    e.weight_bytes = (e.parameters - embed) * wb + embed * stored + (t.tie_word_embeddings ? embed * wb : 0);
+    const int64_t h = t.hidden_size, d = t.head_dim();
+    const int64_t per_row = 5 * h + (t.num_attention_heads + 2 * int64_t{t.num_key_value_heads}) * d +
+                            int64_t{t.num_attention_heads} * d + 3 * int64_t{t.intermediate_size};
+    e.decoder_activation_bytes = 4 * (b.max_num_batched_tokens * per_row + b.max_num_seqs * (h + t.vocab_size));
+  } else {
+    e.weight_bytes = e.parameters * wb;
+  }
+  e.kv_cache_bytes = b.kv_cache_bytes;
+  if (config.has_vision()) {
+    const VisionConfig& v = config.vision;
+    const int64_t n = b.max_encoder_patches, hv = v.hidden_size, d = v.head_dim();
+    const int64_t ip = (v.intermediate_size + 63) / 64 * 64;
+    const int64_t dp = std::max<int64_t>(d, 96);
+    const int unit = v.spatial_merge_size * v.spatial_merge_size;
+    const int64_t floats = n * (8 * hv + 3 * ip + 2 * d) + 4 * n * v.num_heads * dp + n / unit * v.out_hidden_size;
+    e.encoder_activation_bytes = 4 * floats;
+  }
+  return e;
+}
+
+std::string DescribeMemory(const MemoryEstimate& e, const MemoryBudgets& b) {
+  char params[32];
+  std::snprintf(params, sizeof params, "%.2f B", static_cast<double>(e.parameters) / 1e9);
+  return absl::StrCat("weights ", Gb(e.weight_bytes), " (", b.f32_compute ? "f32" : "bf16", ", ", params,
+                      " parameters) + KV cache ", Gb(e.kv_cache_bytes),
+                      " + activations ", Gb(e.decoder_activation_bytes + e.encoder_activation_bytes), " = ",
+                      Gb(e.total()));
+}
+
+absl::StatusOr<int64_t> AvailableMemoryBytes() {
+  int64_t available = -1;
+  const int64_t kb = ReadNumberAfter("/proc/meminfo", "MemAvailable:");
+  if (kb >= 0) available = kb * 1024;
+  // cgroup v2: memory.max ("max" when unlimited) minus what the group already uses.
+  std::ifstream max_file("/sys/fs/cgroup/memory.max");
+  std::string max_text;
+  if (max_file >> max_text && max_text != "max") {
+    const int64_t limit = std::atoll(max_text.c_str());
+    int64_t current = 0;
+    std::ifstream cur("/sys/fs/cgroup/memory.current");
+    cur >> current;
+    const int64_t headroom = std::max<int64_t>(0, limit - current);
+    available = available < 0 ? headroom : std::min(available, headroom);
+  }
+  if (available < 0) return absl::NotFoundError("cannot read MemAvailable from /proc/meminfo");
+  return available;
+}
+
+absl::Status CheckMemoryFits(const MemoryEstimate& e, const MemoryBudgets& b, int64_t available) {
+  if (e.total() <= available) return absl::OkStatus();
+  std::string msg = absl::StrCat("the model needs about ", Gb(e.total()), " (weights ", Gb(e.weight_bytes), " in ",
+                                 b.f32_compute ? "f32" : "bf16", ", KV cache ", Gb(e.kv_cache_bytes),
+                                 " (", b.kv_cache_flag, "), decoder activations ", Gb(e.decoder_activation_bytes),
+                                 " (--max-num-batched-tokens, --max-num-seqs)");
+  if (e.encoder_activation_bytes > 0) {
+    absl::StrAppend(&msg, ", encoder activations ", Gb(e.encoder_activation_bytes), " (--max-encoder-patches-per-step)");
+  }
+  absl::StrAppend(&msg, ") but only ", Gb(available), " is available; ");
+  const int64_t without_kv = e.total() - e.kv_cache_bytes;
+  if (e.weight_bytes > available) {
+    absl::StrAppend(&msg, "the weights alone do not fit",
+                    b.f32_compute ? " (--dtype bf16 halves them)" : " on this machine");
+  } else if (without_kv < available) {
+    absl::StrAppend(&msg, "lower ", b.kv_cache_flag, " to at most ", available - without_kv, " bytes");
+  } else {
+    absl::StrAppend(&msg, "lower --max-num-batched-tokens / --max-encoder-patches-per-step, or ", b.kv_cache_flag);
+  }
+  return absl::ResourceExhaustedError(msg);
+}
+
+}  // namespace iris::core

@@ -1,0 +1,65 @@
+// What a checkpoint needs before it is loaded: the tensors its config implies (names and shapes,
+// checked against a checkpoint's headers without reading any weight) and the memory iris will
+// take for it — weights in the compute dtype, the KV cache, the activation buffers at the
+// configured budgets — against the memory the machine has left. Loading a model that does not
+// fit is refused with a message naming the flag to change, instead of being killed mid-load.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/model_config.h"
+#include "core/safetensors.h"
+
+namespace iris::core {
+
+struct TensorShape {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// Every tensor the loaders read for this config, HF names, in model order (visual.* for VL
+// families, then model.*, lm_head.weight unless the embeddings are tied).
+std::vector<TensorShape> ExpectedTensors(const ModelConfig& config);
+int64_t CountParameters(const ModelConfig& config);
+
+// Each expected tensor is in the checkpoint with its shape (headers only). INVALID_ARGUMENT
+// naming the first missing or misshapen tensor.
+absl::Status CheckCheckpointTensors(const ModelConfig& config, const Checkpoint& checkpoint);
+
+struct MemoryBudgets {
+  bool f32_compute = false;            // --dtype f32 (weights kept as f32) or bf16
+  int64_t kv_cache_bytes = 0;          // --kv-cache-bytes
+  std::string kv_cache_flag = "--kv-cache-bytes";  // the flag that sets it, for messages
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_num_seqs = 256;
+  int64_t max_encoder_patches = 16384; // the encoder's buffers (the engine's budget or the largest image)
+};
+
+struct MemoryEstimate {
+  int64_t parameters = 0;
+  int64_t weight_bytes = 0;                // the copies made at load, in the compute dtype
+  int64_t kv_cache_bytes = 0;
+  int64_t decoder_activation_bytes = 0;
+  int64_t encoder_activation_bytes = 0;    // 0 without a vision tower
+  int64_t total() const {
+    return weight_bytes + kv_cache_bytes + decoder_activation_bytes + encoder_activation_bytes;
+  }
+};
+
+MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& budgets);
+// "weights 15.23 GB (bf16) + KV cache 1.07 GB + activations 0.52 GB = 16.82 GB"
+std::string DescribeMemory(const MemoryEstimate& estimate, const MemoryBudgets& budgets);
+
+// Memory this process can still take: MemAvailable from /proc/meminfo, lowered to the cgroup
+// (v2) limit's headroom when there is one. NOT_FOUND when neither can be read.
+absl::StatusOr<int64_t> AvailableMemoryBytes();
+
+// RESOURCE_EXHAUSTED when the estimate exceeds `available`, naming the parts, the flags that set
+// them (--kv-cache-bytes, --max-num-batched-tokens, --max-encoder-patches-per-step, --dtype) and
+// what --kv-cache-bytes would fit.
+absl::Status CheckMemoryFits(const MemoryEstimate& estimate, const MemoryBudgets& budgets, int64_t available);
+
+}  // namespace iris::core
