@@ -179,7 +179,9 @@ TEST(IrisGenerate, TextOnlyModelGoldenCases) {
       const Result r = RunGenerate("--model " + testing::ModelPath(model) + " --messages " + messages +
                                    " --dtype " + dtype + " --max-tokens 20 --dump " + dump);
       ASSERT_EQ(r.exit_code, 0) << r.err;
-      if (dtype == "f32") EXPECT_EQ(r.out, c["greedy"]["text"].get<std::string>() + "\n");
+      if (dtype == "f32") {
+        EXPECT_EQ(r.out, c["greedy"]["text"].get<std::string>() + "\n");
+      }
       const Dump d = ReadDump(dump, /*position_rows=*/1);
       EXPECT_EQ(d.input_ids, testing::Int64Values(testing::LoadGolden(file, "input_ids")));
       EXPECT_EQ(d.position_ids, testing::Int64Values(testing::LoadGolden(file, "position_ids")));

@@ -84,7 +84,8 @@ std::vector<Preset> MakePresets() {
     t.family = ModelFamily::kQwen2_VL;
     t.description = "the golden Qwen2VLForConditionalGeneration (LayerNorm/QuickGELU tower), tests/data/tiny-qwen2-vl";
     t.seed = 0x5EED000000000005ull;
-    t.vision = {.depth = 4, .hidden_size = 64, .intermediate_size = 128, .num_heads = 4, .out_hidden_size = 64};
+    t.vision = {.depth = 4, .hidden_size = 64, .intermediate_size = 128, .num_heads = 4, .out_hidden_size = 64,
+                .fullatt_block_indexes = {}};  // Qwen2-VL: every block attends fully
     t.text = tiny_text;
     t.transformers_version = "4.50.0";
     t.generation = GenerationDefaults::kGreedy;
@@ -122,7 +123,7 @@ std::vector<Preset> MakePresets() {
     t.text = {.hidden_size = z.hidden, .intermediate_size = z.inter, .num_hidden_layers = z.layers,
               .num_attention_heads = z.heads, .num_key_value_heads = z.kv, .vocab_size = 152064,
               .max_position_embeddings = 32768, .max_window_layers = z.layers, .sliding_window = 131072,
-              .tie_word_embeddings = false};
+              .tie_word_embeddings = false, .mrope_section = {}};
     t.transformers_version = "4.43.1";
     t.generation = GenerationDefaults::kQwenTextInstruct;
     t.config_only = z.config_only;
