@@ -13,7 +13,10 @@ void VarlenAttention(Device& device, const AttentionArgs& args) {
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::VarlenAttention(cpu, args);
       return cpu::portable::VarlenAttention(cpu, args);
     }
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "VarlenAttention");
 }
 
 }  // namespace iris::kernels

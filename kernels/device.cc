@@ -5,6 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_device.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
 
 namespace iris::kernels {
 
@@ -18,9 +21,28 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     return std::unique_ptr<Device>(new cpu::CpuDevice(options.threads, *isa));
   }
   if (options.name == "cuda" || options.name.rfind("cuda:", 0) == 0) {
-    return absl::UnimplementedError("device \"" + options.name + "\": this build of iris has no CUDA backend");
+#ifdef IRIS_HAVE_CUDA
+    absl::StatusOr<int> ordinal = cuda::ParseCudaOrdinal(options.name);
+    if (!ordinal.ok()) return ordinal.status();
+    absl::StatusOr<std::unique_ptr<cuda::CudaDevice>> device = cuda::CudaDevice::Create(*ordinal);
+    if (!device.ok()) return device.status();
+    return std::unique_ptr<Device>(std::move(*device));
+#else
+    return absl::UnimplementedError("device \"" + options.name +
+                                    "\": this build of iris has no CUDA backend (configure with the CUDA toolkit "
+                                    "installed, or -DIRIS_CUDA=ON)");
+#endif
   }
+#ifdef IRIS_HAVE_CUDA
+  return absl::InvalidArgumentError(absl::StrCat("device \"", options.name, "\" is not one of: cpu, cuda, cuda:N"));
+#else
   return absl::InvalidArgumentError(absl::StrCat("device \"", options.name, "\" is not one of: cpu"));
+#endif
+}
+
+void NoKernelFor(const Device& device, const char* op) {
+  std::fprintf(stderr, "iris: %s has no implementation on %s\n", op, device.Describe().c_str());
+  std::abort();
 }
 
 Device& DefaultCpuDevice() {

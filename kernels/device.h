@@ -17,7 +17,7 @@
 
 namespace iris::kernels {
 
-enum class DeviceKind { kCpu };  // kCuda arrives with the CUDA backend
+enum class DeviceKind { kCpu, kCuda };
 
 // A recorded sequence of ops that can be replayed at the same addresses (a CUDA graph).
 class DeviceGraph {
@@ -62,15 +62,20 @@ class Device {
   }
 };
 
+// An op called on a device it has no implementation for: a programming error, never input (model
+// loading refuses such a device first: Linear::Create returns UNIMPLEMENTED). Prints and aborts.
+[[noreturn]] void NoKernelFor(const Device& device, const char* op);
+
 struct DeviceOptions {
-  std::string name = "cpu";  // "cpu" (a CUDA build adds "cuda" / "cuda:N")
+  std::string name = "cpu";  // "cpu", or in a CUDA build "cuda" / "cuda:N"
   int threads = 0;           // CPU: the thread team's size; 0 = OMP_NUM_THREADS or every core
   // CPU: the highest instruction set iris's own kernels may use ("avx2", "avx512",
   // "avx512_bf16"; empty = what the processor has, capped by the IRIS_CPU_ISA variable).
   std::string cpu_isa;
 };
 
-// INVALID_ARGUMENT for an unknown name, UNIMPLEMENTED for a backend this build lacks.
+// INVALID_ARGUMENT for an unknown name, UNIMPLEMENTED for a backend this build lacks,
+// FAILED_PRECONDITION for a GPU that is not there or not usable (the message says why).
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options);
 
 // The process's default CPU device (threads and ISA from the environment), for tools and tests

@@ -13,7 +13,10 @@ void RmsNorm(Device& device, const float* x, const float* weight, int64_t rows, 
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::RmsNorm(cpu, x, weight, rows, dim, eps, y);
       return cpu::portable::RmsNorm(cpu, x, weight, rows, dim, eps, y);
     }
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "RmsNorm");
 }
 
 void SiluMulRows(Device& device, const float* gu, int64_t rows, int64_t inter, float* out) {
@@ -23,7 +26,10 @@ void SiluMulRows(Device& device, const float* gu, int64_t rows, int64_t inter, f
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::SiluMulRows(cpu, gu, rows, inter, out);
       return cpu::portable::SiluMulRows(cpu, gu, rows, inter, out);
     }
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "SiluMulRows");
 }
 
 void SiluMul(Device& device, const float* gate, const float* up, int64_t n, float* out) {
@@ -33,7 +39,10 @@ void SiluMul(Device& device, const float* gate, const float* up, int64_t n, floa
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::SiluMul(cpu, gate, up, n, out);
       return cpu::portable::SiluMul(cpu, gate, up, n, out);
     }
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "SiluMul");
 }
 
 void GeluErf(Device& device, const float* x, int64_t n, float* y) {
@@ -43,7 +52,10 @@ void GeluErf(Device& device, const float* x, int64_t n, float* y) {
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::GeluErf(cpu, x, n, y);
       return cpu::portable::GeluErf(cpu, x, n, y);
     }
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "GeluErf");
 }
 
 void LayerNorm(Device& device, const float* x, const float* weight, const float* bias, int64_t rows, int64_t dim,
@@ -66,7 +78,10 @@ void Add(Device& device, const float* a, const float* b, int64_t n, float* y) {
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::Add(cpu, a, b, n, y);
       return cpu::portable::Add(cpu, a, b, n, y);
     }
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "Add");
 }
 
 }  // namespace iris::kernels

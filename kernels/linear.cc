@@ -2,6 +2,7 @@
 // (on the CPU, by instruction-set tier).
 #include "kernels/linear.h"
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace iris::kernels {
@@ -17,14 +18,19 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(Device& device, const cor
                                                                            : cpu::portable::RowToBf16;
       return cpu::CreateLinear(cpu, weight, bias, compute, to_bf16);
     }
+    case DeviceKind::kCuda:
+      break;
   }
-  return absl::UnimplementedError("Linear: no implementation for this device");
+  return absl::UnimplementedError(absl::StrCat("Linear: no implementation on ", device.Describe(),
+                                               " yet (the CUDA backend has its device, not its kernels)"));
 }
 
 double MeasureMatmulPeakFlops(Device& device, ComputeType compute, int64_t size, int repeats) {
   switch (device.kind()) {
     case DeviceKind::kCpu:
       return cpu::MeasureMatmulPeakFlops(cpu::AsCpu(device), compute, size, repeats);
+    case DeviceKind::kCuda:
+      break;
   }
   return 0;
 }

@@ -13,6 +13,8 @@ double MeasureMemoryReadBandwidth(Device& device, int64_t bytes, int repeats) {
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::MeasureMemoryReadBandwidth(cpu, bytes, repeats);
       return cpu::portable::MeasureMemoryReadBandwidth(cpu, bytes, repeats);
     }
+    case DeviceKind::kCuda:
+      break;
   }
   return 0;
 }

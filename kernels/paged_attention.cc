@@ -14,7 +14,10 @@ void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int
     case DeviceKind::kCpu:
       // Row copies: one implementation for every tier.
       return cpu::WritePagedKv(cpu::AsCpu(device), layer, k, k_row_stride, v, v_row_stride, slot_mapping);
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "WritePagedKv");
 }
 
 void PagedAttention(Device& device, const PagedAttentionArgs& args) {
@@ -24,7 +27,10 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::PagedAttention(cpu, args);
       return cpu::portable::PagedAttention(cpu, args);
     }
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "PagedAttention");
 }
 
 void PagedMetadataBuilder::Add(std::span<const int32_t> block_table, int64_t context_len, int64_t q_begin,

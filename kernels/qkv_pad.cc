@@ -15,7 +15,10 @@ void PadQkv(Device& device, const float* qkv, int64_t rows, int num_heads, int h
           padded_dim, q, k, v);
       return cpu::portable::PadQkv(cpu, qkv, rows, num_heads, head_dim, padded_dim, q, k, v);
     }
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "PadQkv");
 }
 
 void PadOneOfQkv(Device& device, const float* qkv, int64_t rows, int num_heads, int head_dim, int padded_dim,
@@ -27,7 +30,10 @@ void PadOneOfQkv(Device& device, const float* qkv, int64_t rows, int num_heads, 
           padded_dim, which, out);
       return cpu::portable::PadOneOfQkv(cpu, qkv, rows, num_heads, head_dim, padded_dim, which, out);
     }
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "PadOneOfQkv");
 }
 
 void UnpadHeads(Device& device, const float* padded, int64_t rows, int num_heads, int head_dim,
@@ -35,7 +41,10 @@ void UnpadHeads(Device& device, const float* padded, int64_t rows, int num_heads
   switch (device.kind()) {
     case DeviceKind::kCpu:
       return cpu::UnpadHeads(cpu::AsCpu(device), padded, rows, num_heads, head_dim, padded_dim, out);
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "UnpadHeads");
 }
 
 }  // namespace iris::kernels

@@ -14,7 +14,10 @@ void RotaryQK(Device& device, HeadsView q, HeadsView k, int64_t rows, int head_d
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::RotaryQK(cpu, q, k, rows, head_dim, cos, sin);
       return cpu::portable::RotaryQK(cpu, q, k, rows, head_dim, cos, sin);
     }
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "RotaryQK");
 }
 
 void Rotary(Device& device, HeadsView x, int64_t rows, int head_dim, const float* cos, const float* sin) {
@@ -24,7 +27,10 @@ void Rotary(Device& device, HeadsView x, int64_t rows, int head_dim, const float
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::Rotary(cpu, x, rows, head_dim, cos, sin);
       return cpu::portable::Rotary(cpu, x, rows, head_dim, cos, sin);
     }
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "Rotary");
 }
 
 }  // namespace iris::kernels

@@ -108,7 +108,26 @@ TEST(DeviceTest, CreateDeviceAnswersForEveryName) {
   EXPECT_NE((*cpu)->Describe().find("cpu: "), std::string::npos) << (*cpu)->Describe();
   DeviceOptions cuda;
   cuda.name = "cuda";
+#ifdef IRIS_HAVE_CUDA
+  // A CUDA build: a device where a GPU is usable (tests/cuda_device_test.cc, label gpu), else
+  // FAILED_PRECONDITION saying why (no driver, no GPU, ...) and which CUDA the build wants.
+  auto gpu = CreateDevice(cuda);
+  if (gpu.ok()) {
+    EXPECT_EQ((*gpu)->kind(), DeviceKind::kCuda);
+  } else {
+    EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition) << gpu.status();
+    EXPECT_NE(gpu.status().message().find("cuda:0"), std::string::npos) << gpu.status();
+    EXPECT_NE(gpu.status().message().find("this build's runtime is CUDA"), std::string::npos) << gpu.status();
+  }
+  for (const char* name : {"cuda:", "cuda:x", "cuda:-1", "cuda:1a", "cuda:0:1"}) {
+    DeviceOptions bad_ordinal;
+    bad_ordinal.name = name;
+    auto d = CreateDevice(bad_ordinal);
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << name << ": " << d.status();
+  }
+#else
   EXPECT_EQ(CreateDevice(cuda).status().code(), absl::StatusCode::kUnimplemented);
+#endif
   DeviceOptions tpu;
   tpu.name = "tpu";
   auto bad = CreateDevice(tpu);
