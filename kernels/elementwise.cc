@@ -62,13 +62,19 @@ void LayerNorm(Device& device, const float* x, const float* weight, const float*
                float eps, float* y) {
   switch (device.kind()) {
     case DeviceKind::kCpu: return cpu::portable::LayerNorm(cpu::AsCpu(device), x, weight, bias, rows, dim, eps, y);
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "LayerNorm");
 }
 
 void QuickGelu(Device& device, const float* x, int64_t n, float* y) {
   switch (device.kind()) {
     case DeviceKind::kCpu: return cpu::portable::QuickGelu(cpu::AsCpu(device), x, n, y);
+    case DeviceKind::kCuda:
+      break;
   }
+  NoKernelFor(device, "QuickGelu");
 }
 
 void Add(Device& device, const float* a, const float* b, int64_t n, float* y) {
