@@ -1,7 +1,13 @@
-"""A text-only model (tiny-qwen2-text, ctest fixture model_tiny-qwen2-text) served by iris-server:
-GetModelInfo says the family and that images are not accepted, the Python client's greedy reply
-equals the reference's, an image part is INVALID_ARGUMENT naming the field, and iris-bench with a
-text-only JSONL dataset finishes with 0 failures.
+"""The newer families served by iris-server.
+
+A text-only model (tiny-qwen2-text, ctest fixture model_tiny-qwen2-text): GetModelInfo says the
+family and that images are not accepted, the Python client's greedy reply equals the reference's,
+an image part is INVALID_ARGUMENT naming the field, and iris-bench with a text-only JSONL dataset
+finishes with 0 failures.
+
+Qwen2-VL (tiny-qwen2-vl, fixture model_tiny-qwen2-vl): GetModelInfo names it, the client's greedy
+replies with one and with two images equal the reference's (text and image-token count), and
+iris-bench's image dataset finishes with 0 failures.
 
 Needs IRIS_SERVER_BIN; skipped without it.
 """
@@ -18,6 +24,7 @@ from test_openai_backend import report_values
 
 SERVER_BIN = os.environ.get("IRIS_SERVER_BIN", "")
 MODEL = os.path.join(os.environ.get("IRIS_TEST_MODELS", ""), "tiny-qwen2-text")
+QWEN2VL_MODEL = os.path.join(os.environ.get("IRIS_TEST_MODELS", ""), "tiny-qwen2-vl")
 # iris_client lives beside the generated stubs (the build's python folder).
 for _path in reversed(os.environ.get("IRIS_PYTHONPATH", "").split(os.pathsep)):
     if _path and _path not in sys.path:
@@ -87,6 +94,61 @@ class TextModelE2ETest(NoThreadLeak, unittest.TestCase):
                                     "output_len": OUT_LEN}) + "\n")
         r = subprocess.run([IRIS_BENCH, "--target", self.server.target, "--dataset", "jsonl",
                             "--dataset-path", dataset, "--num-prompts", str(N), "--max-concurrency", "4",
+                            "--no-progress"],
+                           env=bench_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr + self.server.log()[-3000:])
+        values = report_values(r.stdout)
+        self.assertEqual(values["Successful requests:"], str(N), r.stdout)
+        self.assertEqual(values["Failed requests:"], "0", r.stdout)
+        self.assertEqual(values["Total generated tokens:"], str(N * OUT_LEN), r.stdout)
+
+
+@unittest.skipUnless(SERVER_BIN, "IRIS_SERVER_BIN is not set")
+class Qwen2VLModelE2ETest(NoThreadLeak, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from iris_bench.server_proc import IrisServer
+        if not os.path.isfile(os.path.join(QWEN2VL_MODEL, "config.json")):
+            raise unittest.SkipTest(f"no Qwen2-VL model at {QWEN2VL_MODEL} (ctest fixture model_tiny-qwen2-vl)")
+        cls.server = IrisServer(SERVER_BIN, [f"--model={QWEN2VL_MODEL}", "--workers=2", "--dtype=f32"],
+                                startup_timeout_s=120)
+        cls.server.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.server.stop()
+        if status != 0:
+            raise AssertionError(f"iris-server exited with status {status}:\n{cls.server.log()[-3000:]}")
+
+    def client(self):
+        from iris_client import Client
+        return Client(self.server.target)
+
+    def test_model_info_names_the_family(self):
+        with self.client() as c:
+            info = c.model_info()
+        self.assertEqual(info.model_type, "qwen2_vl")
+        self.assertEqual(info.architecture, "Qwen2VLForConditionalGeneration")
+        self.assertTrue(info.accepts_images)
+        self.assertGreater(info.limits.max_images_per_request, 0)
+
+    def test_greedy_replies_with_images_equal_the_reference(self):
+        with open(os.path.join(DATA, "model", "manifest_qwen2vl.json")) as f:
+            cases = [c for c in json.load(f)["cases"] if c["images"]]
+        self.assertEqual(len(cases), 2)
+        for case in cases:
+            with self.subTest(case["case"]):
+                text = case["messages"][0]["content"][-1]["text"]
+                with self.client() as c:
+                    reply = c.generate(text=text, images=[os.path.join(DATA, p) for p in case["images"]],
+                                       max_tokens=20)
+                self.assertEqual(reply.text, case["greedy"]["text"])
+                self.assertEqual(reply.usage.prompt_tokens, case["prompt_len"])
+                self.assertEqual(reply.usage.image_tokens, case["num_image_tokens"])
+
+    def test_iris_bench_with_images(self):
+        r = subprocess.run([IRIS_BENCH, "--target", self.server.target, "--num-prompts", str(N),
+                            "--output-len", str(OUT_LEN), "--max-concurrency", "4", "--image-max-pixels", "100352",
                             "--no-progress"],
                            env=bench_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr + self.server.log()[-3000:])
