@@ -150,7 +150,7 @@ absl::Status Engine::Submit(Request request) {
   for (const PromptImage& im : p.images) {
     seq->images.push_back({im.content_hash, im.pixel_values->dim(0), im.pad_begin, im.pad_end});
   }
-  seq->sampler = std::make_unique<llm::Sampler>(request.sampling, p.ids);
+  seq->sampler = std::make_unique<llm::Sampler>(request.sampling, p.ids, model_->eos_token_ids);
   seq->stop = std::make_unique<llm::StopChecker>(request.sampling, model_->eos_token_ids);
   seq->detok = std::make_unique<llm::IncrementalDetokenizer>(model_->tokenizer, request.skip_special_tokens);
   seq->arrival = absl::Now();

@@ -215,10 +215,8 @@ absl::Status ConvertSampling(const Json& body, Endpoint endpoint, v1::SamplingPa
   if (present("min_tokens")) {
     absl::StatusOr<int64_t> v = Integer(body["min_tokens"], "min_tokens");
     if (!v.ok()) return v.status();
-    if (*v != 0) {
-      return Invalid("min_tokens: only 0 is supported (the engine has no end-of-sequence suppression); "
-                     "use ignore_eos with max_tokens for a fixed length");
-    }
+    if (*v < 0 || *v > std::numeric_limits<uint32_t>::max()) return Invalid(absl::StrCat("min_tokens: must be >= 0, got ", *v));
+    s->set_min_tokens(static_cast<uint32_t>(*v));
   }
   if (present("n")) {
     absl::StatusOr<int64_t> v = Integer(body["n"], "n");

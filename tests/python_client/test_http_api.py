@@ -217,6 +217,19 @@ class HttpApiTest(HttpTestCase):
             self.assertEqual(body["choices"][0]["finish_reason"], "stop")
             self.assertEqual(body["choices"][0]["message"]["content"], full[:full.index(stop)])
 
+    def test_min_tokens_masks_the_stop_id(self):
+        with Client(self.server.target, timeout=60) as client:
+            first = client.generate(text="Hello there", max_tokens=1).token_ids[0]
+        body = {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 6,
+                "stop_token_ids": [first]}
+        stopped = json.loads(request(self.port, "POST", "/v1/chat/completions", body)[2])
+        self.assertEqual(stopped["choices"][0]["finish_reason"], "stop")
+        self.assertLessEqual(stopped["usage"]["completion_tokens"], 1)
+        body["min_tokens"] = 3
+        held = json.loads(request(self.port, "POST", "/v1/chat/completions", body)[2])
+        self.assertGreaterEqual(held["usage"]["completion_tokens"], 3)
+        self.assertTrue(held["choices"][0]["message"]["content"])
+
     def test_seeded_sampling_is_reproducible(self):
         body = chat_body(temperature=1.0, top_p=0.9, top_k=50, seed=7, max_tokens=8)
         first = json.loads(request(self.port, "POST", "/v1/chat/completions", body)[2])
@@ -274,7 +287,8 @@ class HttpErrorsTest(HttpTestCase):
             ({"messages": text, "temperature": -1}, "temperature"),
             ({"messages": text, "top_p": 0}, "top_p"),
             ({"messages": text, "stop": 3}, "stop"),
-            ({"messages": text, "min_tokens": 4}, "min_tokens"),
+            ({"messages": text, "min_tokens": 20}, "min_tokens"),  # over max_tokens (default 16)
+            ({"messages": text, "min_tokens": -1}, "min_tokens"),
             ({"messages": text, "tools": [{"type": "function"}]}, "tools"),
             ({"messages": [{"role": "robot", "content": "Hi"}]}, "messages[0].role"),
             ({"messages": []}, "messages"),
