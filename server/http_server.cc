@@ -42,6 +42,7 @@ struct Shared {
   IrisService* service = nullptr;
   ServerOptions options;
   HttpServer::Mode mode = HttpServer::Mode::kApi;
+  int64_t started = 0;  // unix seconds: the model's "created" in /v1/models
 };
 
 // One connection: reads requests (keep-alive), answers the simple endpoints at once, and for a
@@ -176,7 +177,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Cal
         grpc::Status admitted = service().Admit(Authorization());
         if (!admitted.ok() && admitted.error_code() != grpc::StatusCode::UNAVAILABLE) return SendStatus(admitted);
         return SendResponse(200, "application/json",
-                            openai::ModelsBody(service().model_info().model(), started_, service().max_model_len()));
+                            openai::ModelsBody(service().model_info().model(), shared_->started, service().max_model_len()));
       }
       if (target == "/v1/chat/completions") {
         if (!only(http::verb::post)) return;
@@ -400,8 +401,6 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Cal
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
   std::string write_buf_;
-  const int64_t started_ = std::chrono::duration_cast<std::chrono::seconds>(
-                               std::chrono::system_clock::now().time_since_epoch()).count();
   int64_t requests_ = 0;
   bool keep_alive_ = true;
   bool closed_ = false;
@@ -431,6 +430,8 @@ class HttpServer::Impl {
     shared_.service = service;
     shared_.options = options;
     shared_.mode = mode;
+    shared_.started =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
 
   absl::Status Listen(int port) {

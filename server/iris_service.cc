@@ -125,7 +125,7 @@ grpc::Status IrisService::Admit(std::optional<std::string_view> authorization) c
   if (!options_.auth_token.empty()) {
     if (!authorization.has_value()) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "authorization: missing (send the metadata \"authorization: Bearer <token>\")");
+                          "authorization: missing (send \"authorization: Bearer <token>\" as gRPC metadata or HTTP header)");
     }
     const std::string_view value = *authorization;
     constexpr std::string_view kBearer = "Bearer ";

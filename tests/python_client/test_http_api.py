@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from iris_test_util import ServerProcess, data_path, env_path, tiny_model  # noqa: E402
+from iris_test_util import ServerProcess, data_path, env_path, make_self_signed_cert, tiny_model  # noqa: E402
 
 from iris_client import Client  # noqa: E402
 
@@ -341,6 +342,94 @@ class HttpErrorsTest(HttpTestCase):
         self.assertError(status, error, 413, message="max_message_bytes")
         # The server goes on.
         self.assertEqual(curl(self.port, "/health")[0], 200)
+
+
+class HttpSlowClientTest(HttpTestCase):
+    """Request-size and header limits, and the read timeout that drops a slow client."""
+
+    server_args = ("--http-read-timeout-s", "1", "--http-idle-timeout-s", "2")
+
+    def raw(self, data: bytes, wait: float) -> tuple[bytes, float]:
+        """Sends `data`, then reads until the server closes (or `wait` s): (reply, seconds)."""
+        t0 = time.monotonic()
+        with socket.create_connection(("127.0.0.1", self.port), timeout=wait) as s:
+            s.sendall(data)
+            reply = b""
+            try:
+                while True:
+                    piece = s.recv(65536)
+                    if not piece:
+                        break
+                    reply += piece
+            except socket.timeout:
+                reply += b"<still open>"
+        return reply, time.monotonic() - t0
+
+    def test_half_sent_header_is_dropped_after_the_read_timeout(self):
+        reply, took = self.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n", wait=10)
+        self.assertEqual(reply, b"")  # closed, nothing answered
+        self.assertLess(took, 5)
+        self.assertGreater(took, 0.8)
+
+    def test_body_slower_than_the_read_timeout_is_dropped(self):
+        reply, took = self.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+                               wait=10)
+        self.assertNotIn(b"<still open>", reply)
+        self.assertLess(took, 5)
+
+    def test_idle_keep_alive_connection_is_closed(self):
+        reply, took = self.raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", wait=10)
+        self.assertTrue(reply.startswith(b"HTTP/1.1 200"), reply)
+        self.assertGreater(took, 1.5)
+        self.assertLess(took, 6)
+
+    def test_oversized_headers_are_431(self):
+        reply, _ = self.raw(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n", wait=10)
+        self.assertTrue(reply.startswith(b"HTTP/1.1 431"), reply[:200])
+        error = json.loads(reply.split(b"\r\n\r\n", 1)[1])
+        self.assertIn("headers", error["error"]["message"])
+
+    def test_expect_100_continue(self):
+        body = json.dumps({"messages": [{"role": "user", "content": "x" * 4000}], "max_tokens": 2}).encode()
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Expect: 100-continue\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+            self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 100 Continue"))
+            s.sendall(body)
+            self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 200"))
+
+
+class HttpTlsTest(HttpTestCase):
+    tls_dir: tempfile.TemporaryDirectory
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tls_dir = tempfile.TemporaryDirectory()
+        cls.cert, key = make_self_signed_cert(cls.tls_dir.name)
+        cls.server_args = ("--tls-cert", cls.cert, "--tls-key", key)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        super().tearDownClass()
+        cls.tls_dir.cleanup()
+
+    def https(self, path: str, *args: str, data: str | None = None) -> tuple[int, dict]:
+        with tempfile.NamedTemporaryFile() as out:
+            cmd = ["curl", "-s", "--cacert", self.cert, "-o", out.name, "-w", "%{http_code}", *args]
+            if data is not None:
+                cmd += ["-H", "Content-Type: application/json", "--data-binary", data]
+            run = subprocess.run(cmd + [f"https://127.0.0.1:{self.port}{path}"], capture_output=True, text=True,
+                                 timeout=60)
+            return int(run.stdout or 0), {"raw": open(out.name).read()}
+
+    def test_https_stream_and_plaintext_refused(self):
+        self.assertEqual(self.https("/health")[0], 200)
+        status, body = self.https("/v1/chat/completions", data=json.dumps(
+            {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": True}))
+        self.assertEqual(status, 200)
+        self.assertTrue(body["raw"].rstrip().endswith("data: [DONE]"), body)
+        self.assertEqual(curl(self.port, "/health")[0], 0)  # plaintext on the TLS port: no HTTP answer
 
 
 class HttpAuthTest(HttpTestCase):
