@@ -357,7 +357,7 @@ void Engine::Publish(const StepCounters& c, Outbox& outbox) {
     stats_.requests_finished += static_cast<int64_t>(outbox.finished.size());
     RefreshGauges();
   }
-  if (c.steps > 0 && options_.on_step) options_.on_step(c.step_ms, c.encoder_ms, c.encoder_forwards);
+  if (c.steps > 0 && options_.on_step) options_.on_step(c.step_ms, c.encoder_ms, c.encoder_forwards, c.images_encoded);
   outbox.Deliver();
 }
 

@@ -275,8 +275,9 @@ absl::Status Run(const sigset_t& stop_signals) {
   if (!model->config.has_text) return absl::InvalidArgumentError(absl::StrCat("--model: ", dir, " has no text model (vision-only checkpoint)"));
   IRIS_RETURN_IF_ERROR(ApplyPixelBounds(*model));
   options.metrics = std::make_shared<server::Metrics>();
-  engine_options.on_step = [metrics = options.metrics](double step_ms, double encoder_ms, int64_t forwards) {
-    metrics->StepRan(step_ms, encoder_ms, forwards);
+  engine_options.on_step = [metrics = options.metrics](double step_ms, double encoder_ms, int64_t forwards,
+                                                       int64_t images) {
+    metrics->StepRan(step_ms, encoder_ms, forwards, images);
   };
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
                         engine::Engine::Create(std::move(model), engine_options));

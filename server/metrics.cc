@@ -68,7 +68,8 @@ Metrics::Metrics()
       prompt_len_(TokenBuckets()),
       generation_len_(TokenBuckets()),
       step_(LatencyBuckets()),
-      encoder_forward_(LatencyBuckets()) {}
+      encoder_forward_(LatencyBuckets()),
+      encoder_image_(LatencyBuckets()) {}
 
 void Metrics::RequestEnded(const std::string& code, const std::string& finish, const engine::Usage& usage,
                            const engine::Timings& t, double preprocess_ms, double e2e_s) {
@@ -100,10 +101,18 @@ void Metrics::InterToken(double itl_s) {
   itl_.Observe(itl_s);
 }
 
-void Metrics::StepRan(double step_ms, double encoder_ms, int64_t encoder_forwards) {
+void Metrics::StepRan(double step_ms, double encoder_ms, int64_t encoder_forwards, int64_t images) {
   absl::MutexLock lock(&mu_);
   step_.Observe(step_ms / 1e3);
   if (encoder_forwards > 0) encoder_forward_.Observe(encoder_ms / 1e3 / static_cast<double>(encoder_forwards));
+  // Encoder time is charged to the images it finished; slices of an image encoded over several
+  // steps add up until it is done. Images finished together share their forwards' time.
+  encoder_ms_since_image_ += encoder_ms;
+  if (images > 0) {
+    const double per_image_s = encoder_ms_since_image_ / 1e3 / static_cast<double>(images);
+    for (int64_t i = 0; i < images; ++i) encoder_image_.Observe(per_image_s);
+    encoder_ms_since_image_ = 0;
+  }
 }
 
 std::string Metrics::Render(const ScrapeState& state) const {
@@ -185,6 +194,8 @@ std::string Metrics::Render(const ScrapeState& state) const {
       {"iris:request_generation_tokens", "Generated tokens per request.", &generation_len_},
       {"iris:engine_step_time_seconds", "Engine step time (encoder and decoder forwards, sampling).", &step_},
       {"iris:encoder_forward_time_seconds", "Vision encoder time per forward.", &encoder_forward_},
+      {"iris:encoder_time_per_image_seconds",
+       "Vision encoder time per image (its slices summed; images encoded together share the time).", &encoder_image_},
   };
   for (const Named& n : histograms) {
     Head(&out, n.name, "histogram", n.help);

@@ -45,7 +45,8 @@ class Metrics {
                     const engine::Timings& timings, double preprocess_ms, double e2e_s);
   void FirstToken(double ttft_s);
   void InterToken(double itl_s);
-  void StepRan(double step_ms, double encoder_ms, int64_t encoder_forwards);
+  // `images`: images whose encoding finished in the step (an image may span several steps).
+  void StepRan(double step_ms, double encoder_ms, int64_t encoder_forwards, int64_t images);
 
   std::string Render(const ScrapeState& state) const;
 
@@ -67,6 +68,8 @@ class Metrics {
   Histogram generation_len_ ABSL_GUARDED_BY(mu_);
   Histogram step_ ABSL_GUARDED_BY(mu_);
   Histogram encoder_forward_ ABSL_GUARDED_BY(mu_);
+  Histogram encoder_image_ ABSL_GUARDED_BY(mu_);
+  double encoder_ms_since_image_ ABSL_GUARDED_BY(mu_) = 0;  // slices of images not yet finished
 };
 
 }  // namespace iris::server

@@ -54,7 +54,8 @@ TEST(MetricsTest, RequestsTokensAndLatencies) {
   m.RequestEnded("INVALID_ARGUMENT", "", {}, {}, 0, 0);
   m.FirstToken(0.05);
   m.InterToken(0.01);
-  m.StepRan(20, 8, 2);
+  m.StepRan(20, 8, 2, 0);  // a slice: no image finished yet
+  m.StepRan(10, 4, 1, 2);  // two images finish: 12 ms between them
   ScrapeState state;
   state.engine.kv_blocks_total = 100;
   state.engine.kv_blocks_used = 25;
@@ -68,8 +69,11 @@ TEST(MetricsTest, RequestsTokensAndLatencies) {
   EXPECT_EQ(s.at("iris:e2e_request_latency_seconds_count"), 1);  // the refused one has no latency
   EXPECT_DOUBLE_EQ(s.at("iris:request_queue_time_seconds_sum"), 0.003);
   EXPECT_DOUBLE_EQ(s.at("iris:request_encoder_time_seconds_count"), 1);  // it had images
-  EXPECT_DOUBLE_EQ(s.at("iris:engine_step_time_seconds_sum"), 0.02);
-  EXPECT_DOUBLE_EQ(s.at("iris:encoder_forward_time_seconds_sum"), 0.004);  // 8 ms over 2 forwards
+  EXPECT_DOUBLE_EQ(s.at("iris:engine_step_time_seconds_sum"), 0.03);
+  EXPECT_DOUBLE_EQ(s.at("iris:encoder_forward_time_seconds_sum"), 0.008);  // 4 + 4 ms (8 ms over 2 forwards, then 4)
+  EXPECT_EQ(s.at("iris:encoder_forward_time_seconds_count"), 2);
+  EXPECT_EQ(s.at("iris:encoder_time_per_image_seconds_count"), 2);
+  EXPECT_DOUBLE_EQ(s.at("iris:encoder_time_per_image_seconds_sum"), 0.012);
   EXPECT_DOUBLE_EQ(s.at("iris:kv_cache_usage_ratio"), 0.25);
   EXPECT_EQ(s.at("iris:kv_cache_blocks_capacity"), 100);
 }

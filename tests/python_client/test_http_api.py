@@ -529,6 +529,7 @@ class HttpMetricsTest(HttpTestCase):
         self.assertEqual(metric(text, "iris:encoder_cache_misses_total"), 1)
         self.assertEqual(metric(text, "iris:encoder_cache_hits_total"), 1)
         self.assertGreater(metric(text, "iris:encoder_forward_time_seconds_count"), 0)
+        self.assertEqual(metric(text, "iris:encoder_time_per_image_seconds_count"), 1)  # the second was cached
         self.assertEqual(metric(text, "iris:kv_cache_blocks_used"), 0)
         promtool = shutil.which("promtool")
         if promtool is None:
