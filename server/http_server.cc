@@ -222,6 +222,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Cal
       return SendStatus(st);
     }
     call_ = std::move(call);
+    service().HttpCallStarted();
     request_id_ = call_->request_id();
     who_ = openai::MakeIdentity(endpoint, request_id_, service().model_info().model());
     if constexpr (kTls) keep_alive_ = false;  // the watch read is not cancelled on TLS: one call per connection
@@ -315,6 +316,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Cal
     if (!call_) return;
     call_->ReactorDone();
     call_.reset();
+    service().HttpCallEnded();
     service().ReactorDone();
     self_ref_.reset();  // the handler running this holds another reference
   }

@@ -257,6 +257,7 @@ ScrapeState IrisService::scrape_state() const {
   state.engine = engine_->stats();
   state.preprocessing = preprocessing_.load();
   state.calls_in_flight = in_flight();
+  state.http_calls_in_flight = http_calls_.load();
   state.draining = draining_.load();
   return state;
 }

@@ -48,6 +48,9 @@ class IrisService final : public v1::Iris::CallbackService {
   // UNAVAILABLE while draining.
   grpc::Status Admit(std::optional<std::string_view> authorization) const;
   const v1::ModelInfo& model_info() const { return model_info_; }
+  // HTTP generation calls from StartCall's success to their last write (for /metrics).
+  void HttpCallStarted() { http_calls_.fetch_add(1); }
+  void HttpCallEnded() { http_calls_.fetch_sub(1); }
   int64_t max_model_len() const { return engine_->max_model_len(); }
   Metrics& metrics() { return *metrics_; }
   // What /metrics reads besides the recorded metrics.
@@ -91,6 +94,7 @@ class IrisService final : public v1::Iris::CallbackService {
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> preprocessing_{0};
   std::atomic<int64_t> requests_failed_{0};
+  std::atomic<int64_t> http_calls_{0};
   std::atomic<uint64_t> next_id_{1};
 
   mutable absl::Mutex mu_;

@@ -127,6 +127,9 @@ std::string Metrics::Render(const ScrapeState& state) const {
          "Requests in the worker pool (image decode, resize, tokenization).", static_cast<double>(state.preprocessing));
   Scalar(&out, "iris:num_requests_in_flight", "gauge", "Calls admitted and not yet ended (both fronts).",
          static_cast<double>(state.calls_in_flight));
+  Scalar(&out, "iris:num_requests_in_flight_http", "gauge",
+         "Of iris:num_requests_in_flight, those on the HTTP front (the rest are gRPC).",
+         static_cast<double>(state.http_calls_in_flight));
   Scalar(&out, "iris:draining", "gauge", "1 after SIGTERM while in-flight requests finish, else 0.",
          state.draining ? 1 : 0);
   Scalar(&out, "iris:kv_cache_blocks_capacity", "gauge", "KV cache blocks in all (the pool's size).", static_cast<double>(s.kv_blocks_total));

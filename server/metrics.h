@@ -32,6 +32,7 @@ struct ScrapeState {
   engine::EngineStats engine;
   int64_t preprocessing = 0;
   int64_t calls_in_flight = 0;
+  int64_t http_calls_in_flight = 0;  // of them, on the HTTP front
   bool draining = false;
 };
 
