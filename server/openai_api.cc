@@ -19,8 +19,8 @@ absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(st
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-// A field that must be absent, null, or the value that means "off".
-absl::Status Refuse(const Json& body, const char* field, const std::string& why) {
+// A field asked for something iris does not do.
+absl::Status Refuse(const char* field, const std::string& why) {
   return Invalid(absl::StrCat(field, ": ", why));
 }
 
@@ -232,9 +232,9 @@ absl::Status ConvertSampling(const Json& body, Endpoint endpoint, v1::SamplingPa
     const Json& lp = body["logprobs"];
     const bool asked = endpoint == Endpoint::kChatCompletions ? !(lp.is_boolean() && !lp.get<bool>())
                                                               : !(lp.is_number_integer() && lp.get<int64_t>() == 0);
-    if (asked) return Refuse(body, "logprobs", "log probabilities are not supported");
+    if (asked) return Refuse("logprobs", "log probabilities are not supported");
   }
-  if (present("top_logprobs")) return Refuse(body, "top_logprobs", "log probabilities are not supported");
+  if (present("top_logprobs")) return Refuse("top_logprobs", "log probabilities are not supported");
   for (const char* key : {"frequency_penalty", "presence_penalty"}) {
     if (!present(key)) continue;
     absl::StatusOr<double> v = Number(body[key], key);
@@ -242,22 +242,22 @@ absl::Status ConvertSampling(const Json& body, Endpoint endpoint, v1::SamplingPa
     if (*v != 0) return Invalid(absl::StrCat(key, ": only 0 is supported (see repetition_penalty)"));
   }
   if (present("logit_bias") && !(body["logit_bias"].is_object() && body["logit_bias"].empty())) {
-    return Refuse(body, "logit_bias", "not supported");
+    return Refuse("logit_bias", "not supported");
   }
   if (present("tools") && !(body["tools"].is_array() && body["tools"].empty())) {
-    return Refuse(body, "tools", "tool calling is not supported");
+    return Refuse("tools", "tool calling is not supported");
   }
   if (present("response_format")) {
     const Json& rf = body["response_format"];
     if (!(rf.is_object() && rf.contains("type") && rf["type"] == "text")) {
-      return Refuse(body, "response_format", "only {\"type\": \"text\"} is supported");
+      return Refuse("response_format", "only {\"type\": \"text\"} is supported");
     }
   }
   if (endpoint == Endpoint::kCompletions) {
     if (present("echo") && !(body["echo"].is_boolean() && !body["echo"].get<bool>())) {
-      return Refuse(body, "echo", "not supported");
+      return Refuse("echo", "not supported");
     }
-    if (present("suffix")) return Refuse(body, "suffix", "not supported");
+    if (present("suffix")) return Refuse("suffix", "not supported");
   }
   return absl::OkStatus();
 }
