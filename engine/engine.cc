@@ -156,7 +156,7 @@ absl::Status Engine::Submit(Request request) {
   for (const PromptImage& im : p.images) {
     seq->images.push_back({im.content_hash, im.pixel_values->dim(0), im.pad_begin, im.pad_end});
   }
-  seq->sampler = std::make_unique<llm::Sampler>(request.sampling, p.ids);
+  seq->sampler = std::make_unique<llm::Sampler>(request.sampling, p.ids, model_->eos_token_ids);
   seq->stop = std::make_unique<llm::StopChecker>(request.sampling, model_->eos_token_ids);
   seq->detok = std::make_unique<llm::IncrementalDetokenizer>(model_->tokenizer, request.skip_special_tokens);
   seq->arrival = absl::Now();
@@ -363,6 +363,7 @@ void Engine::Publish(const StepCounters& c, Outbox& outbox) {
     stats_.requests_finished += static_cast<int64_t>(outbox.finished.size());
     RefreshGauges();
   }
+  if (c.steps > 0 && options_.on_step) options_.on_step(c.step_ms, c.encoder_ms, c.encoder_forwards, c.images_encoded);
   outbox.Deliver();
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -57,6 +58,10 @@ struct EngineOptions {
   // Non-empty: the engine thread runs only on these CPUs, and so does its compute team (the
   // OpenMP threads it starts inherit its mask). Empty: the creating thread's CPUs.
   std::vector<int> cpus;
+  // Set: called on the engine thread after every step that ran something, with its time, the
+  // time of its encoder forwards, their count and the images they finished (for metrics). Must
+  // return quickly.
+  std::function<void(double step_ms, double encoder_ms, int64_t encoder_forwards, int64_t images_encoded)> on_step;
 };
 
 struct EngineStats {

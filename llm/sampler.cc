@@ -105,6 +105,10 @@ absl::Status SamplingParams::Validate() const {
   if (max_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_tokens must be >= 1, got ", max_tokens));
   }
+  if (min_tokens < 0 || min_tokens > max_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_tokens must be in [0, max_tokens = ", max_tokens, "], got ", min_tokens));
+  }
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
     if (stop_token_ids[i] < 0) {
       return absl::InvalidArgumentError(
@@ -141,7 +145,12 @@ const char* FinishReasonName(FinishReason reason) {
 
 // ---- Sampler ----
 
-Sampler::Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt_ids) : params_(params) {
+Sampler::Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt_ids, absl::Span<const int32_t> eos_ids)
+    : params_(params) {
+  if (params_.min_tokens > 0) {
+    masked_before_min_ = params_.stop_token_ids;
+    if (!params_.ignore_eos) masked_before_min_.insert(masked_before_min_.end(), eos_ids.begin(), eos_ids.end());
+  }
   if (params_.seed.has_value()) {
     rng_.seed(*params_.seed);
   } else {
@@ -156,6 +165,11 @@ double Sampler::Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53
 
 int32_t Sampler::Sample(float* logits, int64_t vocab) {
   assert(vocab > 0);
+  if (generated_++ < params_.min_tokens) {
+    for (const int32_t id : masked_before_min_) {
+      if (id >= 0 && id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
+    }
+  }
   const float penalty = params_.repetition_penalty;
   if (penalty != 1.f) {
     // HF RepetitionPenaltyLogitsProcessor: each id once, however often it occurred.
@@ -326,7 +340,7 @@ StopChecker::Step StopChecker::Push(int32_t id, std::string_view text, int64_t n
   const bool stop_id =
       std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), id) != params_.stop_token_ids.end() ||
       (!params_.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end());
-  if (stop_id) {
+  if (stop_id && num_generated > params_.min_tokens) {
     // The stop token's own text is dropped; a held-back partial stop string can no longer
     // complete, so it is ordinary text now.
     step.text = std::move(held_);
@@ -345,7 +359,7 @@ StopChecker::Step StopChecker::Push(int32_t id, std::string_view text, int64_t n
   size_t best_pos = std::string::npos;
   const std::string* best = nullptr;
   for (const std::string& s : params_.stop_strings) {
-    if (s.empty()) continue;
+    if (s.empty() || num_generated < params_.min_tokens) continue;
     const size_t pos = buf.find(s);
     if (pos != std::string::npos && (best == nullptr || pos < best_pos)) {
       best_pos = pos;

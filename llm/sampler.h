@@ -32,6 +32,9 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids (unless ignore_eos)
   std::vector<std::string> stop_strings;
   bool ignore_eos = false;
+  // vLLM's min_tokens: until this many tokens are generated, the end ids (EOS unless ignore_eos,
+  // and stop_token_ids) are masked out of sampling and stop strings are not looked for.
+  int64_t min_tokens = 0;
 
   static constexpr size_t kMaxStopStrings = 16;
   static constexpr size_t kMaxStopStringBytes = 256;
@@ -48,8 +51,10 @@ const char* FinishReasonName(FinishReason reason);  // "stop", "length", "cancel
 
 class Sampler {
  public:
-  // `prompt_ids` seed the repetition-penalty set (image pads included, as HF does).
-  Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt_ids);
+  // `prompt_ids` seed the repetition-penalty set (image pads included, as HF does); `eos_ids`
+  // are masked, with the stop ids, while fewer than params.min_tokens tokens are generated.
+  Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt_ids,
+          absl::Span<const int32_t> eos_ids = {});
 
   // Picks the next token from `logits` (vocab > 0 floats; modified in place by the penalty and
   // temperature) and records it as generated. Order as HF generate: repetition penalty, then
@@ -70,6 +75,8 @@ class Sampler {
   double Uniform();  // [0, 1), the same on every standard library
 
   SamplingParams params_;
+  std::vector<int32_t> masked_before_min_;  // end ids, masked while generated_ < min_tokens
+  int64_t generated_ = 0;
   absl::flat_hash_set<int32_t> seen_;  // prompt + generated ids (kept only with a penalty)
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> scratch_;  // candidates (value, id), reused per call

@@ -20,15 +20,19 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   grpc-proto python3-grpcio python3-protobuf python3-numpy python3-pil openssl
   python3-matplotlib  # iris-bench sweep plots (Agg backend, no display needed)
-  haproxy  # the load-balancer test (deploy/haproxy/iris-grpc.cfg)
+  libboost-dev curl  # the HTTP front (Boost.Beast, header-only); the HTTP tests drive it with curl
+  haproxy            # the load-balancer test (two replicas behind it)
+  python3-venv       # the openai-client test makes a venv (pip install openai from PyPI)
 )
 # .ci/run's extra stages: clang with libFuzzer and the sanitizer runtimes, OpenMP for clang,
 # llvm-symbolizer for readable sanitizer reports; debootstrap and rsync for the fresh root;
-# qemu-user for the run on an emulated AVX2 processor (scripts/portable_check.sh).
+# qemu-user for the run on an emulated AVX2 processor (scripts/portable_check.sh); prometheus for
+# promtool.
 CI_PACKAGES=(
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
   debootstrap rsync
   qemu-user
+  prometheus  # promtool for the /metrics format check (96 MB; the test skips without it)
 )
 
 ci=0

@@ -111,6 +111,15 @@ void GenerateCall::OnOutput(engine::RequestOutput output) {
     absl::MutexLock lock(&mu_);
     if (final_status_.has_value()) return;
     const bool has_delta = !output.text.empty() || !output.token_ids.empty();
+    if (!output.token_ids.empty()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!last_token_.has_value()) {
+        service_->metrics_->FirstToken(std::chrono::duration<double>(now - arrival_).count());
+      } else {
+        service_->metrics_->InterToken(std::chrono::duration<double>(now - *last_token_).count());
+      }
+      last_token_ = now;
+    }
     if (streaming_ && !cancelled_ && (has_delta || output.finished)) {
       // Pieces that arrive while a write is in flight merge into one waiting message.
       if (pending_.empty()) pending_.emplace_back().set_request_id(request_id_);
@@ -198,6 +207,10 @@ void GenerateCall::EndLocked(grpc::Status status, const engine::RequestOutput* o
       RequestLogLine(request_id_, status, output ? llm::FinishReasonName(output->finish_reason) : "",
                      output ? output->usage : kNoUsage, output ? output->timings : kNoTimings, preprocess_ms_);
   std::fprintf(stderr, "%s\n", line.c_str());
+  service_->metrics_->RequestEnded(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                                   output ? llm::FinishReasonName(output->finish_reason) : "",
+                                   output ? output->usage : kNoUsage, output ? output->timings : kNoTimings,
+                                   preprocess_ms_, MsSince(arrival_) / 1e3);
   if (!status.ok()) service_->requests_failed_.fetch_add(1);
   service_->Unregister(request_id_);
 }

@@ -75,6 +75,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   v1::GenerateResponse current_ ABSL_GUARDED_BY(mu_);             // streaming: being written
   v1::GenerateReply reply_ ABSL_GUARDED_BY(mu_);                  // unary: accumulated
   double preprocess_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<std::chrono::steady_clock::time_point> last_token_ ABSL_GUARDED_BY(mu_);  // for TTFT/ITL
 };
 
 }  // namespace iris::server

@@ -77,7 +77,10 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
 }  // namespace
 
 IrisService::IrisService(engine::Engine* engine, core::ThreadPool* workers, const ServerOptions& options)
-    : engine_(engine), workers_(workers), options_(options) {
+    : engine_(engine),
+      workers_(workers),
+      options_(options),
+      metrics_(options.metrics ? options.metrics : std::make_shared<Metrics>()) {
   const engine::Model& model = engine->model();
   const engine::EngineOptions& eo = engine->options();
   // The folder's name ("models/Qwen2.5-VL-3B-Instruct/" -> "Qwen2.5-VL-3B-Instruct").
@@ -122,14 +125,19 @@ IrisService::IrisService(engine::Engine* engine, core::ThreadPool* workers, cons
 IrisService::~IrisService() = default;
 
 grpc::Status IrisService::Admit(const grpc::CallbackServerContext& context) const {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return Admit(std::nullopt);
+  return Admit(std::string_view(it->second.data(), it->second.size()));
+}
+
+grpc::Status IrisService::Admit(std::optional<std::string_view> authorization) const {
   if (!options_.auth_token.empty()) {
-    const auto& metadata = context.client_metadata();
-    auto it = metadata.find("authorization");
-    if (it == metadata.end()) {
+    if (!authorization.has_value()) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "authorization: missing (send the metadata \"authorization: Bearer <token>\")");
+                          "authorization: missing (send \"authorization: Bearer <token>\" as gRPC metadata or HTTP header)");
     }
-    const std::string_view value(it->second.data(), it->second.size());
+    const std::string_view value = *authorization;
     constexpr std::string_view kBearer = "Bearer ";
     if (value.substr(0, kBearer.size()) != kBearer ||
         !ConstantTimeEquals(value.substr(kBearer.size()), options_.auth_token)) {
@@ -140,10 +148,16 @@ grpc::Status IrisService::Admit(const grpc::CallbackServerContext& context) cons
   return grpc::Status::OK;
 }
 
-grpc::Status IrisService::StartCall(const grpc::CallbackServerContext& context, const v1::GenerateRequest& request,
-                                    bool streaming, CallReactorOps* ops, std::shared_ptr<GenerateCall>* call) {
+grpc::Status IrisService::StartCall(std::optional<std::string_view> authorization,
+                                    const v1::GenerateRequest& request, bool streaming, CallReactorOps* ops,
+                                    std::shared_ptr<GenerateCall>* call) {
+  return StartAdmittedCall(Admit(authorization), request, streaming, ops, call);
+}
+
+grpc::Status IrisService::StartAdmittedCall(grpc::Status admitted, const v1::GenerateRequest& request,
+                                            bool streaming, CallReactorOps* ops, std::shared_ptr<GenerateCall>* call) {
   const std::string& given_id = request.request_id();
-  grpc::Status status = Admit(context);
+  grpc::Status status = std::move(admitted);
   absl::StatusOr<ValidatedRequest> validated;
   if (status.ok()) {
     validated = ValidateRequest(request, options_.limits, engine_->model().config.text.vocab_size);
@@ -184,7 +198,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* IrisService::Generate(grpc::Call
                                                                       const v1::GenerateRequest* request) {
   auto* reactor = new StreamReactor(this);
   std::shared_ptr<GenerateCall> call;
-  grpc::Status status = StartCall(*context, *request, /*streaming=*/true, reactor, &call);
+  grpc::Status status = StartAdmittedCall(Admit(*context), *request, /*streaming=*/true, reactor, &call);
   if (!status.ok()) {
     reactor->Finish(status);
   } else {
@@ -197,7 +211,7 @@ grpc::ServerUnaryReactor* IrisService::GenerateUnary(grpc::CallbackServerContext
                                                      const v1::GenerateRequest* request, v1::GenerateReply* reply) {
   auto* reactor = new UnaryReactor(this, reply);
   std::shared_ptr<GenerateCall> call;
-  grpc::Status status = StartCall(*context, *request, /*streaming=*/false, reactor, &call);
+  grpc::Status status = StartAdmittedCall(Admit(*context), *request, /*streaming=*/false, reactor, &call);
   if (!status.ok()) {
     reactor->Finish(status);
   } else {
@@ -246,6 +260,16 @@ grpc::ServerUnaryReactor* IrisService::GetStats(grpc::CallbackServerContext* con
   }
   reactor->Finish(status);
   return reactor;
+}
+
+ScrapeState IrisService::scrape_state() const {
+  ScrapeState state;
+  state.engine = engine_->stats();
+  state.preprocessing = preprocessing_.load();
+  state.calls_in_flight = in_flight();
+  state.http_calls_in_flight = http_calls_.load();
+  state.draining = draining_.load();
+  return state;
 }
 
 void IrisService::StartDraining() { draining_.store(true); }
@@ -311,6 +335,8 @@ void IrisService::Unregister(const std::string& request_id) {
 void IrisService::LogRejected(const std::string& request_id, const grpc::Status& status) const {
   const std::string line = RequestLogLine(request_id, status, "", engine::Usage{}, engine::Timings{}, 0);
   std::fprintf(stderr, "%s\n", line.c_str());
+  metrics_->RequestEnded(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())), "",
+                         engine::Usage{}, engine::Timings{}, 0, 0);
 }
 
 }  // namespace iris::server

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -24,6 +26,7 @@
 #include "engine/engine.h"
 #include "engine/memory_check.h"
 #include "engine/model.h"
+#include "server/metrics.h"
 #include "server/server.h"
 #include "server/server_options.h"
 #include "vision/pixel_bounds.h"
@@ -35,6 +38,14 @@ ABSL_FLAG(std::string, cpu_isa, "", "CPU device: highest instruction set of iris
           "(empty = what the processor has, or the IRIS_CPU_ISA variable)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for every interface)");
 ABSL_FLAG(int32_t, port, 50051, "port to listen on (0 = any free port, printed when ready)");
+ABSL_FLAG(int32_t, http_port, -1, "OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models, "
+          "/health, /metrics) on this port, same host, limits, token and TLS as gRPC (-1 = off, 0 = any free port)");
+ABSL_FLAG(int32_t, metrics_port, -1, "Prometheus /metrics (and /health) alone on this port, for when --http-port is "
+          "off (-1 = off, 0 = any free port)");
+ABSL_FLAG(double, http_read_timeout_s, 30, "HTTP: seconds a client has to send a request's header and body");
+ABSL_FLAG(double, http_write_timeout_s, 60, "HTTP: seconds one write to a slow reader may take before the "
+          "connection is closed (and its request cancelled)");
+ABSL_FLAG(double, http_idle_timeout_s, 60, "HTTP: seconds a kept-alive connection may wait for its next request");
 ABSL_FLAG(int32_t, max_num_seqs, 64, "sequences decoded together at most");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "decoder rows per engine step (prefill chunks + decodes)");
 ABSL_FLAG(int64_t, kv_cache_bytes, 1ll << 30, "KV cache size in bytes (all layers, K and V)");
@@ -117,6 +128,17 @@ absl::StatusOr<server::ServerOptions> ServerOptionsFromFlags() {
   IRIS_RETURN_IF_ERROR(CheckPositive(l.max_prompt_tokens, "--max-prompt-tokens"));
   IRIS_RETURN_IF_ERROR(CheckPositive(l.max_tokens, "--max-tokens"));
   IRIS_RETURN_IF_ERROR(CheckPositive(l.default_max_tokens, "--default-max-tokens"));
+  o.http_port = absl::GetFlag(FLAGS_http_port);
+  o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  for (auto [port, flag] : {std::pair(o.http_port, "--http-port"), std::pair(o.metrics_port, "--metrics-port")}) {
+    if (port < -1 || port > 65535) return absl::InvalidArgumentError(absl::StrCat(flag, " must be in [-1, 65535], got ", port));
+  }
+  for (auto [seconds, flag, out] : {std::tuple(absl::GetFlag(FLAGS_http_read_timeout_s), "--http-read-timeout-s", &o.http_read_timeout),
+                                    std::tuple(absl::GetFlag(FLAGS_http_write_timeout_s), "--http-write-timeout-s", &o.http_write_timeout),
+                                    std::tuple(absl::GetFlag(FLAGS_http_idle_timeout_s), "--http-idle-timeout-s", &o.http_idle_timeout)}) {
+    if (!(seconds > 0)) return absl::InvalidArgumentError(absl::StrCat(flag, " must be positive"));
+    *out = absl::Seconds(seconds);
+  }
   o.workers = absl::GetFlag(FLAGS_workers);
   if (o.workers < 0) return absl::InvalidArgumentError("--workers must be >= 0");
   if (o.workers == 0) o.workers = std::max(1u, std::thread::hardware_concurrency());
@@ -261,6 +283,11 @@ absl::Status Run(const sigset_t& stop_signals) {
   const std::string device = model->device->Describe();
   if (!model->config.has_text) return absl::InvalidArgumentError(absl::StrCat("--model: ", dir, " has no text model (vision-only checkpoint)"));
   IRIS_RETURN_IF_ERROR(ApplyPixelBounds(*model));
+  options.metrics = std::make_shared<server::Metrics>();
+  engine_options.on_step = [metrics = options.metrics](double step_ms, double encoder_ms, int64_t forwards,
+                                                       int64_t images) {
+    metrics->StepRan(step_ms, encoder_ms, forwards, images);
+  };
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
                         engine::Engine::Create(std::move(model), engine_options));
   const engine::EngineStats stats = engine->stats();
@@ -278,6 +305,12 @@ absl::Status Run(const sigset_t& stop_signals) {
                options.workers,
                absl::ToDoubleSeconds(absl::Now() - t0), options.tls_cert_pem.empty() ? "" : ", TLS",
                options.auth_token.empty() ? "" : ", bearer token required", CpuPlanText(cpu_plan).c_str());
+  if (server->http_port() != 0) {
+    std::fprintf(stderr, "iris-server: HTTP listening on %s:%d\n", options.host.c_str(), server->http_port());
+  }
+  if (server->metrics_port() != 0) {
+    std::fprintf(stderr, "iris-server: metrics listening on %s:%d\n", options.host.c_str(), server->metrics_port());
+  }
   std::fprintf(stderr, "iris-server: listening on %s:%d\n", options.host.c_str(), server->port());
   std::fflush(stderr);
 
@@ -305,7 +338,8 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   absl::SetProgramUsageMessage(
-      "serves a Qwen2.5-VL checkpoint over gRPC (iris.v1.Iris, grpc.health.v1, reflection)\n"
+      "serves a Qwen2.5-VL checkpoint over gRPC (iris.v1.Iris, grpc.health.v1, reflection) and, with --http-port, "
+      "the OpenAI-compatible HTTP API\n"
       "  iris-server --model DIR [--dtype bf16|f32] [--host 127.0.0.1] [--port 50051] [limits...]");
   if (absl::Status parsed = iris::core::ParseFlags(argc, argv); !parsed.ok()) {
     std::fprintf(stderr, "iris-server: %s\n", std::string(parsed.message()).c_str());

@@ -137,6 +137,7 @@ absl::StatusOr<llm::SamplingParams> ConvertSampling(const v1::SamplingParams& s,
     out.stop_token_ids.push_back(id);
   }
   out.ignore_eos = s.ignore_eos();
+  out.min_tokens = s.min_tokens();
   // The remaining range checks (temperature, top_p, top_k >= 0, repetition_penalty) are the
   // sampler's own; its messages start with the field name.
   if (absl::Status st = out.Validate(); !st.ok()) {

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -60,6 +61,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(std::unique_ptr<engine::En
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", options.port,
                                                " (address in use, or not a local address?)"));
   }
+  for (auto [port, mode, out] : {std::tuple(options.http_port, HttpServer::Mode::kApi, &server->http_),
+                                 std::tuple(options.metrics_port, HttpServer::Mode::kMetricsOnly,
+                                            &server->metrics_http_)}) {
+    if (port < 0) continue;
+    absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(server->service_.get(), options, port, mode);
+    if (!http.ok()) {
+      server->Shutdown();
+      return http.status();
+    }
+    *out = std::move(*http);
+  }
   grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
   health->SetServingStatus(kServiceName, true);
   health->SetServingStatus(true);
@@ -90,6 +102,8 @@ int64_t Server::Shutdown() {
   // listener at once (a deadline given to grpc::Server::Shutdown is waited out in full while
   // idle client connections stay open).
   service_->WaitForReactors(absl::Now() + absl::Seconds(5));
+  if (http_) http_->Stop();
+  if (metrics_http_) metrics_http_->Stop();
   grpc_server_->Shutdown(std::chrono::system_clock::now());
   return cancelled;
 }

@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "grpcpp/server.h"
+#include "server/http_server.h"
 #include "server/iris_service.h"
 #include "server/server_options.h"
 
@@ -21,6 +22,8 @@ class Server {
   ~Server();  // Shutdown()
 
   int port() const { return port_; }
+  int http_port() const { return http_ ? http_->port() : 0; }        // 0: off
+  int metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }  // 0: off
   IrisService& service() { return *service_; }
 
   // Health NOT_SERVING and new calls UNAVAILABLE; calls in flight get `grace_period` to finish,
@@ -37,6 +40,8 @@ class Server {
   std::unique_ptr<IrisService> service_;
   std::unique_ptr<core::ThreadPool> workers_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<HttpServer> metrics_http_;
   ServerOptions options_;
   int port_ = 0;
   bool shut_down_ = false;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/time/time.h"
@@ -10,6 +11,8 @@
 #include "engine/model.h"
 
 namespace iris::server {
+
+class Metrics;
 
 // Limits a request is checked against before any work is queued for it (the engine's own limits,
 // max_queue and max_model_len, live in EngineOptions).
@@ -33,6 +36,16 @@ struct ServerOptions {
   std::string tls_cert_pem;   // both non-empty: TLS instead of plaintext
   std::string tls_key_pem;
   std::string dtype = "bf16";  // as loaded, for GetModelInfo
+  // The OpenAI-compatible HTTP front and a metrics-only HTTP listener (/metrics, /health) for
+  // when the HTTP front is off: -1 = off, 0 = any free port (see Server::http_port()).
+  int http_port = -1;
+  int metrics_port = -1;
+  absl::Duration http_read_timeout = absl::Seconds(30);   // a request's header and body
+  absl::Duration http_write_timeout = absl::Seconds(60);  // one write to a slow reader
+  absl::Duration http_idle_timeout = absl::Seconds(60);   // a kept-alive connection between requests
+  int http_threads = 2;
+  // Shared with the engine's on_step hook (set by main); null: the server makes its own.
+  std::shared_ptr<Metrics> metrics;
 };
 
 }  // namespace iris::server

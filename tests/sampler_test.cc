@@ -566,5 +566,59 @@ TEST(StopCheckerTest, MultiByteStopString) {
   EXPECT_EQ(s2.matched_stop, "。\n");
 }
 
+// min_tokens (vLLM's): the end ids are masked until that many tokens are out, then sampling is
+// back to normal; compared with the same logits and no min_tokens.
+TEST(SamplerTest, MinTokensMasksEndIdsUntilReached) {
+  SamplingParams p;
+  p.min_tokens = 2;
+  p.max_tokens = 8;
+  p.stop_token_ids = {3};
+  const std::vector<int32_t> eos = {1};
+  Sampler with_min(p, {}, eos);
+  Sampler without(SamplingParams{}, {}, eos);
+  auto eos_first = [] { return std::vector<float>{0.f, 9.f, 1.f, 8.f, 2.f}; };  // EOS, then stop id 3
+  for (int i = 0; i < 2; ++i) {
+    std::vector<float> a = eos_first(), b = eos_first();
+    EXPECT_EQ(with_min.Sample(a.data(), 5), 4) << "token " << i;  // EOS and stop id masked: 4 is next
+    EXPECT_EQ(without.Sample(b.data(), 5), 1);
+  }
+  std::vector<float> a = eos_first();
+  EXPECT_EQ(with_min.Sample(a.data(), 5), 1);  // the third token may end
+}
+
+TEST(SamplerTest, MinTokensKeepsEosWhenIgnoreEos) {
+  SamplingParams p;
+  p.min_tokens = 1;
+  p.ignore_eos = true;
+  Sampler s(p, {}, std::vector<int32_t>{1});
+  std::vector<float> logits = {0.f, 9.f, 1.f};
+  EXPECT_EQ(s.Sample(logits.data(), 3), 1);  // with ignore_eos, EOS is an ordinary token
+}
+
+TEST(SamplingParamsTest, MinTokensRange) {
+  SamplingParams p;
+  p.max_tokens = 4;
+  p.min_tokens = 5;
+  EXPECT_EQ(p.Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(p.Validate().message()), ::testing::HasSubstr("min_tokens"));
+  p.min_tokens = 4;
+  EXPECT_TRUE(p.Validate().ok());
+}
+
+TEST(StopCheckerTest, MinTokensDefersStopIdsAndStrings) {
+  SamplingParams p = WithStops({"STOP"});
+  p.min_tokens = 2;
+  p.stop_token_ids = {7};
+  StopChecker c(p, {kEos});
+  auto s1 = c.Push(7, "", 1);  // a stop id before min_tokens: ordinary
+  EXPECT_EQ(s1.finish, FinishReason::kNone);
+  auto s2 = c.Push(2, "xSTOPy", 2);  // the min_tokens-th token: stop strings are looked for
+  EXPECT_EQ(s2.finish, FinishReason::kStop);
+  EXPECT_EQ(s2.text, "x");
+  StopChecker early(p, {kEos});
+  EXPECT_EQ(early.Push(2, "aSTOPb", 1).finish, FinishReason::kNone);  // before min_tokens: not yet
+  EXPECT_EQ(early.Push(kEos, "", 3).finish, FinishReason::kStop);     // past it: EOS ends
+}
+
 }  // namespace
 }  // namespace iris::llm

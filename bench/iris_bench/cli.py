@@ -222,6 +222,9 @@ def _make_backend(args, token: Optional[str]):
         return GrpcBackend(args.target, token=token, tls_ca=ca, timeout_s=args.timeout_s,
                            image_max_pixels=args.image_max_pixels)
     from .openai_backend import OpenAIChatBackend
+    if args.image_max_pixels:
+        _note("iris-bench: note: --image-max-pixels applies to the grpc backend only (the OpenAI API has no "
+              "per-image pixel bound); to compare the two, bound the server instead (iris-server --max-pixels)")
     return OpenAIChatBackend(args.target, endpoint=args.endpoint, model=args.model, token=token,
                              tls_ca=args.tls_ca, timeout_s=args.timeout_s)
 

@@ -122,14 +122,15 @@ class AsyncClient(_ClientBase):
                        stop_token_ids: Sequence[int] | None = None, ignore_eos: bool = False,
                        request_id: str | None = None, min_pixels: int | None = None,
                        max_pixels: int | None = None, skip_special_tokens: bool | None = None,
-                       timeout: float | None = None) -> Reply | AsyncStream:
+                       min_tokens: int | None = None, timeout: float | None = None) -> Reply | AsyncStream:
         """As ``Client.generate``; ``stream=True`` gives an ``AsyncStream`` to ``async for``."""
         request = build_request(
             text=text, images=images, messages=messages, max_tokens=max_tokens,
             temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
             repetition_penalty=repetition_penalty, stop=stop, stop_token_ids=stop_token_ids,
             ignore_eos=ignore_eos, request_id=request_id, min_pixels=min_pixels,
-            max_pixels=max_pixels, skip_special_tokens=skip_special_tokens)
+            max_pixels=max_pixels, skip_special_tokens=skip_special_tokens,
+            min_tokens=min_tokens)
         if stream:
             return self.generate_stream_request(request, timeout=timeout)
         return await self.generate_request(request, timeout=timeout)

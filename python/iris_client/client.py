@@ -67,7 +67,7 @@ class Client(_ClientBase):
                  stop_token_ids: Sequence[int] | None = None, ignore_eos: bool = False,
                  request_id: str | None = None, min_pixels: int | None = None,
                  max_pixels: int | None = None, skip_special_tokens: bool | None = None,
-                 timeout: float | None = None) -> Reply | Stream:
+                 min_tokens: int | None = None, timeout: float | None = None) -> Reply | Stream:
         """Generates a reply.
 
         Give ``text`` and/or ``images`` (bytes or paths; sent as one user message, the images
@@ -85,7 +85,8 @@ class Client(_ClientBase):
             temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
             repetition_penalty=repetition_penalty, stop=stop, stop_token_ids=stop_token_ids,
             ignore_eos=ignore_eos, request_id=request_id, min_pixels=min_pixels,
-            max_pixels=max_pixels, skip_special_tokens=skip_special_tokens)
+            max_pixels=max_pixels, skip_special_tokens=skip_special_tokens,
+            min_tokens=min_tokens)
         if stream:
             return self.generate_stream_request(request, timeout=timeout)
         return self.generate_request(request, timeout=timeout)

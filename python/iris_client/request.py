@@ -81,8 +81,8 @@ def build_request(*, text: str | None = None, images: Iterable[ImageInput] = (),
                   repetition_penalty: float | None = None, stop: str | Sequence[str] | None = None,
                   stop_token_ids: Sequence[int] | None = None, ignore_eos: bool = False,
                   request_id: str | None = None, min_pixels: int | None = None,
-                  max_pixels: int | None = None, skip_special_tokens: bool | None = None
-                  ) -> iris_pb2.GenerateRequest:
+                  max_pixels: int | None = None, skip_special_tokens: bool | None = None,
+                  min_tokens: int | None = None) -> iris_pb2.GenerateRequest:
     """Builds a ``GenerateRequest``.
 
     Either ``text``/``images`` (one user message: the images first, then the text, as Qwen's
@@ -129,4 +129,6 @@ def build_request(*, text: str | None = None, images: Iterable[ImageInput] = (),
         sampling.stop_token_ids.extend(stop_token_ids)
     if ignore_eos:
         sampling.ignore_eos = True
+    if min_tokens is not None:
+        sampling.min_tokens = min_tokens
     return request

@@ -100,8 +100,9 @@ class RequestBuildingTest(unittest.TestCase):
         request = build_request(
             text="x", max_tokens=7, temperature=0.5, top_p=0.75, top_k=40, seed=1234,
             repetition_penalty=1.25, stop=["END", "\n\n"], stop_token_ids=[1, 2],
-            ignore_eos=True, request_id="req-1", skip_special_tokens=False)
+            ignore_eos=True, request_id="req-1", skip_special_tokens=False, min_tokens=3)
         s = request.sampling
+        self.assertEqual(s.min_tokens, 3)
         self.assertEqual((s.max_tokens, s.temperature, s.top_p, s.top_k, s.seed,
                           s.repetition_penalty), (7, 0.5, 0.75, 40, 1234, 1.25))
         self.assertEqual(list(s.stop), ["END", "\n\n"])
