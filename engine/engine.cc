@@ -266,7 +266,7 @@ bool Engine::Step() {
   StepResult result = runner_.Run(plan, slices.encoder_flops);
   if (result.encode_job_ended) scheduler_.EndEncodeJob();
   budget_.ObserveEncoder(result.encoder_flops, result.encoder_slice_ms);
-  if (result.decoder_rows > 0) budget_.ObserveDecoder(result.decoder_rows, result.decoder_ms);
+  if (result.decoder_rows > 0) budget_.ObserveDecoder(result.decoder_rows, result.decoder_logit_rows, result.decoder_ms);
   StepCounters counters{.steps = 1,
                         .images_encoded = result.images_encoded,
                         .encoder_forwards = result.images_encoded > 0 ? 1 : 0,

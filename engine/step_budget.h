@@ -1,7 +1,9 @@
 // How much encoder and prefill work one engine step may take on beside the running requests'
 // decode rows, so that a step — and so every running request's next token — stays near a time
-// target. Learns the costs from measured steps: the decoder's time as a + b·rows (exponentially
-// weighted least squares), the encoder's as milliseconds per FLOP (its pieces report their FLOPs).
+// target. Learns the costs from measured steps: the decoder's time as a + b·tokens + c·logit_rows
+// (exponentially weighted least squares: a prefill row costs b, a decode row b + c, since only
+// rows that sample pay for the lm_head — on a CPU most of a decode row's cost), the encoder's as
+// milliseconds per FLOP (its pieces report their FLOPs).
 //
 // Policy: decode rows always run; with nothing decoding there is no one to delay, so the step is
 // unbounded. Otherwise the target is --step-budget-ms, or (0, auto) twice the estimated
@@ -26,27 +28,34 @@ struct StepSlices {
   double target_ms = 0;                // 0: unbounded step
 };
 
+// The decoder's learned cost line.
+struct DecoderCost {
+  double fixed_ms = 0;      // per forward, whatever its rows (reading the weights)
+  double token_ms = 0;      // per row
+  double logit_row_ms = 0;  // per row whose logits are computed (the lm_head)
+  double decode_row_ms() const { return token_ms + logit_row_ms; }
+};
+
 class StepBudget {
  public:
   explicit StepBudget(const StepBudgetOptions& options) : options_(options) {}
 
   StepSlices Next(int64_t decode_rows, bool prefill_pending, bool encoder_pending) const;
 
-  // A decoder forward over `rows` rows took `ms`; an encoder slice of `flops` took `ms`.
-  void ObserveDecoder(int64_t rows, double ms);
+  // A decoder forward over `tokens` rows, `logit_rows` of them sampled, took `ms`; an encoder
+  // slice of `flops` took `ms`.
+  void ObserveDecoder(int64_t tokens, int64_t logit_rows, double ms);
   void ObserveEncoder(double flops, double ms);
 
-  // The learned costs (for stats and tests): decoder ms = a + b·rows; encoder ms per GFLOP.
-  double decoder_fixed_ms() const;
-  double decoder_ms_per_row() const;
+  // The learned costs (for stats and tests).
+  DecoderCost decoder_cost() const;
   double encoder_ms_per_gflop() const { return encoder_ms_per_flop_ * 1e9; }
 
  private:
-  void Fit(double* a, double* b) const;
-
   StepBudgetOptions options_;
-  // Weighted sums for the decoder's line (weights decay by kDecay per observation).
-  double s0_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  // Weighted moments of (1, tokens, logit rows) and ms; weights decay by kDecay per observation.
+  double m_[3][3] = {};
+  double v_[3] = {};
   double encoder_ms_per_flop_ = 0;  // 0: not measured yet
 };
 

@@ -60,7 +60,10 @@ StepResult StepRunner::Run(const StepPlan& plan, double encoder_flops) {
     const absl::Time t0 = absl::Now();
     absl::StatusOr<Tensor> logits = RunDecoder(work);
     result.decoder_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
-    for (const ScheduledWork& w : work) result.decoder_rows += w.num_tokens;
+    for (const ScheduledWork& w : work) {
+      result.decoder_rows += w.num_tokens;
+      result.decoder_logit_rows += w.samples ? 1 : 0;
+    }
     if (logits.ok()) {
       result.logits = std::move(*logits);
     } else {

@@ -41,6 +41,7 @@ struct StepResult {
   std::vector<std::pair<std::string, absl::Status>> job_errors;
   bool encode_job_ended = false;  // the job in flight ended this step (done, failed or abandoned)
   int64_t decoder_rows = 0;       // the decoder forward's rows and time (0: none ran)
+  int64_t decoder_logit_rows = 0; // of those rows, the ones sampled (their logits computed)
   double decoder_ms = 0;
   double encoder_flops = 0;       // encoder work run this step (interleaved), and its time
   double encoder_slice_ms = 0;

@@ -14,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${IRIS_ASAN_BUILD_DIR:-build-asan}
 WORK_DIR=${IRIS_FUZZ_WORK_DIR:-$BUILD_DIR/fuzz}  # per target: corpus/, artifacts/, last.log
+MERGE_ABOVE=${IRIS_FUZZ_MERGE_ABOVE:-2000}  # corpus inputs before a run minimizes it
 if [ $# -ne 2 ] || ! [[ "$2" =~ ^[0-9]+$ ]]; then
   echo "usage: scripts/fuzz.sh TARGET[,TARGET...]|all SECONDS" >&2
   exit 2
@@ -40,6 +41,22 @@ run_one() {
   local log=$work/last.log
   local rc=0 dict=()
   if [ -f "tests/fuzz/$t.dict" ]; then dict=(-dict="tests/fuzz/$t.dict"); fi
+  # A corpus kept across runs only grows, and replaying it comes out of the fuzzing time: past
+  # MERGE_ABOVE inputs it is cut to a subset with the same coverage first (a failed merge, e.g.
+  # on a crashing input, keeps the old corpus and the fuzzing run below reports the crash).
+  local size
+  size=$(find "$work/corpus" -type f | wc -l)
+  if [ "$size" -gt "$MERGE_ABOVE" ]; then
+    rm -rf "$work/corpus.merged" && mkdir -p "$work/corpus.merged"
+    if "$BUILD_DIR/tests/fuzz/$t" -merge=1 -rss_limit_mb=4096 -timeout=30 -artifact_prefix="$work/artifacts/" "$work/corpus.merged" "$work/corpus" \
+        > "$work/merge.log" 2>&1; then
+      rm -rf "$work/corpus" && mv "$work/corpus.merged" "$work/corpus"
+      echo "fuzz: $t corpus merged: $size -> $(find "$work/corpus" -type f | wc -l) inputs"
+    else
+      rm -rf "$work/corpus.merged"
+      echo "fuzz: $t corpus merge failed (log: $work/merge.log); fuzzing the whole corpus"
+    fi
+  fi
   "$BUILD_DIR/tests/fuzz/$t" "${dict[@]}" -max_total_time="$SECONDS_EACH" -rss_limit_mb=4096 -timeout=30 \
     -print_final_stats=1 -artifact_prefix="$work/artifacts/" "$work/corpus" "tests/fuzz/corpus/$t" \
     > "$log" 2>&1 || rc=$?
