@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${IRIS_ASAN_BUILD_DIR:-build-asan}
 WORK_DIR=${IRIS_FUZZ_WORK_DIR:-$BUILD_DIR/fuzz}  # per target: corpus/, artifacts/, last.log
-MERGE_ABOVE=${IRIS_FUZZ_MERGE_ABOVE:-2000}  # corpus inputs before a run minimizes it
+MERGE_ABOVE=${IRIS_FUZZ_MERGE_ABOVE:-4000}  # corpus inputs before a run minimizes it
 if [ $# -ne 2 ] || ! [[ "$2" =~ ^[0-9]+$ ]]; then
   echo "usage: scripts/fuzz.sh TARGET[,TARGET...]|all SECONDS" >&2
   exit 2
