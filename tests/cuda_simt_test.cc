@@ -1,0 +1,183 @@
+// iris's CUDA kernels' device code, run by the SIMT harness (kernels/cuda/simt.h) on the CPU and
+// checked against the CPU kernels on odd sizes: no GPU needed, so CI checks the kernels' logic
+// (indexing, reductions, shuffles, barriers). The same source runs on a GPU in cuda_kernels_test.
+#include "kernels/cuda/kernels.cuh"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/device.h"
+#include "kernels/elementwise.h"
+#include "kernels/qkv_pad.h"
+#include "kernels/rotary.h"
+
+namespace iris::kernels::cuda {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, float rel, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], rel * std::max(1.f, std::fabs(want[i]))) << what << " at " << i;
+  }
+}
+
+// --- the harness itself ---
+
+IRIS_GLOBAL void NeighbourKernel(int* out) {
+  IRIS_SHARED int slots[96];
+  const int t = static_cast<int>(threadIdx.x);
+  slots[t] = static_cast<int>(blockIdx.x) * 1000 + t;
+  SyncThreads();
+  out[blockIdx.x * blockDim.x + t] = slots[(t + 1) % blockDim.x];
+}
+
+TEST(SimtHarnessTest, SyncThreadsMakesEveryWriteVisibleAndBlocksKeepTheirOwnShared) {
+  std::vector<int> out(5 * 96, -1);
+  Launch(Dim3(5), Dim3(96), NeighbourKernel, out.data());
+  for (int b = 0; b < 5; ++b) {
+    for (int t = 0; t < 96; ++t) EXPECT_EQ(out[b * 96 + t], b * 1000 + (t + 1) % 96) << b << "," << t;
+  }
+}
+
+IRIS_GLOBAL void WarpSumKernel(const float* in, float* out) {
+  float v = in[threadIdx.x];
+  for (int m = kWarpSize / 2; m > 0; m >>= 1) v += ShflXor(v, m);
+  out[threadIdx.x] = v;
+}
+
+TEST(SimtHarnessTest, ShflXorIsAButterflyWithinEachWarp) {
+  std::vector<float> in(64), out(64);
+  for (int i = 0; i < 64; ++i) in[i] = static_cast<float>(i);
+  Launch(Dim3(1), Dim3(64), WarpSumKernel, in.data(), out.data());
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(out[i], 31 * 32 / 2) << i;            // 0 + ... + 31
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(out[i], (32 + 63) * 32 / 2) << i;  // 32 + ... + 63
+}
+
+IRIS_GLOBAL void IndexKernel(int* out) {
+  const int block = static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+  const int thread = static_cast<int>(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  out[block * blockDim.x * blockDim.y * blockDim.z + thread] += 1;
+}
+
+TEST(SimtHarnessTest, EveryThreadOfEveryBlockRunsOnceIn3D) {
+  std::vector<int> out(3 * 2 * 2 * 32 * 2 * 1, 0);
+  Launch(Dim3(3, 2, 2), Dim3(32, 2, 1), IndexKernel, out.data());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], 1) << i;
+}
+
+// --- the kernels against the CPU ops ---
+
+TEST(CudaKernelsOnSimtTest, RmsNormMatchesTheCpuKernel) {
+  Device& cpu = DefaultCpuDevice();
+  for (const auto& [rows, dim, threads] : {std::tuple{3, 1, 32}, {5, 77, 64}, {2, 1280, 128}, {4, 2051, 256}}) {
+    const std::vector<float> x = Random(static_cast<size_t>(rows) * dim, 1 + dim), w = Random(dim, 2 + dim);
+    std::vector<float> want(x.size()), got(x.size());
+    RmsNorm(cpu, x.data(), w.data(), rows, dim, 1e-6f, want.data());
+    Launch(Dim3(rows), Dim3(threads), RmsNormKernel, x.data(), w.data(), dim, 1e-6f, got.data());
+    ExpectClose(got, want, 2e-6f, "rms_norm");
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, SiluMulRowsMatchesTheCpuKernel) {
+  Device& cpu = DefaultCpuDevice();
+  for (const auto& [rows, inter] : {std::pair{1, 1}, {3, 37}, {7, 3420}}) {
+    const std::vector<float> gu = Random(static_cast<size_t>(rows) * 2 * inter, 3 + inter, 3.f);
+    std::vector<float> want(static_cast<size_t>(rows) * inter), got(want.size());
+    SiluMulRows(cpu, gu.data(), rows, inter, want.data());
+    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel, gu.data(), int64_t{rows}, int64_t{inter}, got.data());
+    ExpectClose(got, want, 2e-6f, "silu_mul");
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, FusedRotaryMatchesTheCpuKernelInTheQkvBuffer) {
+  Device& cpu = DefaultCpuDevice();
+  // q and k side by side in one qkv row (as the projection writes them): 16 q heads, 2 k heads
+  // and 2 v heads of 80 (the vision tower's head dim), odd row count.
+  const int rows = 13, qh = 16, kh = 2, hd = 80, half = hd / 2;
+  const int64_t stride = static_cast<int64_t>(qh + 2 * kh) * hd;
+  const std::vector<float> qkv = Random(rows * stride, 4);
+  const std::vector<float> cos = Random(rows * half, 5), sin = Random(rows * half, 6);
+  std::vector<float> want = qkv, got = qkv;
+  RotaryQK(cpu, HeadsView{want.data(), stride, qh}, HeadsView{want.data() + qh * hd, stride, kh}, rows, hd,
+           cos.data(), sin.data());
+  Launch(Dim3(rows), Dim3(96), RotaryQKKernel, got.data(), stride, qh, got.data() + qh * hd, stride, kh, hd,
+         cos.data(), sin.data());
+  ExpectClose(got, want, 1e-6f, "rotary");
+  // v untouched by both.
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t e = (qh + kh) * hd; e < stride; ++e) ASSERT_EQ(got[r * stride + e], qkv[r * stride + e]);
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, PadQkvMatchesTheCpuKernelExactly) {
+  Device& cpu = DefaultCpuDevice();
+  const int rows = 11, heads = 3, hd = 80, padded = 96;
+  const std::vector<float> qkv = Random(static_cast<size_t>(rows) * 3 * heads * hd, 7);
+  const size_t n = static_cast<size_t>(heads) * rows * padded;
+  std::vector<float> q(n), k(n), v(n), gq(n, NAN), gk(n, NAN), gv(n, NAN);
+  PadQkv(cpu, qkv.data(), rows, heads, hd, padded, q.data(), k.data(), v.data());
+  Launch(Dim3(rows, 3), Dim3(64), PadQkvKernel, qkv.data(), int64_t{rows}, heads, hd, padded, gq.data(), gk.data(),
+         gv.data());
+  EXPECT_EQ(gq, q);
+  EXPECT_EQ(gk, k);
+  EXPECT_EQ(gv, v);
+}
+
+// The CPU sampler's greedy rule (llm/sampler.cc): strictly greater wins, so the first maximum.
+int32_t CpuArgmax(const float* logits, int64_t vocab) {
+  int64_t best = 0;
+  float best_value = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (logits[i] > best_value) {
+      best_value = logits[i];
+      best = i;
+    }
+  }
+  return static_cast<int32_t>(best);
+}
+
+TEST(CudaKernelsOnSimtTest, ArgmaxPicksTheSameIdAsTheCpuSamplerWithTiesNansAndInfinities) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t vocab = 1003;
+  std::vector<std::vector<float>> rows;
+  rows.push_back(Random(vocab, 8));
+  std::vector<float> ties(vocab, 0.5f);  // all equal: the first
+  rows.push_back(ties);
+  std::vector<float> late = Random(vocab, 9);
+  late[vocab - 1] = 100.f;
+  late[700] = 100.f;  // two maxima: the lower id
+  rows.push_back(late);
+  std::vector<float> nans(vocab, NAN);
+  nans[500] = -3.f;
+  rows.push_back(nans);
+  rows.push_back(std::vector<float>(vocab, -inf));  // nothing above -inf: 0
+  std::vector<float> infs = Random(vocab, 10);
+  infs[33] = inf;
+  infs[900] = inf;
+  rows.push_back(infs);
+  std::vector<float> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  for (const int threads : {32, 128, 256}) {
+    std::vector<int32_t> got(rows.size(), -1);
+    Launch(Dim3(static_cast<unsigned>(rows.size())), Dim3(threads), ArgmaxKernel, flat.data(), vocab, got.data());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      EXPECT_EQ(got[r], CpuArgmax(rows[r].data(), vocab)) << "row " << r << ", " << threads << " threads";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace iris::kernels::cuda
