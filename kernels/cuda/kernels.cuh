@@ -1,6 +1,6 @@
 // iris's own CUDA kernels: device code only, written against simt.h so that the same source is
 // compiled by nvcc (cuda_kernels.cu launches it on a stream) and by the host compiler (the SIMT
-// harness runs it in CI against the CPU kernels, tests/cuda_simt_test.cc). All f32, row-major,
+// harness runs it in CI against the CPU kernels, tests/simt_kernels_test.cc). All f32, row-major,
 // with the CPU ops' semantics (kernels/elementwise.h, rotary.h, qkv_pad.h, llm's greedy argmax).
 #pragma once
 

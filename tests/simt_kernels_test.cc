@@ -1,6 +1,7 @@
 // iris's CUDA kernels' device code, run by the SIMT harness (kernels/cuda/simt.h) on the CPU and
 // checked against the CPU kernels on odd sizes: no GPU needed, so CI checks the kernels' logic
-// (indexing, reductions, shuffles, barriers). The same source runs on a GPU in cuda_kernels_test.
+// (indexing, reductions, shuffles, barriers). The same source runs on a GPU in cuda_kernels_test (label gpu).
+// (Not named cuda_*: that prefix means label gpu, and this suite is for machines without one.)
 #include "kernels/cuda/kernels.cuh"
 
 #include <gtest/gtest.h>

@@ -1,0 +1,54 @@
+// nvcc's side of kernels.cuh: the launch configurations.
+#include "kernels/cuda/cuda_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/kernels.cuh"
+
+namespace iris::kernels::cuda {
+namespace {
+
+int LastError() { return static_cast<int>(cudaGetLastError()); }
+
+int BlockFor(int64_t work) { return work >= 256 ? 256 : work > 64 ? 128 : 64; }
+
+}  // namespace
+
+int LaunchRmsNorm(CUstream_st* stream, const float* x, const float* weight, int64_t rows, int dim, float eps,
+                  float* y) {
+  if (rows == 0) return 0;
+  RmsNormKernel<<<static_cast<unsigned>(rows), BlockFor(dim), 0, stream>>>(x, weight, dim, eps, y);
+  return LastError();
+}
+
+int LaunchSiluMulRows(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, float* out) {
+  const int64_t n = rows * inter;
+  if (n == 0) return 0;
+  const int64_t blocks = (n + 255) / 256;
+  SiluMulRowsKernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(gu, rows, inter, out);
+  return LastError();
+}
+
+int LaunchRotaryQK(CUstream_st* stream, float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
+                   int k_heads, int64_t rows, int head_dim, const float* cos, const float* sin) {
+  if (rows == 0) return 0;
+  RotaryQKKernel<<<static_cast<unsigned>(rows), BlockFor(int64_t{q_heads + k_heads} * head_dim / 2), 0, stream>>>(
+      q, q_stride, q_heads, k, k_stride, k_heads, head_dim, cos, sin);
+  return LastError();
+}
+
+int LaunchPadQkv(CUstream_st* stream, const float* qkv, int64_t rows, int heads, int head_dim, int padded_dim,
+                 float* q, float* k, float* v) {
+  if (rows == 0) return 0;
+  PadQkvKernel<<<dim3(static_cast<unsigned>(rows), 3), BlockFor(int64_t{heads} * padded_dim), 0, stream>>>(
+      qkv, rows, heads, head_dim, padded_dim, q, k, v);
+  return LastError();
+}
+
+int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t vocab, int32_t* out) {
+  if (rows == 0) return 0;
+  ArgmaxKernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(logits, vocab, out);
+  return LastError();
+}
+
+}  // namespace iris::kernels::cuda
