@@ -2,6 +2,7 @@
 // works), against the CPU kernels on odd sizes — the same device code simt_kernels_test runs on
 // the host harness in CI.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "kernels/device.h"
 #include "kernels/elementwise.h"
+#include "kernels/paged_attention.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
 #ifdef IRIS_HAVE_CUDA
@@ -146,6 +148,67 @@ TEST(CudaKernelsTest, ArgmaxPicksTheCpuSamplersToken) {
       }
     }
     EXPECT_EQ(got[r], best) << "row " << r;
+  }
+}
+
+
+// Decodes and a prefill chunk over shuffled pages, f32 and bf16 pools, GQA, head_dim 80 and 128.
+TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuKernel) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& cpu = DefaultCpuDevice();
+  for (const bool bf16 : {false, true}) {
+    for (const int hd : {80, 128}) {
+      const int block_size = 16, kv_heads = 2, heads = 12;
+      const int64_t num_blocks = 200;
+      const int64_t elems = num_blocks * block_size * kv_heads * hd;
+      const std::vector<float> kf = Random(elems, 11), vf = Random(elems, 12);
+      std::vector<uint16_t> kb(elems), vb(elems);
+      for (int64_t i = 0; i < elems; ++i) {
+        uint32_t bk, bv;
+        std::memcpy(&bk, &kf[i], 4);
+        std::memcpy(&bv, &vf[i], 4);
+        kb[i] = static_cast<uint16_t>(bk >> 16);
+        vb[i] = static_cast<uint16_t>(bv >> 16);
+      }
+      const std::vector<std::pair<int, int>> seqs = {{1, 1}, {17, 1}, {300, 7}, {1000, 1}, {32, 1}, {513, 1}};
+      PagedMetadataBuilder builder;
+      std::vector<std::vector<int32_t>> tables;
+      int next = 0, rows = 0;
+      for (const auto& [context, q_len] : seqs) {
+        std::vector<int32_t> t;
+        for (int b = 0; b < (context + block_size - 1) / block_size; ++b) t.push_back((next++ * 37 + 3) % num_blocks);
+        tables.push_back(t);
+        builder.Add(tables.back(), context, rows, q_len);
+        rows += q_len;
+      }
+      const PagedMetadata meta = builder.Build();
+      const std::vector<float> q = Random(static_cast<size_t>(rows) * heads * hd, 13);
+      std::vector<float> want(q.size());
+      PagedAttentionArgs a;
+      a.q = q.data();
+      a.q_row_stride = heads * hd;
+      a.out = want.data();
+      a.out_row_stride = heads * hd;
+      a.num_heads = heads;
+      a.scale = 1.f / std::sqrt(static_cast<float>(hd));
+      a.layer = bf16 ? PagedKvLayer{kb.data(), vb.data(), num_blocks, block_size, kv_heads, hd, core::DType::kBF16}
+                     : PagedKvLayer{const_cast<float*>(kf.data()), const_cast<float*>(vf.data()), num_blocks,
+                                    block_size, kv_heads, hd, core::DType::kF32};
+      a.metadata = meta;
+      PagedAttention(cpu, a);
+      const std::vector<int32_t> qs(meta.query_start.begin(), meta.query_start.end());
+      const std::vector<int32_t> cl(meta.context_lens.begin(), meta.context_lens.end());
+      const std::vector<int32_t> bt(meta.block_tables.begin(), meta.block_tables.end());
+      float* out = g->Up(std::vector<float>(q.size(), NAN));
+      const void* kd = bf16 ? static_cast<const void*>(g->Up(kb)) : static_cast<const void*>(g->Up(kf));
+      const void* vd = bf16 ? static_cast<const void*>(g->Up(vb)) : static_cast<const void*>(g->Up(vf));
+      ASSERT_EQ(cuda::LaunchPagedAttention(g->cuda().stream(), g->Up(q), a.q_row_stride, out, a.out_row_stride, heads,
+                                           a.scale, kd, vd, bf16, block_size, kv_heads, hd, g->Up(qs), g->Up(cl),
+                                           g->Up(bt), meta.max_blocks_per_seq, meta.num_seqs, rows),
+                0);
+      ExpectClose(g->Down(out, q.size()), want, 2e-5f, bf16 ? "paged bf16" : "paged f32");
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -14,6 +15,7 @@
 
 #include "kernels/device.h"
 #include "kernels/elementwise.h"
+#include "kernels/paged_attention.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
 
@@ -178,6 +180,71 @@ TEST(CudaKernelsOnSimtTest, ArgmaxPicksTheSameIdAsTheCpuSamplerWithTiesNansAndIn
       EXPECT_EQ(got[r], CpuArgmax(rows[r].data(), vocab)) << "row " << r << ", " << threads << " threads";
     }
   }
+}
+
+
+// A step of decodes and a prefill over shuffled pages, f32 and bf16 pools, GQA, head_dim 80.
+template <typename T>
+void CheckPagedAttention(core::DType dtype) {
+  Device& cpu = DefaultCpuDevice();
+  const int block_size = 16, kv_heads = 2, heads = 4, hd = 80;
+  const int64_t num_blocks = 40;
+  const int64_t pool_elems = num_blocks * block_size * kv_heads * hd;
+  std::vector<T> k(pool_elems), v(pool_elems);
+  {
+    const std::vector<float> kf = Random(pool_elems, 11), vf = Random(pool_elems, 12);
+    for (int64_t i = 0; i < pool_elems; ++i) {
+      if constexpr (sizeof(T) == 4) {
+        k[i] = kf[i];
+        v[i] = vf[i];
+      } else {  // bf16 bits (truncated: any bf16 value will do)
+        uint32_t bk, bv;
+        std::memcpy(&bk, &kf[i], 4);
+        std::memcpy(&bv, &vf[i], 4);
+        k[i] = static_cast<uint16_t>(bk >> 16);
+        v[i] = static_cast<uint16_t>(bv >> 16);
+      }
+    }
+  }
+  // Sequences (context, new rows): decodes over 1, 17 and 70 tokens, a 3-row prefill chunk over
+  // 40, and a decode over exactly two blocks; blocks handed out in a shuffled order.
+  const std::vector<std::pair<int, int>> seqs = {{1, 1}, {17, 1}, {40, 3}, {70, 1}, {32, 1}};
+  std::vector<int32_t> order(num_blocks);
+  for (int i = 0; i < num_blocks; ++i) order[i] = (i * 17 + 5) % num_blocks;
+  PagedMetadataBuilder builder;
+  std::vector<std::vector<int32_t>> tables;
+  int next = 0, rows = 0;
+  for (const auto& [context, q_len] : seqs) {
+    std::vector<int32_t> t;
+    for (int b = 0; b < (context + block_size - 1) / block_size; ++b) t.push_back(order[next++]);
+    tables.push_back(t);
+    builder.Add(tables.back(), context, rows, q_len);
+    rows += q_len;
+  }
+  const PagedMetadata meta = builder.Build();
+  const std::vector<float> q = Random(static_cast<size_t>(rows) * heads * hd, 13);
+  std::vector<float> want(q.size(), NAN), got(q.size(), NAN);
+  PagedAttentionArgs a;
+  a.q = q.data();
+  a.q_row_stride = heads * hd;
+  a.out = want.data();
+  a.out_row_stride = heads * hd;
+  a.num_heads = heads;
+  a.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  a.layer = PagedKvLayer{k.data(), v.data(), num_blocks, block_size, kv_heads, hd, dtype};
+  a.metadata = meta;
+  PagedAttention(cpu, a);
+  Launch(Dim3(rows, heads), Dim3(kPagedWarps * kWarpSize), PagedAttentionKernel<T>, q.data(), a.q_row_stride,
+         got.data(), a.out_row_stride, heads, a.scale, static_cast<const T*>(k.data()),
+         static_cast<const T*>(v.data()), block_size, kv_heads, hd, meta.query_start.data(), meta.context_lens.data(),
+         meta.block_tables.data(), meta.max_blocks_per_seq, meta.num_seqs);
+  ExpectClose(got, want, 2e-5f, "paged_attention");
+}
+
+TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnF32Pages) { CheckPagedAttention<float>(core::DType::kF32); }
+
+TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnBf16Pages) {
+  CheckPagedAttention<uint16_t>(core::DType::kBF16);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cuda/simt.h"
 
@@ -139,6 +140,103 @@ IRIS_GLOBAL void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) 
     }
     if (lane == 0) out[blockIdx.x] = bi == INT32_MAX || bv == -INFINITY ? 0 : bi;
   }
+}
+
+
+// --- Paged attention (f32 products; f32 or bf16 pools) ---
+
+IRIS_DEVICE float LoadKv(const float* p) { return *p; }
+IRIS_DEVICE float LoadKv(const uint16_t* p) {  // bf16 bits: the top half of an f32
+  const uint32_t bits = static_cast<uint32_t>(*p) << 16;
+  float f;
+  memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+constexpr int kPagedWarps = 4;        // a block: 4 warps (128 threads)
+constexpr int kPagedMaxHeadDim = 256;
+constexpr int kPagedDimsPerLane = kPagedMaxHeadDim / 32;
+
+// One block per (query row, q head) of a step (grid (rows, num_heads)), the layout and metadata of
+// kernels/paged_attention.h: the row's sequence is found in query_start; it attends causally to
+// keys 0 .. its position, read through the block table. Each warp takes every 4th key — lanes
+// split head_dim, a warp reduction gives the score — with its own online softmax; the four
+// warps' partial results are merged at the end.
+template <typename T>
+IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
+                                      int num_heads, float scale, const T* k_pool, const T* v_pool, int block_size,
+                                      int num_kv_heads, int head_dim, const int32_t* query_start,
+                                      const int32_t* context_lens, const int32_t* block_tables,
+                                      int max_blocks_per_seq, int num_seqs) {
+  IRIS_SHARED float warp_m[kPagedWarps];
+  IRIS_SHARED float warp_l[kPagedWarps];
+  IRIS_SHARED float warp_acc[kPagedWarps][kPagedMaxHeadDim];
+  const int row = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  // The sequence holding this row: the last s with query_start[s] <= row.
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (query_start[mid] <= row) lo = mid; else hi = mid - 1;
+  }
+  const int s = lo;
+  const int q_len = query_start[s + 1] - query_start[s];
+  const int64_t keys = static_cast<int64_t>(context_lens[s]) - q_len + (row - query_start[s]) + 1;
+  const int g = h / (num_heads / num_kv_heads);
+  const int64_t row_elems = static_cast<int64_t>(num_kv_heads) * head_dim;
+  const float* qr = q + row * q_row_stride + static_cast<int64_t>(h) * head_dim;
+  const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
+
+  float qd[kPagedDimsPerLane], acc[kPagedDimsPerLane];
+  for (int i = 0; i < kPagedDimsPerLane; ++i) {
+    const int d = lane + i * kWarpSize;
+    qd[i] = d < head_dim ? qr[d] : 0.f;
+    acc[i] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  for (int64_t j = warp; j < keys; j += kPagedWarps) {
+    const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+    const T* kr = k_pool + slot * row_elems + static_cast<int64_t>(g) * head_dim;
+    const T* vr = v_pool + slot * row_elems + static_cast<int64_t>(g) * head_dim;
+    float dot = 0.f;
+    for (int i = 0; i < kPagedDimsPerLane; ++i) {
+      const int d = lane + i * kWarpSize;
+      if (d < head_dim) dot += qd[i] * LoadKv(kr + d);
+    }
+    for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) dot += ShflXor(dot, mask);
+    const float score = dot * scale;
+    const float m_new = score > m ? score : m;
+    const float correction = expf(m - m_new);  // 0 on the first key (m = -inf)
+    const float p = expf(score - m_new);
+    l = l * correction + p;
+    for (int i = 0; i < kPagedDimsPerLane; ++i) {
+      const int d = lane + i * kWarpSize;
+      acc[i] = acc[i] * correction + (d < head_dim ? p * LoadKv(vr + d) : 0.f);
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    warp_m[warp] = m;
+    warp_l[warp] = l;
+  }
+  for (int i = 0; i < kPagedDimsPerLane; ++i) {
+    const int d = lane + i * kWarpSize;
+    if (d < head_dim) warp_acc[warp][d] = acc[i];
+  }
+  SyncThreads();
+  float big = -INFINITY;
+  for (int w = 0; w < kPagedWarps; ++w) big = warp_m[w] > big ? warp_m[w] : big;
+  float total = 0.f;
+  for (int w = 0; w < kPagedWarps; ++w) total += warp_m[w] == -INFINITY ? 0.f : warp_l[w] * expf(warp_m[w] - big);
+  float* orow = out + row * out_row_stride + static_cast<int64_t>(h) * head_dim;
+  for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
+    float sum = 0.f;
+    for (int w = 0; w < kPagedWarps; ++w) {
+      if (warp_m[w] != -INFINITY) sum += warp_acc[w][d] * expf(warp_m[w] - big);
+    }
+    orow[d] = sum / total;
+  }
+  SyncThreads();  // the shared partials are read before a next block (harness) reuses them
 }
 
 }  // namespace iris::kernels::cuda
