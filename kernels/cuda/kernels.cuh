@@ -16,16 +16,21 @@ namespace iris::kernels::cuda {
 
 constexpr int kMaxWarpsPerBlock = 32;
 
+// The sum of v over the warp, in every lane.
+IRIS_DEVICE float WarpSum(float v) {
+  for (int m = kWarpSize / 2; m > 0; m >>= 1) v += ShflXor(v, m);
+  return v;
+}
+
 // The sum of v over the block, in every thread. `partials`: kMaxWarpsPerBlock floats of shared
 // storage. blockDim.x: a multiple of the warp size.
 IRIS_DEVICE float BlockSum(float v, float* partials) {
-  for (int m = kWarpSize / 2; m > 0; m >>= 1) v += ShflXor(v, m);
+  v = WarpSum(v);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   if (lane == 0) partials[warp] = v;
   SyncThreads();
   const int warps = static_cast<int>(blockDim.x) / kWarpSize;
-  v = lane < warps ? partials[lane] : 0.f;  // every warp reduces the partials: all lanes end with the sum
-  for (int m = kWarpSize / 2; m > 0; m >>= 1) v += ShflXor(v, m);
+  v = WarpSum(lane < warps ? partials[lane] : 0.f);  // every warp reduces the partials: all lanes end with the sum
   SyncThreads();  // the partials are read before anyone reuses them
   return v;
 }
@@ -93,55 +98,50 @@ IRIS_GLOBAL void PadQkvKernel(const float* qkv, int64_t rows, int heads, int hea
 // Greedy argmax per row of logits, as the CPU sampler picks it: the first maximum (lowest id
 // wins ties); NaN never wins; a row with no value above -inf gives 0.
 struct ArgmaxPair {
-  float value;
-  int32_t index;
+  float value = -INFINITY;
+  int32_t index = INT32_MAX;  // none yet
+
+  // Keeps (v, i) if it beats what is kept: greater, or equal with a lower id.
+  IRIS_DEVICE void Take(float v, int32_t i) {
+    if (v > value || (v == value && i < index)) {
+      value = v;
+      index = i;
+    }
+  }
 };
 
-IRIS_DEVICE bool Better(float v, int32_t i, float bv, int32_t bi) { return v > bv || (v == bv && i < bi); }
+// The best pair over the warp, in every lane.
+IRIS_DEVICE ArgmaxPair WarpArgmax(ArgmaxPair p) {
+  for (int m = kWarpSize / 2; m > 0; m >>= 1) {
+    const float v = ShflXor(p.value, m);
+    const int32_t i = ShflXor(p.index, m);
+    p.Take(v, i);
+  }
+  return p;
+}
 
 IRIS_GLOBAL void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) {
   IRIS_SHARED float part_v[kMaxWarpsPerBlock];
   IRIS_SHARED int32_t part_i[kMaxWarpsPerBlock];
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
-  float bv = -INFINITY;
-  int32_t bi = INT32_MAX;
+  ArgmaxPair best;
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const float v = row[i] != row[i] ? -INFINITY : row[i];  // NaN as -inf
-    if (Better(v, static_cast<int32_t>(i), bv, bi)) {
-      bv = v;
-      bi = static_cast<int32_t>(i);
-    }
+    best.Take(row[i] != row[i] ? -INFINITY : row[i], static_cast<int32_t>(i));  // NaN as -inf
   }
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  for (int m = kWarpSize / 2; m > 0; m >>= 1) {
-    const float ov = ShflXor(bv, m);
-    const int32_t oi = ShflXor(bi, m);
-    if (Better(ov, oi, bv, bi)) {
-      bv = ov;
-      bi = oi;
-    }
-  }
+  best = WarpArgmax(best);
   if (lane == 0) {
-    part_v[warp] = bv;
-    part_i[warp] = bi;
+    part_v[warp] = best.value;
+    part_i[warp] = best.index;
   }
   SyncThreads();
   if (warp == 0) {
-    const int warps = static_cast<int>(blockDim.x) / kWarpSize;
-    bv = lane < warps ? part_v[lane] : -INFINITY;
-    bi = lane < warps ? part_i[lane] : INT32_MAX;
-    for (int m = kWarpSize / 2; m > 0; m >>= 1) {
-      const float ov = ShflXor(bv, m);
-      const int32_t oi = ShflXor(bi, m);
-      if (Better(ov, oi, bv, bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
-    if (lane == 0) out[blockIdx.x] = bi == INT32_MAX || bv == -INFINITY ? 0 : bi;
+    ArgmaxPair p;
+    if (lane < static_cast<int>(blockDim.x) / kWarpSize) p = ArgmaxPair{part_v[lane], part_i[lane]};
+    p = WarpArgmax(p);
+    if (lane == 0) out[blockIdx.x] = p.index == INT32_MAX || p.value == -INFINITY ? 0 : p.index;
   }
 }
-
 
 // --- Paged attention (f32 products; f32 or bf16 pools) ---
 
@@ -203,8 +203,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
       const int d = lane + i * kWarpSize;
       if (d < head_dim) dot += qd[i] * LoadKv(kr + d);
     }
-    for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) dot += ShflXor(dot, mask);
-    const float score = dot * scale;
+    const float score = WarpSum(dot) * scale;
     const float m_new = score > m ? score : m;
     const float correction = expf(m - m_new);  // 0 on the first key (m = -inf)
     const float p = expf(score - m_new);
