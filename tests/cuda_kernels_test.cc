@@ -2,34 +2,27 @@
 // works), against the CPU kernels on odd sizes — the same device code simt_kernels_test runs on
 // the host harness in CI.
 #include <cmath>
-#include <cstring>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/device.h"
 #include "kernels/elementwise.h"
-#include "kernels/paged_attention.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
 #endif
+#include "tests/kernel_cases.h"
 
 namespace iris::kernels {
 namespace {
 
 #ifdef IRIS_HAVE_CUDA
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using testing::ExpectCloseRel;
+using testing::RandomNormal;
 
 // A GPU, host vectors copied to and from it, and the stream the launches go on.
 struct Gpu {
@@ -65,32 +58,25 @@ std::unique_ptr<Gpu> MakeGpu() {
   return g;
 }
 
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, float rel, const char* what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], rel * std::max(1.f, std::fabs(want[i]))) << what << " at " << i;
-  }
-}
-
 TEST(CudaKernelsTest, RmsNormAndSiluMulMatchTheCpuKernels) {
   auto g = MakeGpu();
   ASSERT_NE(g, nullptr);
   Device& cpu = DefaultCpuDevice();
   for (const auto& [rows, dim] : {std::pair{3, 1}, {5, 77}, {33, 1280}, {4, 2051}}) {
-    const std::vector<float> x = Random(static_cast<size_t>(rows) * dim, 1 + dim), w = Random(dim, 2 + dim);
+    const std::vector<float> x = RandomNormal(static_cast<size_t>(rows) * dim, 1 + dim), w = RandomNormal(dim, 2 + dim);
     std::vector<float> want(x.size());
     RmsNorm(cpu, x.data(), w.data(), rows, dim, 1e-6f, want.data());
     float* y = g->Up(std::vector<float>(x.size()));
     ASSERT_EQ(cuda::LaunchRmsNorm(g->cuda().stream(), g->Up(x), g->Up(w), rows, dim, 1e-6f, y), 0);
-    ExpectClose(g->Down(y, x.size()), want, 2e-6f, "rms_norm");
+    ExpectCloseRel(g->Down(y, x.size()), want, 2e-6f, "rms_norm");
   }
   for (const auto& [rows, inter] : {std::pair{1, 1}, {3, 37}, {7, 3420}}) {
-    const std::vector<float> gu = Random(static_cast<size_t>(rows) * 2 * inter, 3 + inter, 3.f);
+    const std::vector<float> gu = RandomNormal(static_cast<size_t>(rows) * 2 * inter, 3 + inter, 3.f);
     std::vector<float> want(static_cast<size_t>(rows) * inter);
     SiluMulRows(cpu, gu.data(), rows, inter, want.data());
     float* out = g->Up(std::vector<float>(want.size()));
     ASSERT_EQ(cuda::LaunchSiluMulRows(g->cuda().stream(), g->Up(gu), rows, inter, out), 0);
-    ExpectClose(g->Down(out, want.size()), want, 4e-6f, "silu_mul");  // expf vs the CPU's exp
+    ExpectCloseRel(g->Down(out, want.size()), want, 4e-6f, "silu_mul");  // expf vs the CPU's exp
   }
 }
 
@@ -100,8 +86,8 @@ TEST(CudaKernelsTest, FusedRotaryAndPaddingMatchTheCpuKernels) {
   Device& cpu = DefaultCpuDevice();
   const int rows = 13, qh = 16, kh = 2, hd = 80, half = hd / 2;
   const int64_t stride = static_cast<int64_t>(qh + 2 * kh) * hd;
-  const std::vector<float> qkv = Random(rows * stride, 4);
-  const std::vector<float> cos = Random(rows * half, 5), sin = Random(rows * half, 6);
+  const std::vector<float> qkv = RandomNormal(rows * stride, 4);
+  const std::vector<float> cos = RandomNormal(rows * half, 5), sin = RandomNormal(rows * half, 6);
   std::vector<float> want = qkv;
   RotaryQK(cpu, HeadsView{want.data(), stride, qh}, HeadsView{want.data() + qh * hd, stride, kh}, rows, hd,
            cos.data(), sin.data());
@@ -109,10 +95,10 @@ TEST(CudaKernelsTest, FusedRotaryAndPaddingMatchTheCpuKernels) {
   ASSERT_EQ(cuda::LaunchRotaryQK(g->cuda().stream(), d, stride, qh, d + qh * hd, stride, kh, rows, hd, g->Up(cos),
                                  g->Up(sin)),
             0);
-  ExpectClose(g->Down(d, qkv.size()), want, 1e-6f, "rotary");
+  ExpectCloseRel(g->Down(d, qkv.size()), want, 1e-6f, "rotary");
 
   const int heads = 3, phd = 80, padded = 96;
-  const std::vector<float> packed = Random(static_cast<size_t>(rows) * 3 * heads * phd, 7);
+  const std::vector<float> packed = RandomNormal(static_cast<size_t>(rows) * 3 * heads * phd, 7);
   const size_t n = static_cast<size_t>(heads) * rows * padded;
   std::vector<float> q(n), k(n), v(n);
   PadQkv(cpu, packed.data(), rows, heads, phd, padded, q.data(), k.data(), v.data());
@@ -130,7 +116,7 @@ TEST(CudaKernelsTest, ArgmaxPicksTheCpuSamplersToken) {
   ASSERT_NE(g, nullptr);
   const int64_t vocab = 151936;
   const int rows = 5;
-  std::vector<float> logits = Random(static_cast<size_t>(rows) * vocab, 8);
+  std::vector<float> logits = RandomNormal(static_cast<size_t>(rows) * vocab, 8);
   logits[1 * vocab + 7] = 50.f;  // two maxima: the lower id
   logits[1 * vocab + 90000] = 50.f;
   for (int64_t i = 0; i < vocab; ++i) logits[2 * vocab + i] = NAN;  // no number: 0
@@ -139,15 +125,7 @@ TEST(CudaKernelsTest, ArgmaxPicksTheCpuSamplersToken) {
   ASSERT_EQ(cuda::LaunchArgmax(g->cuda().stream(), g->Up(logits), rows, vocab, out), 0);
   const std::vector<int32_t> got = g->Down(out, rows);
   for (int r = 0; r < rows; ++r) {
-    int64_t best = 0;
-    float best_value = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < vocab; ++i) {
-      if (logits[r * vocab + i] > best_value) {
-        best_value = logits[r * vocab + i];
-        best = i;
-      }
-    }
-    EXPECT_EQ(got[r], best) << "row " << r;
+    EXPECT_EQ(got[r], testing::CpuGreedyToken(logits.data() + r * vocab, vocab)) << "row " << r;
   }
 }
 
@@ -156,58 +134,22 @@ TEST(CudaKernelsTest, ArgmaxPicksTheCpuSamplersToken) {
 TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuKernel) {
   auto g = MakeGpu();
   ASSERT_NE(g, nullptr);
-  Device& cpu = DefaultCpuDevice();
-  for (const bool bf16 : {false, true}) {
-    for (const int hd : {80, 128}) {
-      const int block_size = 16, kv_heads = 2, heads = 12;
-      const int64_t num_blocks = 200;
-      const int64_t elems = num_blocks * block_size * kv_heads * hd;
-      const std::vector<float> kf = Random(elems, 11), vf = Random(elems, 12);
-      std::vector<uint16_t> kb(elems), vb(elems);
-      for (int64_t i = 0; i < elems; ++i) {
-        uint32_t bk, bv;
-        std::memcpy(&bk, &kf[i], 4);
-        std::memcpy(&bv, &vf[i], 4);
-        kb[i] = static_cast<uint16_t>(bk >> 16);
-        vb[i] = static_cast<uint16_t>(bv >> 16);
-      }
-      const std::vector<std::pair<int, int>> seqs = {{1, 1}, {17, 1}, {300, 7}, {1000, 1}, {32, 1}, {513, 1}};
-      PagedMetadataBuilder builder;
-      std::vector<std::vector<int32_t>> tables;
-      int next = 0, rows = 0;
-      for (const auto& [context, q_len] : seqs) {
-        std::vector<int32_t> t;
-        for (int b = 0; b < (context + block_size - 1) / block_size; ++b) t.push_back((next++ * 37 + 3) % num_blocks);
-        tables.push_back(t);
-        builder.Add(tables.back(), context, rows, q_len);
-        rows += q_len;
-      }
-      const PagedMetadata meta = builder.Build();
-      const std::vector<float> q = Random(static_cast<size_t>(rows) * heads * hd, 13);
-      std::vector<float> want(q.size());
-      PagedAttentionArgs a;
-      a.q = q.data();
-      a.q_row_stride = heads * hd;
-      a.out = want.data();
-      a.out_row_stride = heads * hd;
-      a.num_heads = heads;
-      a.scale = 1.f / std::sqrt(static_cast<float>(hd));
-      a.layer = bf16 ? PagedKvLayer{kb.data(), vb.data(), num_blocks, block_size, kv_heads, hd, core::DType::kBF16}
-                     : PagedKvLayer{const_cast<float*>(kf.data()), const_cast<float*>(vf.data()), num_blocks,
-                                    block_size, kv_heads, hd, core::DType::kF32};
-      a.metadata = meta;
-      PagedAttention(cpu, a);
-      const std::vector<int32_t> qs(meta.query_start.begin(), meta.query_start.end());
-      const std::vector<int32_t> cl(meta.context_lens.begin(), meta.context_lens.end());
-      const std::vector<int32_t> bt(meta.block_tables.begin(), meta.block_tables.end());
-      float* out = g->Up(std::vector<float>(q.size(), NAN));
-      const void* kd = bf16 ? static_cast<const void*>(g->Up(kb)) : static_cast<const void*>(g->Up(kf));
-      const void* vd = bf16 ? static_cast<const void*>(g->Up(vb)) : static_cast<const void*>(g->Up(vf));
-      ASSERT_EQ(cuda::LaunchPagedAttention(g->cuda().stream(), g->Up(q), a.q_row_stride, out, a.out_row_stride, heads,
-                                           a.scale, kd, vd, bf16, block_size, kv_heads, hd, g->Up(qs), g->Up(cl),
-                                           g->Up(bt), meta.max_blocks_per_seq, meta.num_seqs, rows),
+  for (const int hd : {80, 128}) {
+    const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/12, hd, /*num_blocks=*/200,
+                               {{1, 1}, {17, 1}, {300, 7}, {1000, 1}, {32, 1}, {513, 1}}, /*block_step=*/37,
+                               /*block_offset=*/3);
+    const std::vector<int32_t> qs(c.meta.query_start.begin(), c.meta.query_start.end());
+    const std::vector<int32_t> cl(c.meta.context_lens.begin(), c.meta.context_lens.end());
+    const std::vector<int32_t> bt(c.meta.block_tables.begin(), c.meta.block_tables.end());
+    for (const bool bf16 : {false, true}) {
+      float* out = g->Up(std::vector<float>(c.q.size(), NAN));
+      const void* kd = bf16 ? static_cast<const void*>(g->Up(c.kb)) : static_cast<const void*>(g->Up(c.kf));
+      const void* vd = bf16 ? static_cast<const void*>(g->Up(c.vb)) : static_cast<const void*>(g->Up(c.vf));
+      ASSERT_EQ(cuda::LaunchPagedAttention(g->cuda().stream(), g->Up(c.q), c.row_stride(), out, c.row_stride(),
+                                           c.heads, c.scale(), kd, vd, bf16, c.block_size, c.kv_heads, hd, g->Up(qs),
+                                           g->Up(cl), g->Up(bt), c.meta.max_blocks_per_seq, c.meta.num_seqs, c.rows),
                 0);
-      ExpectClose(g->Down(out, q.size()), want, 2e-5f, bf16 ? "paged bf16" : "paged f32");
+      ExpectCloseRel(g->Down(out, c.q.size()), c.Reference(bf16), 2e-5f, bf16 ? "paged bf16" : "paged f32");
     }
   }
 }

@@ -6,36 +6,21 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstring>
 #include <cmath>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include "kernels/device.h"
 #include "kernels/elementwise.h"
-#include "kernels/paged_attention.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
+#include "tests/kernel_cases.h"
 
 namespace iris::kernels::cuda {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, float rel, const char* what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], rel * std::max(1.f, std::fabs(want[i]))) << what << " at " << i;
-  }
-}
+using testing::ExpectCloseRel;
+using testing::RandomNormal;
 
 // --- the harness itself ---
 
@@ -86,22 +71,22 @@ TEST(SimtHarnessTest, EveryThreadOfEveryBlockRunsOnceIn3D) {
 TEST(CudaKernelsOnSimtTest, RmsNormMatchesTheCpuKernel) {
   Device& cpu = DefaultCpuDevice();
   for (const auto& [rows, dim, threads] : {std::tuple{3, 1, 32}, {5, 77, 64}, {2, 1280, 128}, {4, 2051, 256}}) {
-    const std::vector<float> x = Random(static_cast<size_t>(rows) * dim, 1 + dim), w = Random(dim, 2 + dim);
+    const std::vector<float> x = RandomNormal(static_cast<size_t>(rows) * dim, 1 + dim), w = RandomNormal(dim, 2 + dim);
     std::vector<float> want(x.size()), got(x.size());
     RmsNorm(cpu, x.data(), w.data(), rows, dim, 1e-6f, want.data());
     Launch(Dim3(rows), Dim3(threads), RmsNormKernel, x.data(), w.data(), dim, 1e-6f, got.data());
-    ExpectClose(got, want, 2e-6f, "rms_norm");
+    ExpectCloseRel(got, want, 2e-6f, "rms_norm");
   }
 }
 
 TEST(CudaKernelsOnSimtTest, SiluMulRowsMatchesTheCpuKernel) {
   Device& cpu = DefaultCpuDevice();
   for (const auto& [rows, inter] : {std::pair{1, 1}, {3, 37}, {7, 3420}}) {
-    const std::vector<float> gu = Random(static_cast<size_t>(rows) * 2 * inter, 3 + inter, 3.f);
+    const std::vector<float> gu = RandomNormal(static_cast<size_t>(rows) * 2 * inter, 3 + inter, 3.f);
     std::vector<float> want(static_cast<size_t>(rows) * inter), got(want.size());
     SiluMulRows(cpu, gu.data(), rows, inter, want.data());
     Launch(Dim3(5), Dim3(64), SiluMulRowsKernel, gu.data(), int64_t{rows}, int64_t{inter}, got.data());
-    ExpectClose(got, want, 2e-6f, "silu_mul");
+    ExpectCloseRel(got, want, 2e-6f, "silu_mul");
   }
 }
 
@@ -111,14 +96,14 @@ TEST(CudaKernelsOnSimtTest, FusedRotaryMatchesTheCpuKernelInTheQkvBuffer) {
   // and 2 v heads of 80 (the vision tower's head dim), odd row count.
   const int rows = 13, qh = 16, kh = 2, hd = 80, half = hd / 2;
   const int64_t stride = static_cast<int64_t>(qh + 2 * kh) * hd;
-  const std::vector<float> qkv = Random(rows * stride, 4);
-  const std::vector<float> cos = Random(rows * half, 5), sin = Random(rows * half, 6);
+  const std::vector<float> qkv = RandomNormal(rows * stride, 4);
+  const std::vector<float> cos = RandomNormal(rows * half, 5), sin = RandomNormal(rows * half, 6);
   std::vector<float> want = qkv, got = qkv;
   RotaryQK(cpu, HeadsView{want.data(), stride, qh}, HeadsView{want.data() + qh * hd, stride, kh}, rows, hd,
            cos.data(), sin.data());
   Launch(Dim3(rows), Dim3(96), RotaryQKKernel, got.data(), stride, qh, got.data() + qh * hd, stride, kh, hd,
          cos.data(), sin.data());
-  ExpectClose(got, want, 1e-6f, "rotary");
+  ExpectCloseRel(got, want, 1e-6f, "rotary");
   // v untouched by both.
   for (int r = 0; r < rows; ++r) {
     for (int64_t e = (qh + kh) * hd; e < stride; ++e) ASSERT_EQ(got[r * stride + e], qkv[r * stride + e]);
@@ -128,7 +113,7 @@ TEST(CudaKernelsOnSimtTest, FusedRotaryMatchesTheCpuKernelInTheQkvBuffer) {
 TEST(CudaKernelsOnSimtTest, PadQkvMatchesTheCpuKernelExactly) {
   Device& cpu = DefaultCpuDevice();
   const int rows = 11, heads = 3, hd = 80, padded = 96;
-  const std::vector<float> qkv = Random(static_cast<size_t>(rows) * 3 * heads * hd, 7);
+  const std::vector<float> qkv = RandomNormal(static_cast<size_t>(rows) * 3 * heads * hd, 7);
   const size_t n = static_cast<size_t>(heads) * rows * padded;
   std::vector<float> q(n), k(n), v(n), gq(n, NAN), gk(n, NAN), gv(n, NAN);
   PadQkv(cpu, qkv.data(), rows, heads, hd, padded, q.data(), k.data(), v.data());
@@ -139,27 +124,14 @@ TEST(CudaKernelsOnSimtTest, PadQkvMatchesTheCpuKernelExactly) {
   EXPECT_EQ(gv, v);
 }
 
-// The CPU sampler's greedy rule (llm/sampler.cc): strictly greater wins, so the first maximum.
-int32_t CpuArgmax(const float* logits, int64_t vocab) {
-  int64_t best = 0;
-  float best_value = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (logits[i] > best_value) {
-      best_value = logits[i];
-      best = i;
-    }
-  }
-  return static_cast<int32_t>(best);
-}
-
 TEST(CudaKernelsOnSimtTest, ArgmaxPicksTheSameIdAsTheCpuSamplerWithTiesNansAndInfinities) {
   const float inf = std::numeric_limits<float>::infinity();
   const int64_t vocab = 1003;
   std::vector<std::vector<float>> rows;
-  rows.push_back(Random(vocab, 8));
+  rows.push_back(RandomNormal(vocab, 8));
   std::vector<float> ties(vocab, 0.5f);  // all equal: the first
   rows.push_back(ties);
-  std::vector<float> late = Random(vocab, 9);
+  std::vector<float> late = RandomNormal(vocab, 9);
   late[vocab - 1] = 100.f;
   late[700] = 100.f;  // two maxima: the lower id
   rows.push_back(late);
@@ -167,7 +139,7 @@ TEST(CudaKernelsOnSimtTest, ArgmaxPicksTheSameIdAsTheCpuSamplerWithTiesNansAndIn
   nans[500] = -3.f;
   rows.push_back(nans);
   rows.push_back(std::vector<float>(vocab, -inf));  // nothing above -inf: 0
-  std::vector<float> infs = Random(vocab, 10);
+  std::vector<float> infs = RandomNormal(vocab, 10);
   infs[33] = inf;
   infs[900] = inf;
   rows.push_back(infs);
@@ -177,74 +149,31 @@ TEST(CudaKernelsOnSimtTest, ArgmaxPicksTheSameIdAsTheCpuSamplerWithTiesNansAndIn
     std::vector<int32_t> got(rows.size(), -1);
     Launch(Dim3(static_cast<unsigned>(rows.size())), Dim3(threads), ArgmaxKernel, flat.data(), vocab, got.data());
     for (size_t r = 0; r < rows.size(); ++r) {
-      EXPECT_EQ(got[r], CpuArgmax(rows[r].data(), vocab)) << "row " << r << ", " << threads << " threads";
+      EXPECT_EQ(got[r], testing::CpuGreedyToken(rows[r].data(), vocab)) << "row " << r << ", " << threads << " threads";
     }
   }
 }
 
 
-// A step of decodes and a prefill over shuffled pages, f32 and bf16 pools, GQA, head_dim 80.
+// A step of decodes and a prefill over shuffled pages, f32 and bf16 pools, GQA, head_dim 80:
+// decodes over 1, 17 and 70 tokens, a 3-row prefill chunk over 40, a decode over exactly two blocks.
 template <typename T>
-void CheckPagedAttention(core::DType dtype) {
-  Device& cpu = DefaultCpuDevice();
-  const int block_size = 16, kv_heads = 2, heads = 4, hd = 80;
-  const int64_t num_blocks = 40;
-  const int64_t pool_elems = num_blocks * block_size * kv_heads * hd;
-  std::vector<T> k(pool_elems), v(pool_elems);
-  {
-    const std::vector<float> kf = Random(pool_elems, 11), vf = Random(pool_elems, 12);
-    for (int64_t i = 0; i < pool_elems; ++i) {
-      if constexpr (sizeof(T) == 4) {
-        k[i] = kf[i];
-        v[i] = vf[i];
-      } else {  // bf16 bits (truncated: any bf16 value will do)
-        uint32_t bk, bv;
-        std::memcpy(&bk, &kf[i], 4);
-        std::memcpy(&bv, &vf[i], 4);
-        k[i] = static_cast<uint16_t>(bk >> 16);
-        v[i] = static_cast<uint16_t>(bv >> 16);
-      }
-    }
-  }
-  // Sequences (context, new rows): decodes over 1, 17 and 70 tokens, a 3-row prefill chunk over
-  // 40, and a decode over exactly two blocks; blocks handed out in a shuffled order.
-  const std::vector<std::pair<int, int>> seqs = {{1, 1}, {17, 1}, {40, 3}, {70, 1}, {32, 1}};
-  std::vector<int32_t> order(num_blocks);
-  for (int i = 0; i < num_blocks; ++i) order[i] = (i * 17 + 5) % num_blocks;
-  PagedMetadataBuilder builder;
-  std::vector<std::vector<int32_t>> tables;
-  int next = 0, rows = 0;
-  for (const auto& [context, q_len] : seqs) {
-    std::vector<int32_t> t;
-    for (int b = 0; b < (context + block_size - 1) / block_size; ++b) t.push_back(order[next++]);
-    tables.push_back(t);
-    builder.Add(tables.back(), context, rows, q_len);
-    rows += q_len;
-  }
-  const PagedMetadata meta = builder.Build();
-  const std::vector<float> q = Random(static_cast<size_t>(rows) * heads * hd, 13);
-  std::vector<float> want(q.size(), NAN), got(q.size(), NAN);
-  PagedAttentionArgs a;
-  a.q = q.data();
-  a.q_row_stride = heads * hd;
-  a.out = want.data();
-  a.out_row_stride = heads * hd;
-  a.num_heads = heads;
-  a.scale = 1.f / std::sqrt(static_cast<float>(hd));
-  a.layer = PagedKvLayer{k.data(), v.data(), num_blocks, block_size, kv_heads, hd, dtype};
-  a.metadata = meta;
-  PagedAttention(cpu, a);
-  Launch(Dim3(rows, heads), Dim3(kPagedWarps * kWarpSize), PagedAttentionKernel<T>, q.data(), a.q_row_stride,
-         got.data(), a.out_row_stride, heads, a.scale, static_cast<const T*>(k.data()),
-         static_cast<const T*>(v.data()), block_size, kv_heads, hd, meta.query_start.data(), meta.context_lens.data(),
-         meta.block_tables.data(), meta.max_blocks_per_seq, meta.num_seqs);
-  ExpectClose(got, want, 2e-5f, "paged_attention");
+void CheckPagedAttention() {
+  constexpr bool kBf16 = sizeof(T) == 2;
+  const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/4, /*head_dim=*/80, /*num_blocks=*/40,
+                             {{1, 1}, {17, 1}, {40, 3}, {70, 1}, {32, 1}}, /*block_step=*/17, /*block_offset=*/5);
+  std::vector<float> got(c.q.size(), NAN);
+  Launch(Dim3(c.rows, c.heads), Dim3(kPagedWarps * kWarpSize), PagedAttentionKernel<T>, c.q.data(), c.row_stride(),
+         got.data(), c.row_stride(), c.heads, c.scale(), static_cast<const T*>(c.k(kBf16)),
+         static_cast<const T*>(c.v(kBf16)), c.block_size, c.kv_heads, c.head_dim, c.meta.query_start.data(),
+         c.meta.context_lens.data(), c.meta.block_tables.data(), c.meta.max_blocks_per_seq, c.meta.num_seqs);
+  ExpectCloseRel(got, c.Reference(kBf16), 2e-5f, "paged_attention");
 }
 
-TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnF32Pages) { CheckPagedAttention<float>(core::DType::kF32); }
+TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnF32Pages) { CheckPagedAttention<float>(); }
 
 TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnBf16Pages) {
-  CheckPagedAttention<uint16_t>(core::DType::kBF16);
+  CheckPagedAttention<uint16_t>();
 }
 
 }  // namespace

@@ -63,6 +63,14 @@ std::vector<float> RandomFloats(int64_t n, uint32_t seed, float lo, float hi) {
   return v;
 }
 
+std::vector<float> RandomNormal(int64_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
 vision::RgbImage ImageFromTensor(const core::Tensor& t) {
   vision::RgbImage img;
   if (t.rank() != 3 || t.dim(2) != 3 || t.dtype() != core::DType::kU8) {

@@ -34,6 +34,9 @@ double MaxAbsDiff(const float* a, const float* b, int64_t n);
 // n floats uniform in [lo, hi) from a seeded generator (the same seed gives the same values).
 std::vector<float> RandomFloats(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f);
 
+// n floats from N(0, scale²), seeded the same way.
+std::vector<float> RandomNormal(int64_t n, uint32_t seed, float scale = 1.f);
+
 // A uint8 [H, W, 3] golden array as an RgbImage (ADD_FAILURE and empty on another shape/dtype).
 vision::RgbImage ImageFromTensor(const core::Tensor& t);
 
