@@ -17,7 +17,9 @@ import os
 import subprocess
 import sys
 import threading
+import tempfile
 import time
+import unittest
 from concurrent import futures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -47,6 +49,35 @@ class NoThreadLeak:
             time.sleep(0.05)
         self.assertEqual(extra, [], "threads left running")
         super().tearDown()
+
+
+class ServesModel:
+    """unittest.TestCase mixin: one real iris-server per class on MODEL_DIR (a ctest fixture's
+    model, FIXTURE names it; the class is skipped without it) with SERVER_ARGS, and a temporary
+    folder `tmp`; after the class the server is stopped and must have exited cleanly."""
+
+    MODEL_DIR = ""
+    FIXTURE = ""
+    SERVER_ARGS: tuple[str, ...] = ()
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        from iris_bench.server_proc import IrisServer
+        if not os.path.isfile(os.path.join(cls.MODEL_DIR, "config.json")):
+            raise unittest.SkipTest(f"no model at {cls.MODEL_DIR} (ctest fixture {cls.FIXTURE})")
+        cls.server = IrisServer(os.environ["IRIS_SERVER_BIN"], [f"--model={cls.MODEL_DIR}", "--workers=2",
+                                                                *cls.SERVER_ARGS], startup_timeout_s=120)
+        cls.server.start()
+        cls.tmp = tempfile.TemporaryDirectory()
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.server.stop()
+        cls.tmp.cleanup()
+        if status != 0:
+            raise AssertionError(f"iris-server exited with status {status}:\n{cls.server.log()[-3000:]}")
+        super().tearDownClass()
 
 
 def make_self_signed_cert(directory: str) -> tuple[str, str]:

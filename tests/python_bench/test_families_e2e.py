@@ -16,10 +16,9 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 
-from fakes import IRIS_BENCH, NoThreadLeak, bench_env
+from fakes import IRIS_BENCH, NoThreadLeak, ServesModel, bench_env
 from test_openai_backend import report_values
 
 SERVER_BIN = os.environ.get("IRIS_SERVER_BIN", "")
@@ -34,23 +33,8 @@ N, OUT_LEN = 8, 12
 
 
 @unittest.skipUnless(SERVER_BIN, "IRIS_SERVER_BIN is not set")
-class TextModelE2ETest(NoThreadLeak, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        from iris_bench.server_proc import IrisServer
-        if not os.path.isfile(os.path.join(MODEL, "config.json")):
-            raise unittest.SkipTest(f"no text model at {MODEL} (ctest fixture model_tiny-qwen2-text)")
-        cls.server = IrisServer(SERVER_BIN, [f"--model={MODEL}", "--workers=2", "--dtype=f32"],
-                                startup_timeout_s=120)
-        cls.server.start()
-        cls.tmp = tempfile.TemporaryDirectory()
-
-    @classmethod
-    def tearDownClass(cls):
-        status = cls.server.stop()
-        cls.tmp.cleanup()
-        if status != 0:
-            raise AssertionError(f"iris-server exited with status {status}:\n{cls.server.log()[-3000:]}")
+class TextModelE2ETest(ServesModel, NoThreadLeak, unittest.TestCase):
+    MODEL_DIR, FIXTURE, SERVER_ARGS = MODEL, "model_tiny-qwen2-text", ("--dtype=f32",)
 
     def client(self):
         from iris_client import Client
@@ -104,21 +88,8 @@ class TextModelE2ETest(NoThreadLeak, unittest.TestCase):
 
 
 @unittest.skipUnless(SERVER_BIN, "IRIS_SERVER_BIN is not set")
-class Qwen2VLModelE2ETest(NoThreadLeak, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        from iris_bench.server_proc import IrisServer
-        if not os.path.isfile(os.path.join(QWEN2VL_MODEL, "config.json")):
-            raise unittest.SkipTest(f"no Qwen2-VL model at {QWEN2VL_MODEL} (ctest fixture model_tiny-qwen2-vl)")
-        cls.server = IrisServer(SERVER_BIN, [f"--model={QWEN2VL_MODEL}", "--workers=2", "--dtype=f32"],
-                                startup_timeout_s=120)
-        cls.server.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        status = cls.server.stop()
-        if status != 0:
-            raise AssertionError(f"iris-server exited with status {status}:\n{cls.server.log()[-3000:]}")
+class Qwen2VLModelE2ETest(ServesModel, NoThreadLeak, unittest.TestCase):
+    MODEL_DIR, FIXTURE, SERVER_ARGS = QWEN2VL_MODEL, "model_tiny-qwen2-vl", ("--dtype=f32",)
 
     def client(self):
         from iris_client import Client

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import unittest
 
-from fakes import ABLATION, IRIS_BENCH, NoThreadLeak, bench_env, make_self_signed_cert
+from fakes import ABLATION, IRIS_BENCH, NoThreadLeak, ServesModel, bench_env, make_self_signed_cert
 from test_openai_backend import REPORT_LABELS, report_values
 
 SERVER_BIN = os.environ.get("IRIS_SERVER_BIN", "")
@@ -25,22 +25,8 @@ def run(cmd, timeout=300):
 
 
 @unittest.skipUnless(SERVER_BIN, "IRIS_SERVER_BIN is not set")
-class IrisBenchE2ETest(NoThreadLeak, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        from iris_bench.server_proc import IrisServer
-        if not os.path.isfile(os.path.join(MODEL, "config.json")):
-            raise unittest.SkipTest(f"no tiny model at {MODEL} (ctest fixture model_tiny)")
-        cls.server = IrisServer(SERVER_BIN, [f"--model={MODEL}", "--workers=2"], startup_timeout_s=120)
-        cls.server.start()
-        cls.tmp = tempfile.TemporaryDirectory()
-
-    @classmethod
-    def tearDownClass(cls):
-        status = cls.server.stop()
-        cls.tmp.cleanup()
-        if status != 0:
-            raise AssertionError(f"iris-server exited with status {status}:\n{cls.server.log()[-3000:]}")
+class IrisBenchE2ETest(ServesModel, NoThreadLeak, unittest.TestCase):
+    MODEL_DIR, FIXTURE = MODEL, "model_tiny"
 
     def bench(self, *args):
         result = os.path.join(self.tmp.name, f"{self.id().rsplit('.', 1)[-1]}.json")
