@@ -51,6 +51,8 @@ PagedMetadata PagedMetadataBuilder::Build() {
     md.max_query_len = std::max(md.max_query_len, query_start_[s + 1] - query_start_[s]);
     md.max_context_len = std::max<int64_t>(md.max_context_len, context_lens_[s]);
   }
+  md.row_begin = query_start_.front();
+  md.row_end = query_start_.back();
   md.query_start = query_start_;
   md.context_lens = context_lens_;
   md.block_tables = block_tables_;

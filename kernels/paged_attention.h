@@ -47,6 +47,10 @@ struct PagedMetadata {
   int max_blocks_per_seq = 0;
   int max_query_len = 0;
   int64_t max_context_len = 0;
+  // query_start[0] and query_start[num_seqs] as host integers: the step's query rows are
+  // [row_begin, row_end) (a GPU sizes its launch by them without reading device memory back).
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
 };
 
 // Host arrays for a PagedMetadata, sequence by sequence (tests, benchmarks; the engine fills its

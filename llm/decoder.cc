@@ -309,6 +309,8 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
   md.context_lens = span32(context_lens);
   md.block_tables = span32(block_tables);
   md.max_blocks_per_seq = batch.max_blocks_per_seq;
+  md.row_begin = batch.query_start.front();
+  md.row_end = batch.query_start.back();
   for (int s = 0; s < md.num_seqs; ++s) {
     md.max_query_len = std::max(md.max_query_len, batch.query_start[s + 1] - batch.query_start[s]);
     md.max_context_len = std::max<int64_t>(md.max_context_len, batch.context_lens[s]);

@@ -147,7 +147,7 @@ TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuKernel) {
       const void* vd = bf16 ? static_cast<const void*>(g->Up(c.vb)) : static_cast<const void*>(g->Up(c.vf));
       ASSERT_EQ(cuda::LaunchPagedAttention(g->cuda().stream(), g->Up(c.q), c.row_stride(), out, c.row_stride(),
                                            c.heads, c.scale(), kd, vd, bf16, c.block_size, c.kv_heads, hd, g->Up(qs),
-                                           g->Up(cl), g->Up(bt), c.meta.max_blocks_per_seq, c.meta.num_seqs, c.rows),
+                                           g->Up(cl), g->Up(bt), c.meta.max_blocks_per_seq, c.meta.num_seqs, 0, c.rows),
                 0);
       ExpectCloseRel(g->Down(out, c.q.size()), c.Reference(bf16), 2e-5f, bf16 ? "paged bf16" : "paged f32");
     }

@@ -166,7 +166,7 @@ void CheckPagedAttention() {
   Launch(Dim3(c.rows, c.heads), Dim3(kPagedWarps * kWarpSize), PagedAttentionKernel<T>, c.q.data(), c.row_stride(),
          got.data(), c.row_stride(), c.heads, c.scale(), static_cast<const T*>(c.k(kBf16)),
          static_cast<const T*>(c.v(kBf16)), c.block_size, c.kv_heads, c.head_dim, c.meta.query_start.data(),
-         c.meta.context_lens.data(), c.meta.block_tables.data(), c.meta.max_blocks_per_seq, c.meta.num_seqs);
+         c.meta.context_lens.data(), c.meta.block_tables.data(), c.meta.max_blocks_per_seq, c.meta.num_seqs, int64_t{0});
   ExpectCloseRel(got, c.Reference(kBf16), 2e-5f, "paged_attention");
 }
 

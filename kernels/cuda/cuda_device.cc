@@ -149,6 +149,8 @@ absl::Status CudaDevice::status() const {
   return state_->first_error;
 }
 
+void CudaDevice::Check(int cuda_error, const char* op) { state_->Record(static_cast<cudaError_t>(cuda_error), op); }
+
 void CudaDevice::AttachThread() { state_->Record(cudaSetDevice(ordinal_), "cudaSetDevice"); }
 
 absl::StatusOr<core::Tensor> CudaDevice::Allocate(core::DType dtype, std::vector<int64_t> shape) {

@@ -44,6 +44,9 @@ class CudaDevice final : public Device {
 
   // The first CUDA error of a void operation, or OK.
   absl::Status status() const;
+  // Keeps a launch's cudaError_t value (0: success) as the device's first error, named by `op`:
+  // the ops' dispatch points pass every cuda_kernels.h launch through it.
+  void Check(int cuda_error, const char* op);
 
   int ordinal() const { return ordinal_; }
   CUstream_st* stream() const;
@@ -58,6 +61,9 @@ class CudaDevice final : public Device {
   std::shared_ptr<State> state_;
   std::string description_;
 };
+
+// The CUDA device behind a Device of kind kCuda (the dispatch points' counterpart of cpu::AsCpu).
+inline CudaDevice& AsCuda(Device& device) { return static_cast<CudaDevice&>(device); }
 
 // "cuda" -> 0, "cuda:N" -> N; INVALID_ARGUMENT for anything else.
 absl::StatusOr<int> ParseCudaOrdinal(const std::string& name);

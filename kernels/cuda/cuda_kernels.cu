@@ -55,23 +55,23 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
                          int num_heads, float scale, const void* k_pool, const void* v_pool, bool bf16_pool,
                          int block_size, int num_kv_heads, int head_dim, const int32_t* query_start,
                          const int32_t* context_lens, const int32_t* block_tables, int max_blocks_per_seq,
-                         int num_seqs, int64_t rows) {
+                         int num_seqs, int64_t row_begin, int64_t row_end) {
   if (head_dim > kPagedMaxHeadDim || num_kv_heads <= 0 || num_heads % num_kv_heads != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (rows == 0 || num_seqs == 0) return 0;
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads));
+  if (row_end <= row_begin || num_seqs == 0) return 0;
+  const dim3 grid(static_cast<unsigned>(row_end - row_begin), static_cast<unsigned>(num_heads));
   const int threads = kPagedWarps * kWarpSize;
   if (bf16_pool) {
     PagedAttentionKernel<uint16_t><<<grid, threads, 0, stream>>>(
         q, q_row_stride, out, out_row_stride, num_heads, scale, static_cast<const uint16_t*>(k_pool),
         static_cast<const uint16_t*>(v_pool), block_size, num_kv_heads, head_dim, query_start, context_lens,
-        block_tables, max_blocks_per_seq, num_seqs);
+        block_tables, max_blocks_per_seq, num_seqs, row_begin);
   } else {
     PagedAttentionKernel<float><<<grid, threads, 0, stream>>>(
         q, q_row_stride, out, out_row_stride, num_heads, scale, static_cast<const float*>(k_pool),
         static_cast<const float*>(v_pool), block_size, num_kv_heads, head_dim, query_start, context_lens,
-        block_tables, max_blocks_per_seq, num_seqs);
+        block_tables, max_blocks_per_seq, num_seqs, row_begin);
   }
   return LastError();
 }

@@ -22,12 +22,12 @@ int LaunchPadQkv(CUstream_st* stream, const float* qkv, int64_t rows, int heads,
 int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t vocab, int32_t* out);
 
 // Paged attention over f32 or bf16 pools (f32 products), kernels/paged_attention.h's layout and
-// metadata (device arrays); rows: the step's query rows. head_dim at most 256
+// metadata (device arrays); the step's query rows are [row_begin, row_end). head_dim at most 256
 // (cudaErrorInvalidValue otherwise).
 int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                          int num_heads, float scale, const void* k_pool, const void* v_pool, bool bf16_pool,
                          int block_size, int num_kv_heads, int head_dim, const int32_t* query_start,
                          const int32_t* context_lens, const int32_t* block_tables, int max_blocks_per_seq,
-                         int num_seqs, int64_t rows);
+                         int num_seqs, int64_t row_begin, int64_t row_end);
 
 }  // namespace iris::kernels::cuda

@@ -157,7 +157,7 @@ constexpr int kPagedWarps = 4;        // a block: 4 warps (128 threads)
 constexpr int kPagedMaxHeadDim = 256;
 constexpr int kPagedDimsPerLane = kPagedMaxHeadDim / 32;
 
-// One block per (query row, q head) of a step (grid (rows, num_heads)), the layout and metadata of
+// One block per (query row, q head) of a step (grid (row_end - row_begin, num_heads)), the layout and metadata of
 // kernels/paged_attention.h: the row's sequence is found in query_start; it attends causally to
 // keys 0 .. its position, read through the block table. Each warp takes every 4th key — lanes
 // split head_dim, a warp reduction gives the score — with its own online softmax; the four
@@ -167,11 +167,11 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
                                       int num_heads, float scale, const T* k_pool, const T* v_pool, int block_size,
                                       int num_kv_heads, int head_dim, const int32_t* query_start,
                                       const int32_t* context_lens, const int32_t* block_tables,
-                                      int max_blocks_per_seq, int num_seqs) {
+                                      int max_blocks_per_seq, int num_seqs, int64_t row_begin) {
   IRIS_SHARED float warp_m[kPagedWarps];
   IRIS_SHARED float warp_l[kPagedWarps];
   IRIS_SHARED float warp_acc[kPagedWarps][kPagedMaxHeadDim];
-  const int row = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
+  const int row = static_cast<int>(row_begin + blockIdx.x), h = static_cast<int>(blockIdx.y);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   // The sequence holding this row: the last s with query_start[s] <= row.
   int lo = 0, hi = num_seqs - 1;
