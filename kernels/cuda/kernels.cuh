@@ -11,16 +11,11 @@
 #include <cstring>
 
 #include "kernels/cuda/simt.h"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace iris::kernels::cuda {
 
 constexpr int kMaxWarpsPerBlock = 32;
-
-// The sum of v over the warp, in every lane.
-IRIS_DEVICE float WarpSum(float v) {
-  for (int m = kWarpSize / 2; m > 0; m >>= 1) v += ShflXor(v, m);
-  return v;
-}
 
 // The sum of v over the block, in every thread. `partials`: kMaxWarpsPerBlock floats of shared
 // storage. blockDim.x: a multiple of the warp size.

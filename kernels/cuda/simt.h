@@ -7,7 +7,7 @@
 //     (blocks never overlap, so one copy serves each block in turn), and warp shuffles through a
 //     per-warp exchange with a barrier of the warp's lanes.
 // Kernels use only what this header names: IRIS_GLOBAL, IRIS_DEVICE, IRIS_SHARED, SyncThreads(),
-// ShflXor(), threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch for the host side.
+// SyncWarp(), ShflXor(), threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch for the host side.
 // Every thread of a block must reach each SyncThreads (as CUDA requires), and a block's size is a
 // multiple of the warp size when it shuffles.
 #pragma once
@@ -24,6 +24,7 @@ namespace iris::kernels::cuda {
 
 constexpr int kWarpSize = 32;
 __device__ __forceinline__ void SyncThreads() { __syncthreads(); }
+__device__ __forceinline__ void SyncWarp() { __syncwarp(); }
 template <typename T>
 __device__ __forceinline__ T ShflXor(T v, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, v, lane_mask);
@@ -41,7 +42,10 @@ __device__ __forceinline__ T ShflXor(T v, int lane_mask) {
 #include <type_traits>
 #include <vector>
 
-#define IRIS_GLOBAL inline
+// Internal linkage: nvcc emits a host-side launch stub with each __global__ kernel's own name, so
+// a test that links the CUDA objects (through an op's dispatch point) would otherwise get the
+// stub in place of the harness's copy of the kernel.
+#define IRIS_GLOBAL static inline
 #define IRIS_DEVICE inline
 #define IRIS_SHARED static
 
@@ -89,6 +93,9 @@ inline thread_local ThreadState tls;
 #define gridDim (::iris::kernels::cuda::simt::tls.grid_dim)
 
 inline void SyncThreads() { simt::tls.block->sync.arrive_and_wait(); }
+// __syncwarp: the warp's lanes wait for each other (shared memory written by one lane is then
+// visible to the others).
+inline void SyncWarp() { simt::tls.warp->sync.arrive_and_wait(); }
 
 template <typename T>
 T ShflXor(T v, int lane_mask) {

@@ -1,0 +1,36 @@
+// Varlen attention on the GPU with iris's own flash kernel (attention_kernels.cuh): the
+// parameters as plain data (no CUDA header needed by callers) and the launch.
+#pragma once
+
+#include <cstdint>
+
+struct CUstream_st;
+
+namespace iris::kernels::cuda {
+
+// kernels/attention.h's AttentionArgs as the kernel reads them; pointers are device memory.
+struct FlashVarlenParams {
+  const float* q = nullptr;
+  int64_t q_row_stride = 0, q_head_stride = 0;
+  const float* k = nullptr;
+  int64_t k_row_stride = 0, k_head_stride = 0;
+  const float* v = nullptr;
+  int64_t v_row_stride = 0, v_head_stride = 0;
+  float* out = nullptr;
+  int64_t out_row_stride = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0.f;
+  const int32_t* cu_seqlens = nullptr;  // [num_seqs + 1]
+  int num_seqs = 0;
+  int max_seqlen = 0;  // sizes the grid: blocks past a sequence's end return at once
+  bool causal = false;
+  int64_t q_begin = 0;  // absolute query rows [q_begin, q_end) are computed (q_end < 0: to the end)
+  int64_t q_end = -1;
+};
+
+// Head dims up to kFlashMaxHeadDim (128); cudaErrorInvalidValue (as int) otherwise.
+int LaunchFlashVarlen(CUstream_st* stream, const FlashVarlenParams& p);
+
+}  // namespace iris::kernels::cuda

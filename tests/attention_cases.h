@@ -1,0 +1,104 @@
+// Varlen attention inputs and references shared by the suites that run iris's flash kernel: on
+// the SIMT harness (simt_attention_test) and on a GPU (cuda_attention_test).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/device.h"
+#include "tests/test_util.h"
+
+namespace iris::testing {
+
+// Packed sequences of the given lengths with q, k, v interleaved per row as a fused qkv
+// projection leaves them ([rows][q heads | kv heads | kv heads] x head_stride, head_stride >=
+// head_dim), random normal values; out rows of num_heads x head_dim.
+struct VarlenCase {
+  VarlenCase(std::vector<int> lengths, int heads_, int kv_heads_, int head_dim_, int head_stride_, bool causal_)
+      : heads(heads_), kv_heads(kv_heads_), head_dim(head_dim_), head_stride(head_stride_), causal(causal_) {
+    cu.push_back(0);
+    for (int n : lengths) {
+      cu.push_back(cu.back() + n);
+      max_seqlen = std::max(max_seqlen, n);
+    }
+    rows = cu.back();
+    qkv = RandomNormal(static_cast<int64_t>(rows) * row_stride(), 31 + head_dim + heads);
+  }
+  int64_t row_stride() const { return static_cast<int64_t>(heads + 2 * kv_heads) * head_stride; }
+  int64_t out_stride() const { return static_cast<int64_t>(heads) * head_dim; }
+  float scale() const { return 1.f / std::sqrt(static_cast<float>(head_dim)); }
+
+  // The args over buffers at these addresses (host for the CPU kernel, device for a GPU).
+  kernels::AttentionArgs Args(const float* qkv_data, const int32_t* cu_data, float* out) const {
+    kernels::AttentionArgs a;
+    a.q = {qkv_data, row_stride(), head_stride};
+    a.k = {qkv_data + static_cast<int64_t>(heads) * head_stride, row_stride(), head_stride};
+    a.v = {qkv_data + static_cast<int64_t>(heads + kv_heads) * head_stride, row_stride(), head_stride};
+    a.out = out;
+    a.out_row_stride = out_stride();
+    a.num_heads = heads;
+    a.num_kv_heads = kv_heads;
+    a.head_dim = head_dim;
+    a.scale = scale();
+    a.cu_seqlens = std::span<const int32_t>(cu_data, cu.size());
+    a.max_seqlen = max_seqlen;
+    a.causal = causal;
+    return a;
+  }
+
+  // The CPU kernel's result (f32 products), rows outside [q_begin, q_end) left NaN.
+  std::vector<float> CpuReference(int64_t q_begin = 0, int64_t q_end = -1) const {
+    std::vector<float> out(static_cast<size_t>(rows) * out_stride(), NAN);
+    kernels::AttentionArgs a = Args(qkv.data(), cu.data(), out.data());
+    a.q_begin = q_begin;
+    a.q_end = q_end;
+    kernels::VarlenAttention(kernels::DefaultCpuDevice(), a);
+    return out;
+  }
+
+  // Softmax(q·kᵀ·scale)·v in double, straight from the definition.
+  std::vector<float> DoubleReference() const {
+    std::vector<float> out(static_cast<size_t>(rows) * out_stride());
+    const int group = heads / kv_heads;
+    for (size_t s = 0; s + 1 < cu.size(); ++s) {
+      for (int r = cu[s]; r < cu[s + 1]; ++r) {
+        for (int h = 0; h < heads; ++h) {
+          const int g = h / group;
+          const float* q = qkv.data() + r * row_stride() + static_cast<int64_t>(h) * head_stride;
+          const int last = causal ? r : cu[s + 1] - 1;
+          std::vector<double> w;
+          double big = -INFINITY;
+          for (int j = cu[s]; j <= last; ++j) {
+            const float* k = qkv.data() + j * row_stride() + static_cast<int64_t>(heads + g) * head_stride;
+            double dot = 0;
+            for (int d = 0; d < head_dim; ++d) dot += double{q[d]} * k[d];
+            w.push_back(dot * scale());
+            big = std::max(big, w.back());
+          }
+          double total = 0;
+          for (double& x : w) total += (x = std::exp(x - big));
+          for (int d = 0; d < head_dim; ++d) {
+            double o = 0;
+            for (int j = cu[s]; j <= last; ++j) {
+              o += w[j - cu[s]] * qkv[j * row_stride() + static_cast<int64_t>(heads + kv_heads + g) * head_stride + d];
+            }
+            out[r * out_stride() + static_cast<int64_t>(h) * head_dim + d] = static_cast<float>(o / total);
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+  int heads, kv_heads, head_dim, head_stride;
+  bool causal;
+  std::vector<int32_t> cu;
+  int max_seqlen = 0;
+  int rows = 0;
+  std::vector<float> qkv;
+};
+
+}  // namespace iris::testing

@@ -1,0 +1,111 @@
+// VarlenAttention through its dispatch point on a GPU (label gpu), against the CPU kernel and a
+// double-precision reference: the vision tower's window and full attention shapes (head dim 80,
+// q/k/v read in place from the fused qkv rows), the decoder's causal GQA at head dim 128, and a
+// clipped row range (the encoder's resumable pieces).
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/attention.h"
+#include "kernels/device.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
+#include "tests/attention_cases.h"
+#include "tests/kernel_cases.h"
+
+namespace iris::kernels {
+namespace {
+
+#ifdef IRIS_HAVE_CUDA
+
+using testing::ExpectCloseRel;
+using testing::VarlenCase;
+
+// The case's result on cuda:0 through kernels::VarlenAttention.
+std::vector<float> RunOnGpu(Device& gpu, const VarlenCase& c, int64_t q_begin = 0, int64_t q_end = -1) {
+  auto up = [&](const void* host, core::DType dtype, int64_t n) {
+    absl::StatusOr<core::Tensor> t = gpu.Allocate(dtype, {n});
+    EXPECT_TRUE(t.ok()) << t.status();
+    gpu.CopyToDevice(host, t->data<char>(), t->nbytes());
+    return *std::move(t);
+  };
+  const core::Tensor qkv = up(c.qkv.data(), core::DType::kF32, static_cast<int64_t>(c.qkv.size()));
+  const core::Tensor cu = up(c.cu.data(), core::DType::kI32, static_cast<int64_t>(c.cu.size()));
+  std::vector<float> out(static_cast<size_t>(c.rows) * c.out_stride(), NAN);
+  core::Tensor dout = up(out.data(), core::DType::kF32, static_cast<int64_t>(out.size()));
+  AttentionArgs a = c.Args(qkv.data<float>(), cu.data<int32_t>(), dout.data<float>());
+  a.q_begin = q_begin;
+  a.q_end = q_end;
+  VarlenAttention(gpu, a);
+  gpu.CopyToHost(dout.data<float>(), out.data(), out.size() * sizeof(float));
+  return out;
+}
+
+std::unique_ptr<Device> MakeGpu() {
+  DeviceOptions options;
+  options.name = "cuda:0";
+  absl::StatusOr<std::unique_ptr<Device>> d = CreateDevice(options);
+  EXPECT_TRUE(d.ok()) << d.status();  // a machine that runs label gpu has one
+  return d.ok() ? std::move(*d) : nullptr;
+}
+
+TEST(CudaAttentionTest, VarlenMatchesTheCpuKernelAndTheDefinition) {
+  std::unique_ptr<Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  struct Shape {
+    std::vector<int> lengths;
+    int heads, kv_heads, head_dim, head_stride;
+    bool causal;
+  };
+  const Shape shapes[] = {
+      {{64, 64, 64, 64, 1, 333}, 16, 16, 80, 80, false},  // windows of the 3b vision tower
+      {{1024}, 16, 16, 80, 80, false},                    // one of its full-attention blocks
+      {{1, 77, 300}, 16, 2, 128, 128, true},              // a decoder prefill, GQA
+      {{50, 3}, 4, 4, 23, 32, false},                     // odd head dim in a padded stride
+  };
+  for (const Shape& s : shapes) {
+    const VarlenCase c(s.lengths, s.heads, s.kv_heads, s.head_dim, s.head_stride, s.causal);
+    const std::vector<float> got = RunOnGpu(*gpu, c);
+    ASSERT_TRUE(cuda::AsCuda(*gpu).status().ok()) << cuda::AsCuda(*gpu).status();
+    ExpectCloseRel(got, c.CpuReference(), 1e-5f, "flash vs cpu");
+    ExpectCloseRel(got, c.DoubleReference(), 1e-5f, "flash vs double");
+  }
+}
+
+TEST(CudaAttentionTest, ClippedRowsEqualTheWholeCall) {
+  std::unique_ptr<Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  const VarlenCase c({100, 257, 31}, 8, 8, 80, 80, false);
+  const std::vector<float> whole = RunOnGpu(*gpu, c);
+  const std::vector<float> piece = RunOnGpu(*gpu, c, 60, 300);
+  ASSERT_TRUE(cuda::AsCuda(*gpu).status().ok()) << cuda::AsCuda(*gpu).status();
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t i = 0; i < c.out_stride(); ++i) {
+      const float v = piece[r * c.out_stride() + i];
+      if (r >= 60 && r < 300) {
+        ASSERT_EQ(v, whole[r * c.out_stride() + i]) << "row " << r;
+      } else {
+        ASSERT_TRUE(std::isnan(v)) << "row " << r;
+      }
+    }
+  }
+}
+
+TEST(CudaAttentionTest, AHeadDimPastTheKernelsLimitIsAnErrorNotAWrongResult) {
+  std::unique_ptr<Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  const VarlenCase c({5}, 1, 1, 160, 160, false);
+  RunOnGpu(*gpu, c);
+  const absl::Status status = cuda::AsCuda(*gpu).status();
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("VarlenAttention"), std::string::npos) << status;
+}
+
+#else
+TEST(CudaAttentionTest, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
+#endif
+
+}  // namespace
+}  // namespace iris::kernels
