@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Packs what the GPU checks need into one compressed file small enough to carry to a GPU machine
+# that has the CUDA toolkit and a driver but none of iris's Debian libraries (the lent H100/H200):
+# the GPU test binaries (build/tests/cuda_*_test), the benches and tools named below, and every
+# shared library they load except glibc's and CUDA's own (those come from the GPU machine).
+# Binaries are stripped copies; a MANIFEST records the commit and the build's -march.
+#   scripts/gpu_bundle.sh [--build-dir build] [--out .gpu/bundle.tar.xz] [--max-mib 12] [EXTRA_BINARY...]
+# Then, there: scripts/gpu_check.sh --bundle .gpu/bundle.tar.xz
+# --max-mib: the device tool carries the working tree and this file together in 64 MiB; the
+# tracked tree is ~50 MiB, so the bundle must stay near 12 (it fails here, not there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=build
+OUT=.gpu/bundle.tar.xz
+MAX_MIB=12
+EXTRA=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) BUILD_DIR=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --max-mib) MAX_MIB=$2; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) EXTRA+=("$1"); shift ;;
+  esac
+done
+if ! grep -q '^IRIS_HAVE_CUDA_BUILT:INTERNAL=1' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null; then
+  echo "gpu_bundle: $BUILD_DIR has no CUDA backend (configure where nvcc is, IRIS_CUDA=AUTO or ON)" >&2
+  exit 1
+fi
+MARCH=$(sed -n 's/^IRIS_MARCH:STRING=//p' "$BUILD_DIR/CMakeCache.txt")
+if [ "$MARCH" = native ]; then
+  echo "gpu_bundle: $BUILD_DIR is built with -march=native: its code may not run on the GPU machine's" \
+       "processor; use a build with the default IRIS_MARCH=x86-64-v3" >&2
+  exit 1
+fi
+
+BINS=()
+# The GPU suites as the sources name them (a build folder may hold stale binaries of old names).
+for src in tests/cuda_*_test.cc; do
+  b="$BUILD_DIR/tests/$(basename "$src" .cc)"
+  [ -x "$b" ] || { echo "gpu_bundle: $b is not built (run scripts/build.sh)" >&2; exit 1; }
+  BINS+=("$b")
+done
+for b in "$BUILD_DIR"/bench/decode_bench "$BUILD_DIR"/bench/kernels_bench \
+         "$BUILD_DIR"/tools/iris-make-model/iris-make-model "${EXTRA[@]}"; do
+  [ -x "$b" ] && BINS+=("$b")
+done
+[ ${#BINS[@]} -gt 0 ] || { echo "gpu_bundle: nothing built in $BUILD_DIR (run scripts/build.sh)" >&2; exit 1; }
+
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+mkdir -p "$STAGE/bin" "$STAGE/lib"
+for b in "${BINS[@]}"; do
+  if ldd "$b" | grep -q 'not found'; then
+    echo "gpu_bundle: $b has unresolved libraries:" >&2
+    ldd "$b" | grep 'not found' >&2
+    exit 1
+  fi
+  # glibc's libraries must be the GPU machine's own (they go with its loader); CUDA's runtime
+  # libraries (cuBLASLt, cuDNN) are its toolkit's, matched to its driver.
+  ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
+    grep -v -E '/(libc|libm|libpthread|libdl|librt|libresolv|libutil|ld-linux-x86-64)\.so' |
+    grep -v -E '/lib(cuda|cudart|cublas|cublasLt|cudnn[a-z_]*|nccl|nvrtc|nvJitLink)\.so' |
+    while read -r lib; do cp -Ln "$lib" "$STAGE/lib/"; done
+  strip --strip-unneeded -o "$STAGE/bin/$(basename "$b")" "$b"
+done
+strip --strip-unneeded "$STAGE"/lib/*.so* 2>/dev/null || true
+{
+  echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  echo "march $MARCH"
+  echo "made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
+  echo "binaries $(cd "$STAGE/bin" && ls | tr '\n' ' ')"
+} > "$STAGE/MANIFEST"
+
+mkdir -p "$(dirname "$OUT")"
+tar -C "$STAGE" -cf - MANIFEST bin lib | xz -6 -T2 > "$OUT.tmp"
+mv "$OUT.tmp" "$OUT"
+BYTES=$(stat -c %s "$OUT")
+echo "gpu_bundle: $OUT: ${#BINS[@]} binaries, $(ls "$STAGE/lib" | wc -l) libraries, $((BYTES / 1024)) KiB"
+if [ "$BYTES" -gt $((MAX_MIB * 1024 * 1024)) ]; then
+  echo "gpu_bundle: over --max-mib $MAX_MIB: carry fewer binaries" >&2
+  exit 1
+fi

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# iris's checks that need an NVIDIA GPU, in one command: every GPU test (label gpu; the cuda_*
+# suites), optionally compute-sanitizer's memcheck and racecheck over the kernel suites, and the
+# benches that run on the GPU. Two ways to run it:
+#   on a build machine with a GPU:  scripts/gpu_check.sh [--build-dir build]
+#   on a GPU machine without iris's Debian libraries (the lent H100/H200), from a bundle made by
+#   scripts/gpu_bundle.sh on a build machine:  scripts/gpu_check.sh --bundle .gpu/bundle.tar.xz
+# Options: --sanitize (memcheck + racecheck), --benches, --out DIR (logs and gtest XML; default a
+# temporary folder). Exit: 0 all passed, 1 a check failed, 77 no usable GPU here.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=build
+BUNDLE=""
+SANITIZE=0
+BENCHES=0
+OUT_DIR=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) BUILD_DIR=$2; shift 2 ;;
+    --bundle) BUNDLE=$2; shift 2 ;;
+    --sanitize) SANITIZE=1; shift ;;
+    --benches) BENCHES=1; shift ;;
+    --out) OUT_DIR=$2; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ -n "$OUT_DIR" ] || OUT_DIR=$(mktemp -d)
+mkdir -p "$OUT_DIR"
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_check: no usable NVIDIA GPU here (nvidia-smi fails): nothing to check" >&2
+  exit 77
+fi
+echo "gpu_check: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+# The binaries are built for x86-64-v3 with AVX-512 paths chosen at run time: say what this host has.
+echo "gpu_check: host CPU $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1);" \
+     "$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_tile)$' | tr '\n' ' ')"
+
+if [ -n "$BUNDLE" ]; then
+  ROOT=$(mktemp -d)
+  trap 'rm -rf "$ROOT"' EXIT
+  if command -v xz >/dev/null 2>&1; then
+    tar -C "$ROOT" -xJf "$BUNDLE" || exit 1
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$BUNDLE" "$ROOT" || exit 1
+  fi
+  sed 's/^/gpu_check: bundle /' "$ROOT/MANIFEST"
+  if ! grep -q '^march x86-64-v3' "$ROOT/MANIFEST" && ! grep -q avx512 /proc/cpuinfo; then
+    echo "gpu_check: the bundle was built for $(sed -n 's/^march //p' "$ROOT/MANIFEST"): it may not run on this CPU" >&2
+  fi
+  BIN=$ROOT/bin
+  # The toolkit's runtime libraries (cuBLASLt, cuDNN) are this machine's: the toolkit's folder,
+  # or the pip wheels PyTorch brings.
+  CUDA_LIBS=$(for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && echo -n "$d:"; done)
+  for d in $(python3 -c 'import glob, site; [print(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/lib")]' 2>/dev/null); do
+    CUDA_LIBS="$CUDA_LIBS$d:"
+  done
+  export LD_LIBRARY_PATH="$ROOT/lib:$CUDA_LIBS${LD_LIBRARY_PATH:-}"
+  TESTS=$(ls "$BIN"/cuda_*_test 2>/dev/null)
+else
+  BIN=$BUILD_DIR
+  TESTS=$(for src in tests/cuda_*_test.cc; do echo "$BUILD_DIR/tests/$(basename "$src" .cc)"; done)
+fi
+[ -n "$TESTS" ] || { echo "gpu_check: no GPU test binaries found" >&2; exit 1; }
+
+FAILED=()
+for t in $TESTS; do
+  name=$(basename "$t")
+  echo "gpu_check: === $name"
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$t" --gtest_output="xml:$OUT_DIR/$name.xml" >"$OUT_DIR/$name.log" 2>&1
+  rc=$?
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure$|FAILED_PRECONDITION' "$OUT_DIR/$name.log" | head -40
+  [ $rc -eq 0 ] || FAILED+=("$name")
+done
+
+if [ "$SANITIZE" = 1 ]; then
+  if ! command -v compute-sanitizer >/dev/null 2>&1; then
+    echo "gpu_check: compute-sanitizer is not on PATH" >&2
+    FAILED+=(compute-sanitizer)
+  else
+    for t in $TESTS; do
+      for tool in memcheck racecheck; do
+        name="$(basename "$t").$tool"
+        echo "gpu_check: === $name"
+        compute-sanitizer --tool "$tool" --error-exitcode 3 "$t" >"$OUT_DIR/$name.log" 2>&1
+        rc=$?
+        tail -3 "$OUT_DIR/$name.log"
+        [ $rc -eq 0 ] || FAILED+=("$name")
+      done
+    done
+  fi
+fi
+
+if [ "$BENCHES" = 1 ]; then
+  for b in decode_bench encoder_bench kernels_bench; do
+    exe=$(ls "$BIN/$b" "$BIN/bench/$b" 2>/dev/null | head -1)
+    [ -n "$exe" ] || continue
+    if ! "$exe" --helpfull 2>&1 | grep -q -- '--device'; then
+      echo "gpu_check: $b has no --device flag yet: not run on the GPU"
+      continue
+    fi
+    echo "gpu_check: === $b --device cuda"
+    "$exe" --device cuda 2>&1 | tee "$OUT_DIR/$b.log" || FAILED+=("$b")
+  done
+fi
+
+echo "gpu_check: logs in $OUT_DIR"
+if [ ${#FAILED[@]} -gt 0 ]; then
+  echo "gpu_check: FAILED: ${FAILED[*]}"
+  exit 1
+fi
+echo "gpu_check: all passed"
