@@ -55,7 +55,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
                                                    " holds no KV block of ", options.kv_block_size, " tokens"));
   }
   IRIS_ASSIGN_OR_RETURN(llm::KvCache cache,
-                        llm::KvCache::Create(model->decoder->CacheShape(blocks, options.kv_block_size, kv_dtype)));
+                        llm::KvCache::Create(model->decoder->CacheShape(blocks, options.kv_block_size, kv_dtype),
+                                             *model->device));
   // Activations sized once from the budgets: a step's rows and logit rows, and an encoder forward
   // of the budget's patches or of the largest image the preprocessor makes, whichever is more.
   const core::PreprocessorConfig& pre = model->preprocessor;

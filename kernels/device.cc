@@ -40,6 +40,15 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
 #endif
 }
 
+absl::StatusOr<core::Tensor> HostCopy(Device& device, const core::Tensor& t) {
+  if (t.device() == core::Device::kCpu) return t;
+  absl::StatusOr<core::Tensor> host = device.AllocateStaging(t.dtype(), t.shape());
+  if (!host.ok()) return host.status();
+  device.CopyToHost(t.data<void>(), host->data<void>(), t.nbytes());
+  if (absl::Status s = device.status(); !s.ok()) return s;
+  return host;
+}
+
 void NoKernelFor(const Device& device, const char* op) {
   std::fprintf(stderr, "iris: %s has no implementation on %s\n", op, device.Describe().c_str());
   std::abort();

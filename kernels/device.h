@@ -48,6 +48,9 @@ class Device {
   virtual void CopyToHost(const void* device, void* host, size_t bytes) = 0;
   // Waits until every op issued so far has finished.
   virtual void Synchronize() = 0;
+  // The first error of an operation that returns none (ops and copies are void: on a GPU a failed
+  // launch or copy is kept here, and the stream is unusable after it), or OK. Always OK on the CPU.
+  virtual absl::Status status() const { return absl::OkStatus(); }
 
   // Called on the thread that will issue this device's work (the engine thread) before its
   // first op. The CPU device sets that thread's OpenMP team size to threads(), so that oneDNN's
@@ -61,6 +64,10 @@ class Device {
     return absl::UnimplementedError("this device has no graph capture");
   }
 };
+
+// t itself when it is host memory (the CPU's tensors); else a host copy of it (waits for the copy).
+// Where device results leave the device: the encoder's embeddings, the decoder's logits.
+absl::StatusOr<core::Tensor> HostCopy(Device& device, const core::Tensor& t);
 
 // An op called on a device it has no implementation for: a programming error, never input (model
 // loading refuses such a device first: Linear::Create returns UNIMPLEMENTED). Prints and aborts.

@@ -40,6 +40,8 @@ struct Decoder::Activations {
   Tensor logit_hidden; // [R, hidden]
   Tensor logits;       // [R, vocab]
   Tensor embeds;       // [T, hidden] given input embeddings (image rows), device copy
+  Tensor host_logits;  // [R, vocab] pinned host copy of logits, where the device's memory is not the host's
+  bool logits_to_host = false;
 };
 
 void DecoderBatch::Clear(int max_blocks) {
@@ -204,6 +206,10 @@ absl::Status Decoder::ReserveActivations(int64_t max_tokens, int64_t max_logit_r
   IRIS_RETURN_IF_ERROR(alloc(&act->logit_hidden, R * h));
   IRIS_RETURN_IF_ERROR(alloc(&act->logits, R * c.vocab_size));
   IRIS_RETURN_IF_ERROR(alloc(&act->embeds, T * h));
+  if (device_.kind() != kernels::DeviceKind::kCpu) {
+    IRIS_ASSIGN_OR_RETURN(act->host_logits, device_.AllocateStaging(DType::kF32, {R * c.vocab_size}));
+    act->logits_to_host = true;
+  }
   act_ = std::move(act);
   return absl::OkStatus();
 }
@@ -384,6 +390,14 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
     kernels::RmsNorm(device_, last, final_norm_.data<float>(), logit_rows, h, c.rms_norm_eps, last);
     lm_head_->Forward(last, logit_rows, logits.data<float>());
   }
+  if (A.logits_to_host) {
+    // The sampler runs on the host: the logits come back (the copy waits for the step's work).
+    Tensor host = A.host_logits.Reshaped({A.max_logit_rows, c.vocab_size}).Rows(0, logit_rows);
+    device_.CopyToHost(logits.data<float>(), host.data<float>(), host.nbytes());
+    IRIS_RETURN_IF_ERROR(device_.status());
+    return host;
+  }
+  IRIS_RETURN_IF_ERROR(device_.status());
   return logits;
 }
 

@@ -85,8 +85,9 @@ class Decoder {
   KvCacheShape CacheShape(int64_t num_blocks, int block_size, core::DType dtype = core::DType::kF32) const;
 
   // Runs one step: writes the new tokens' k/v into `cache` and returns float32
-  // [logit_rows.size(), vocab] logits in the batch's logit_rows order, in the decoder's own buffer:
-  // valid until the next Forward. INVALID_ARGUMENT for an inconsistent batch or one over capacity.
+  // [logit_rows.size(), vocab] logits in the batch's logit_rows order, in the decoder's own host
+  // buffer (a GPU's come back into pinned memory): valid until the next Forward. INVALID_ARGUMENT
+  // for an inconsistent batch or one over capacity; a device's failed op (status()) is returned.
   absl::StatusOr<core::Tensor> Forward(const DecoderBatch& batch, KvCache* cache);
 
   // For tests: called with the hidden states [T, hidden] after each layer (layer 0..n-1), and with

@@ -112,7 +112,7 @@ bool BlockAllocator::Register(int32_t b, const BlockHash& hash) {
 KvCache::KvCache(const KvCacheShape& shape, core::Tensor k, core::Tensor v)
     : shape_(shape), k_(std::move(k)), v_(std::move(v)), allocator_(shape.num_blocks) {}
 
-absl::StatusOr<KvCache> KvCache::Create(const KvCacheShape& shape) {
+absl::StatusOr<KvCache> KvCache::Create(const KvCacheShape& shape, kernels::Device& device) {
   auto positive = [](const char* field, int64_t value) -> absl::Status {
     if (value > 0) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("KV cache shape: ", field, " must be positive, got ", value));
@@ -143,9 +143,14 @@ absl::StatusOr<KvCache> KvCache::Create(const KvCacheShape& shape) {
   const std::vector<int64_t> dims = {shape.num_layers, shape.num_blocks, shape.block_size, shape.num_kv_heads,
                                      shape.head_dim};
   try {
-    core::Tensor k = core::Tensor::Empty(shape.dtype, dims);
-    core::Tensor v = core::Tensor::Empty(shape.dtype, dims);
-    return KvCache(shape, std::move(k), std::move(v));
+    absl::StatusOr<core::Tensor> k = device.Allocate(shape.dtype, dims);
+    absl::StatusOr<core::Tensor> v = k.ok() ? device.Allocate(shape.dtype, dims) : k;
+    if (!v.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat("KV cache: cannot allocate 2 x ", pool_bytes, " bytes for ",
+                                                       shape.num_blocks, " blocks on ", device.Describe(), ": ",
+                                                       v.status().message()));
+    }
+    return KvCache(shape, *std::move(k), *std::move(v));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache: cannot allocate 2 x ", pool_bytes,
                                                      " bytes for ", shape.num_blocks, " blocks"));

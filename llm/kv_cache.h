@@ -91,8 +91,10 @@ struct BlockTable {
 
 class KvCache {
  public:
-  // Allocates the pools (zeroed lazily by the OS). Fails on a bad shape or when the allocation fails.
-  static absl::StatusOr<KvCache> Create(const KvCacheShape& shape);
+  // Allocates the pools on `device` (on the CPU zeroed lazily by the OS). Fails on a bad shape or
+  // when the allocation fails.
+  static absl::StatusOr<KvCache> Create(const KvCacheShape& shape,
+                                        kernels::Device& device = kernels::DefaultCpuDevice());
 
   const KvCacheShape& shape() const { return shape_; }
   BlockAllocator& allocator() { return allocator_; }

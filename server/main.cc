@@ -33,7 +33,7 @@
 
 ABSL_FLAG(std::string, model, "", "model folder (config.json, tokenizer.json, *.safetensors, ...)");
 ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 (fast, the default) or f32");
-ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu");
+ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu, or cuda / cuda:N (a GPU, in a build with the CUDA backend)");
 ABSL_FLAG(std::string, cpu_isa, "", "CPU device: highest instruction set of iris's kernels, avx2 | avx512 | avx512_bf16 "
           "(empty = what the processor has, or the IRIS_CPU_ISA variable)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for every interface)");

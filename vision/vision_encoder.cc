@@ -568,7 +568,9 @@ absl::StatusOr<Tensor> VisionEncoder::Finish() {
   IRIS_ASSIGN_OR_RETURN(Tensor out, device_.Allocate(DType::kF32, {merged, out_dim}));
   kernels::ScatterRows(device_, act_->window_out.data<float>(), out_dim, r->plan->Span(r->plan->window_index),
                        out.data<float>());
-  return out;
+  // The engine and the tools keep embeddings in host memory (the encoder cache, the decoder's
+  // given rows): a GPU's result comes back here.
+  return kernels::HostCopy(device_, out);
 }
 
 double VisionEncoder::CountFlops(std::span<const GridThw> grid_thw) const {

@@ -83,7 +83,7 @@ class VisionEncoder {
   int64_t max_patches() const { return max_patches_; }
 
   // pixel_values: F32 [patches, C*T*P*P], the images' rows concatenated in order; grid_thw one
-  // entry per image. Returns F32 [merged tokens, out_hidden] in each image's raster order.
+  // entry per image. Returns F32 [merged tokens, out_hidden] in each image's raster order, in host memory.
   // INVALID_ARGUMENT for a bad grid or more patches than max_patches(). Begin, Advance until
   // done, Finish in one call (abandons a resumable forward in progress).
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& pixel_values,

@@ -26,6 +26,7 @@ ABSL_FLAG(std::string, dtype, "f32", "compute mode: f32 (matches the reference t
 ABSL_FLAG(int64_t, min_pixels, -1, "per-image minimum pixels after resize (default: the checkpoint's)");
 ABSL_FLAG(int64_t, max_pixels, -1, "per-image maximum pixels after resize (default: the checkpoint's)");
 ABSL_FLAG(std::string, out, "", "output .safetensors: pixel_values, image_grid_thw, image_embeds");
+ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu, or cuda / cuda:N (a GPU, in a build with the CUDA backend)");
 ABSL_FLAG(bool, fused_rotary, true, "encoder technique: fused rotary q/k");
 ABSL_FLAG(bool, parallel_qkv_padding, true, "encoder technique: parallel q/k/v padding");
 ABSL_FLAG(bool, cached_cu_seqlens, true, "encoder technique: cached cu_seqlens / encoder plan");
@@ -88,7 +89,9 @@ absl::Status Run(const std::vector<std::string>& images) {
   options.techniques.cached_cu_seqlens = absl::GetFlag(FLAGS_cached_cu_seqlens);
   IRIS_ASSIGN_OR_RETURN(core::Checkpoint ckpt, core::Checkpoint::Open(dir));
   options.max_patches = std::max<int64_t>(rows, options.max_patches);
-  IRIS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Device> device, kernels::CreateDevice(kernels::DeviceOptions{}));
+  kernels::DeviceOptions device_options;
+  device_options.name = absl::GetFlag(FLAGS_device);
+  IRIS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Device> device, kernels::CreateDevice(device_options));
   IRIS_ASSIGN_OR_RETURN(auto encoder, vision::VisionEncoder::Load(*device, ckpt, config.vision, options));
   const auto t2 = Clock::now();
   IRIS_ASSIGN_OR_RETURN(core::Tensor embeds, encoder->Forward(pixel_values, grids));

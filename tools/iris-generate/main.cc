@@ -43,7 +43,7 @@ ABSL_FLAG(std::string, messages, "",
           "chat as JSON: [{\"role\", \"content\": text or [{\"type\":\"text\",\"text\":...} | "
           "{\"type\":\"image\",\"image\":PATH}]}]; relative paths are taken from the file's folder");
 ABSL_FLAG(int64_t, max_tokens, 128, "most tokens to generate");
-ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu");
+ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu, or cuda / cuda:N (a GPU, in a build with the CUDA backend)");
 ABSL_FLAG(std::string, cpu_isa, "", "CPU device: highest instruction set of iris's kernels, avx2 | avx512 | avx512_bf16");
 ABSL_FLAG(bool, greedy, false, "greedy decoding (the default when --temperature is not given)");
 ABSL_FLAG(double, temperature, -1, "sampling temperature (0 = greedy)");
