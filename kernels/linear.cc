@@ -38,7 +38,11 @@ double MeasureMatmulPeakFlops(Device& device, ComputeType compute, int64_t size,
     case DeviceKind::kCpu:
       return cpu::MeasureMatmulPeakFlops(cpu::AsCpu(device), compute, size, repeats);
     case DeviceKind::kCuda:
+#ifdef IRIS_HAVE_CUDA
+      return cuda::MeasureMatmulPeakFlops(cuda::AsCuda(device), compute, size, repeats);
+#else
       break;
+#endif
   }
   return 0;
 }

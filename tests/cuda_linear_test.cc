@@ -1,7 +1,8 @@
 // The CUDA Linear (cuBLASLt) on a real GPU (label gpu: scripts/test.sh runs it only where
 // nvidia-smi works), against the CPU Linear and a double-precision reference: f32 and bf16
 // compute, F32/BF16/F16 weights, every epilogue with and without a bias, odd shapes, views that
-// start part-way into a buffer, a graph capture of Forward.
+// start part-way into a buffer, a graph capture of Forward; and the GEMM rate and memory
+// bandwidth probes.
 //
 // Bounds. f32 compute (CUBLAS_COMPUTE_32F, no TF32) against the double reference: relative L2
 // error 1e-5, as the CPU suite asks of oneDNN. bf16 compute: x and W are rounded to bf16 the same
@@ -19,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/device.h"
 #include "kernels/linear.h"
+#include "kernels/memory_bandwidth.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #endif
@@ -303,6 +305,24 @@ TEST(CudaLinearTest, CreateRefusesBadShapesAndDtypes) {
   const Tensor w = Tensor::Zeros(DType::kF32, {2, 3});
   const Tensor b = Tensor::Zeros(DType::kF32, {3});
   EXPECT_EQ(Linear::Create(*gpu, w, &b, ComputeType::kF32).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CudaLinearTest, PeakRatesAreMeasured) {
+  std::unique_ptr<Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  const double bf16 = MeasureMatmulPeakFlops(*gpu, ComputeType::kBF16, 4096, 3);
+  const double f32 = MeasureMatmulPeakFlops(*gpu, ComputeType::kF32, 2048, 3);
+  const double bandwidth = MeasureMemoryReadBandwidth(*gpu);
+  std::printf("%s: bf16 GEMM %.1f TFLOP/s, f32 GEMM %.1f TFLOP/s, read bandwidth %.0f GB/s\n",
+              gpu->Describe().c_str(), bf16 * 1e-12, f32 * 1e-12, bandwidth * 1e-9);
+  // Ampere and later: bf16 tensor cores well above 10 TFLOP/s, f32 above 1; HBM/GDDR between
+  // 100 GB/s and 10 TB/s (more would mean the buffer was served from the L2).
+  EXPECT_GT(bf16, 1e13);
+  EXPECT_GT(f32, 1e12);
+  EXPECT_GT(bf16, f32);
+  EXPECT_GT(bandwidth, 1e11);
+  EXPECT_LT(bandwidth, 1e13);
+  EXPECT_TRUE(Cuda(*gpu).status().ok()) << Cuda(*gpu).status();
 }
 
 #else

@@ -327,4 +327,56 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CudaDevice& dev, const core
   return std::unique_ptr<Linear>(std::move(linear));
 }
 
+double MeasureMatmulPeakFlops(CudaDevice& dev, ComputeType compute, int64_t size, int repeats) {
+  const int64_t n = size;
+  if (n <= 0) return 0;
+  const bool bf16 = compute == ComputeType::kBF16;
+  const core::DType dt = bf16 ? core::DType::kBF16 : core::DType::kF32;
+  absl::StatusOr<core::Tensor> a = dev.Allocate(dt, {n, n}), b = dev.Allocate(dt, {n, n});
+  absl::StatusOr<core::Tensor> d = dev.Allocate(core::DType::kF32, {n, n});
+  if (!a.ok() || !b.ok() || !d.ok()) return 0;
+  cudaStream_t stream = dev.stream();
+  // Small nonzero values (0x3C3C as bf16 and 0x3C3C3C3C as f32 are both about 0.0115): the rate
+  // must not depend on zeros or denormals.
+  dev.Check(cudaMemsetAsync(a->raw(), 0x3C, a->nbytes(), stream), "MeasureMatmulPeakFlops: cudaMemsetAsync");
+  dev.Check(cudaMemsetAsync(b->raw(), 0x3C, b->nbytes(), stream), "MeasureMatmulPeakFlops: cudaMemsetAsync");
+  absl::StatusOr<std::unique_ptr<MatmulPlan>> plan = MatmulPlan::Create(
+      dev.blas_lt(), MatmulPlan::Shape{bf16 ? CUDA_R_16BF : CUDA_R_32F, n, n, n, n, n, n, nullptr, 256, 256, 256},
+      CudaDevice::kMatmulWorkspaceBytes);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "iris: MeasureMatmulPeakFlops on cuda:%d: %s\n", dev.ordinal(),
+                 plan.status().ToString().c_str());
+    return 0;
+  }
+  auto run = [&] {
+    return (*plan)->Run(dev.blas_lt(), a->raw(), b->raw(), 0.f, d->data<float>(), dev.matmul_workspace(),
+                        CudaDevice::kMatmulWorkspaceBytes, stream);
+  };
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    if (start != nullptr) cudaEventDestroy(start);
+    return 0;
+  }
+  double best = std::numeric_limits<double>::infinity();
+  cublasStatus_t s = run();  // warm-up
+  for (int r = 0; r < std::max(1, repeats) && s == CUBLAS_STATUS_SUCCESS; ++r) {
+    cudaEventRecord(start, stream);
+    s = run();
+    cudaEventRecord(stop, stream);
+    float ms = 0.f;
+    if (cudaEventSynchronize(stop) == cudaSuccess && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess && ms > 0) {
+      best = std::min(best, ms * 1e-3);
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "iris: MeasureMatmulPeakFlops on cuda:%d: %s\n", dev.ordinal(),
+                 BlasStatus(s, "cublasLtMatmul").ToString().c_str());
+    return 0;
+  }
+  if (best == std::numeric_limits<double>::infinity()) return 0;
+  return 2.0 * static_cast<double>(n) * n * n / best;
+}
+
 }  // namespace iris::kernels::cuda
