@@ -4,6 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_ops.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_linear.h"
+#endif
 
 namespace iris::kernels {
 
@@ -19,10 +23,14 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(Device& device, const cor
       return cpu::CreateLinear(cpu, weight, bias, compute, to_bf16);
     }
     case DeviceKind::kCuda:
+#ifdef IRIS_HAVE_CUDA
+      // cuBLASLt GEMMs (bf16 or f32 inputs, f32 accumulation), bias and residual add fused.
+      return cuda::CreateLinear(cuda::AsCuda(device), weight, bias, compute);
+#else
       break;
+#endif
   }
-  return absl::UnimplementedError(absl::StrCat("Linear: no implementation on ", device.Describe(),
-                                               " yet (the CUDA backend has its device, not its kernels)"));
+  return absl::UnimplementedError(absl::StrCat("Linear: no implementation on ", device.Describe()));
 }
 
 double MeasureMatmulPeakFlops(Device& device, ComputeType compute, int64_t size, int repeats) {
@@ -30,7 +38,11 @@ double MeasureMatmulPeakFlops(Device& device, ComputeType compute, int64_t size,
     case DeviceKind::kCpu:
       return cpu::MeasureMatmulPeakFlops(cpu::AsCpu(device), compute, size, repeats);
     case DeviceKind::kCuda:
+#ifdef IRIS_HAVE_CUDA
+      return cuda::MeasureMatmulPeakFlops(cuda::AsCuda(device), compute, size, repeats);
+#else
       break;
+#endif
   }
   return 0;
 }

@@ -3,6 +3,10 @@
 #include "kernels/memory_bandwidth.h"
 
 #include "kernels/cpu/cpu_ops.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_memory_bandwidth.h"
+#endif
 
 namespace iris::kernels {
 
@@ -14,7 +18,11 @@ double MeasureMemoryReadBandwidth(Device& device, int64_t bytes, int repeats) {
       return cpu::portable::MeasureMemoryReadBandwidth(cpu, bytes, repeats);
     }
     case DeviceKind::kCuda:
+#ifdef IRIS_HAVE_CUDA
+      return cuda::MeasureMemoryReadBandwidth(cuda::AsCuda(device), bytes, repeats);
+#else
       break;
+#endif
   }
   return 0;
 }

@@ -1,11 +1,14 @@
 #include "kernels/cuda/cuda_device.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -42,18 +45,36 @@ struct CudaDevice::State {
   int ordinal = 0;
   cudaStream_t stream = nullptr;
   cudaMemPool_t pool = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;  // kMatmulWorkspaceBytes
+  std::mutex scratch_mu;
+  void* scratch = nullptr;  // guarded by scratch_mu
+  size_t scratch_bytes = 0;
+  // Outgrown scratch buffers kept until the device goes, once a capture has begun: a graph
+  // replays the address it recorded (guarded by scratch_mu).
+  bool captured = false;
+  std::vector<void*> retired;
   mutable std::mutex mu;
   absl::Status first_error;  // guarded by mu
 
   void Record(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return;
+    Keep(CudaStatus(e, what));
+  }
+
+  void Keep(absl::Status s) {
+    if (s.ok()) return;
     std::lock_guard<std::mutex> lock(mu);
-    if (first_error.ok()) first_error = CudaStatus(e, what);
+    if (first_error.ok()) first_error = std::move(s);
   }
 
   ~State() {
     cudaSetDevice(ordinal);
+    if (scratch != nullptr) cudaFreeAsync(scratch, stream);
+    for (void* p : retired) cudaFreeAsync(p, stream);
     if (stream != nullptr) cudaStreamSynchronize(stream);
+    if (workspace != nullptr) cudaFree(workspace);
+    if (lt != nullptr) cublasLtDestroy(lt);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
@@ -129,6 +150,16 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
       e != cudaSuccess) {
     return CudaStatus(e, "cudaMemPoolSetAttribute(ReleaseThreshold)");
   }
+  if (const cublasStatus_t b = cublasLtCreate(&state->lt); b != CUBLAS_STATUS_SUCCESS) {
+    state->lt = nullptr;
+    return absl::FailedPreconditionError(absl::StrCat("device cuda:", ordinal, " (", prop.name,
+                                                      "): cublasLtCreate failed: ", cublasLtGetStatusName(b), " (",
+                                                      cublasLtGetStatusString(b), ")"));
+  }
+  if (const cudaError_t e = cudaMalloc(&state->workspace, kMatmulWorkspaceBytes); e != cudaSuccess) {
+    state->workspace = nullptr;
+    return CudaStatus(e, "cudaMalloc(cuBLASLt matmul workspace)");
+  }
   size_t free_bytes = 0, total_bytes = 0;
   cudaMemGetInfo(&free_bytes, &total_bytes);
   std::string description = absl::StrFormat(
@@ -150,6 +181,49 @@ absl::Status CudaDevice::status() const {
 }
 
 void CudaDevice::Check(int cuda_error, const char* op) { state_->Record(static_cast<cudaError_t>(cuda_error), op); }
+
+void CudaDevice::Report(absl::Status error) { state_->Keep(std::move(error)); }
+
+cublasLtContext* CudaDevice::blas_lt() const { return state_->lt; }
+
+void* CudaDevice::matmul_workspace() const { return state_->workspace; }
+
+void* CudaDevice::ActivationScratch(size_t bytes) {
+  std::lock_guard<std::mutex> lock(state_->scratch_mu);
+  if (bytes <= state_->scratch_bytes) return state_->scratch;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  state_->Record(cudaStreamIsCapturing(state_->stream, &capture), "cudaStreamIsCapturing");
+  if (capture != cudaStreamCaptureStatusNone) {
+    // A pool allocation inside a capture would belong to the graph; the buffer must outlive it.
+    state_->Keep(absl::FailedPreconditionError(
+        absl::StrCat("ActivationScratch: ", bytes, " bytes asked for inside a graph capture, ", state_->scratch_bytes,
+                     " held; run the captured work once before capturing it")));
+    return nullptr;
+  }
+  // Doubling bounds the number of regrowths while prefill sizes climb.
+  const size_t grown = std::max(bytes, 2 * state_->scratch_bytes);
+  void* p = nullptr;
+  if (const cudaError_t e = cudaMallocFromPoolAsync(&p, grown, state_->pool, state_->stream); e != cudaSuccess) {
+    cudaGetLastError();  // an allocation failure is not sticky
+    state_->Keep(absl::ResourceExhaustedError(absl::StrCat("out of GPU memory on cuda:", ordinal_, " growing the ",
+                                                           "bf16 activation scratch to ", grown, " bytes: ",
+                                                           CudaError(e))));
+    return nullptr;
+  }
+  // Work already issued may still read the old buffer: it goes back to the pool in stream order,
+  // or, if a graph may have recorded it, stays until the device goes (doubling bounds what is kept
+  // to less than the current buffer).
+  if (state_->scratch != nullptr) {
+    if (state_->captured) {
+      state_->retired.push_back(state_->scratch);
+    } else {
+      state_->Record(cudaFreeAsync(state_->scratch, state_->stream), "cudaFreeAsync");
+    }
+  }
+  state_->scratch = p;
+  state_->scratch_bytes = grown;
+  return p;
+}
 
 void CudaDevice::AttachThread() { state_->Record(cudaSetDevice(ordinal_), "cudaSetDevice"); }
 
@@ -229,6 +303,10 @@ void CudaDevice::Synchronize() {
 }
 
 absl::Status CudaDevice::BeginCapture() {
+  {
+    std::lock_guard<std::mutex> lock(state_->scratch_mu);
+    state_->captured = true;
+  }
   // Thread-local mode: only this thread's unsafe calls (e.g. a synchronous cudaMalloc) break
   // the capture, not other threads'.
   return CudaStatus(cudaStreamBeginCapture(state_->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");

@@ -1,7 +1,8 @@
 // The CUDA backend's device: one GPU, one stream every op is issued on, a stream-ordered memory
 // pool (allocations and frees are ordered with the work, and freed memory is reused without a
-// device-wide synchronisation), pinned host staging, and graph capture of the stream. (The
-// cuBLASLt and cuDNN handles and their workspaces join it with the kernels that use them.)
+// device-wide synchronisation), pinned host staging, graph capture of the stream, and what the
+// Linear layers share: the cuBLASLt handle, its matmul workspace and a scratch buffer for
+// activations converted to bf16. (cuDNN's handle joins it with the kernels that use it.)
 //
 // Copies and ops are asynchronous; CopyToHost waits for its copy (the caller reads the host
 // buffer next). A CUDA error inside a void operation is kept (the first one) and reported by
@@ -16,6 +17,7 @@
 #include "kernels/device.h"
 
 struct CUstream_st;
+struct cublasLtContext;
 
 namespace iris::kernels::cuda {
 
@@ -48,8 +50,25 @@ class CudaDevice final : public Device {
   // the ops' dispatch points pass every cuda_kernels.h launch through it.
   void Check(int cuda_error, const char* op);
 
+  // Keeps a failure that is not a cudaError_t (a cuBLASLt status, a refused request) as the
+  // device's first error, as Check does.
+  void Report(absl::Status error);
+
   int ordinal() const { return ordinal_; }
   CUstream_st* stream() const;
+
+  // The cuBLASLt handle, created with the device (on its GPU); every matmul goes on stream().
+  cublasLtContext* blas_lt() const;
+  // Device memory cuBLASLt may use during a matmul (kMatmulWorkspaceBytes). One buffer serves
+  // every matmul: they are all ordered on the one stream.
+  void* matmul_workspace() const;
+  static constexpr size_t kMatmulWorkspaceBytes = size_t{32} << 20;  // what cuBLAS suggests for Hopper
+  // At least `bytes` of device memory for the activations a Linear converts to bf16, valid until
+  // the next call (every Linear reuses it: their work is ordered on the one stream). It grows
+  // when asked for more, the old buffer freed in stream order; growing is refused while the
+  // stream is being captured (an engine warms up first): then nullptr, with the error kept. Once
+  // a capture has begun, outgrown buffers are kept (a graph may replay their address).
+  void* ActivationScratch(size_t bytes);
 
  private:
   struct State;

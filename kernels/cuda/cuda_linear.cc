@@ -1,0 +1,382 @@
+// Linear on cuBLASLt. y = x·Wᵀ + b with x [m, in], W [out, in] and y [m, out], all row-major.
+//
+// cuBLASLt is column-major, and a row-major [r, c] matrix with row stride ld is, read
+// column-major, its transpose: a [c, r] matrix with leading dimension ld. So the three buffers,
+// unchanged, are the column-major matrices
+//   W  -> Wᵀ  [in, out]  (ld = the weight's row stride)
+//   x  -> xᵀ  [in, m]    (ld = x's row stride)
+//   y  -> yᵀ  [out, m]   (ld = out)
+// and the product we want, transposed, is yᵀ = (x·Wᵀ)ᵀ = W·xᵀ = op(Wᵀ)·xᵀ with op = transpose.
+// So cuBLASLt computes D = op(A)·B with A = the weight buffer (transa = T), B = the activation
+// buffer (transb = N), D = C = the output buffer; M = out, N = m, K = in. The bias vector has
+// one value per row of D (M = out): per output feature, broadcast over the m columns, as wanted.
+// (A transposed and B not — "TN" — is also the layout cuBLASLt's bf16 kernels like best.)
+//
+// Epilogues: kNone is BIAS (or DEFAULT without a bias); kAccumulate the same with beta = 1 and
+// C = D = y (cuBLASLt allows the in-place C == D when both have one layout): y = x·Wᵀ + b + y.
+// kGeluErf: cuBLASLt's GELU epilogue is the tanh approximation (PyTorch's own fallback for that
+// epilogue, where cuBLASLt lacks it, is gelu(approximate="tanh")); it differs from the erf form
+// the vision merger uses by up to ~5e-4, far beyond f32 rounding. So the matmul runs without a
+// bias and iris's BiasGeluErfKernel applies y = gelu_erf(y + b) after it.
+#include "kernels/cuda/cuda_linear.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/bf16.h"
+#include "core/parallel_for.h"
+#include "kernels/cuda/linear_kernels.h"
+
+namespace iris::kernels::cuda {
+namespace {
+
+absl::Status BlasStatus(cublasStatus_t s, const std::string& what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string message = absl::StrCat(what, ": ", cublasLtGetStatusName(s), " (", cublasLtGetStatusString(s), ")");
+  if (s == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+
+int64_t RoundUp(int64_t v, int64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
+
+// The largest power of two (at most 256, cuBLASLt's default assumption) dividing the address:
+// cuBLASLt's heuristic must be told, or it may pick a kernel that needs 256-byte alignment for
+// a view that starts part-way into a buffer.
+uint32_t Alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+// One matmul's descriptors and the algorithm cuBLASLt's heuristic chose for it:
+// D [M, N] (f32, ld ldd) = op(A)·B (+ bias), A stored [K, M] (ld lda, transposed by op), B [K, N]
+// (ld ldb), column-major, A and B of `type`, f32 compute.
+class MatmulPlan {
+ public:
+  struct Shape {
+    cudaDataType_t type;
+    int64_t m, n, k, lda, ldb, ldd;
+    const float* bias;  // null: no bias epilogue
+    uint32_t align_a, align_b, align_d;
+  };
+
+  static absl::StatusOr<std::unique_ptr<MatmulPlan>> Create(cublasLtHandle_t lt, const Shape& s, size_t workspace) {
+    auto plan = std::unique_ptr<MatmulPlan>(new MatmulPlan);
+    absl::Status st = plan->Init(lt, s, workspace);
+    if (!st.ok()) return st;
+    return plan;
+  }
+
+  ~MatmulPlan() {
+    if (pref_ != nullptr) cublasLtMatmulPreferenceDestroy(pref_);
+    if (d_ != nullptr) cublasLtMatrixLayoutDestroy(d_);
+    if (b_ != nullptr) cublasLtMatrixLayoutDestroy(b_);
+    if (a_ != nullptr) cublasLtMatrixLayoutDestroy(a_);
+    if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
+  }
+  MatmulPlan(const MatmulPlan&) = delete;
+  MatmulPlan& operator=(const MatmulPlan&) = delete;
+
+  // D = op(A)·B + beta·D (+ bias), enqueued on `stream`.
+  cublasStatus_t Run(cublasLtHandle_t lt, const void* a, const void* b, float beta, float* d, void* workspace,
+                     size_t workspace_bytes, cudaStream_t stream) const {
+    const float alpha = 1.f;
+    // alpha and beta are read on the host when the call is made (pointer mode host), so a graph
+    // capture records their values.
+    return cublasLtMatmul(lt, desc_, &alpha, a, a_, b, b_, &beta, d, d_, d, d_, &algo_, workspace, workspace_bytes,
+                          stream);
+  }
+
+ private:
+  MatmulPlan() = default;
+
+  absl::Status Init(cublasLtHandle_t lt, const Shape& s, size_t workspace) {
+    // f32 compute and f32 scale: CUBLAS_COMPUTE_32F never uses TF32 (that needs
+    // CUBLAS_COMPUTE_32F_FAST_TF32), so the f32 path is the exact reference it claims to be.
+    cublasStatus_t e = cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (e != CUBLAS_STATUS_SUCCESS) return BlasStatus(e, "cublasLtMatmulDescCreate");
+    const int32_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    e = cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa));
+    if (e == CUBLAS_STATUS_SUCCESS) {
+      e = cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb));
+    }
+    if (e != CUBLAS_STATUS_SUCCESS) return BlasStatus(e, "cublasLtMatmulDescSetAttribute(TRANSA/TRANSB)");
+    if (s.bias != nullptr) {
+      const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      // With bf16 or f32 A/B and an f32 D, the bias has D's type (cuBLASLt's rule outside the
+      // int8 and fp8 kernels): f32, named explicitly rather than left to the default.
+      const int32_t bias_type = CUDA_R_32F;
+      const void* bias = s.bias;
+      e = cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+      if (e == CUBLAS_STATUS_SUCCESS) {
+        e = cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
+      }
+      if (e == CUBLAS_STATUS_SUCCESS) {
+        e = cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+      }
+      if (e != CUBLAS_STATUS_SUCCESS) return BlasStatus(e, "cublasLtMatmulDescSetAttribute(bias epilogue)");
+    }
+    e = cublasLtMatrixLayoutCreate(&a_, s.type, static_cast<uint64_t>(s.k), static_cast<uint64_t>(s.m), s.lda);
+    if (e == CUBLAS_STATUS_SUCCESS) {
+      e = cublasLtMatrixLayoutCreate(&b_, s.type, static_cast<uint64_t>(s.k), static_cast<uint64_t>(s.n), s.ldb);
+    }
+    if (e == CUBLAS_STATUS_SUCCESS) {
+      e = cublasLtMatrixLayoutCreate(&d_, CUDA_R_32F, static_cast<uint64_t>(s.m), static_cast<uint64_t>(s.n), s.ldd);
+    }
+    if (e != CUBLAS_STATUS_SUCCESS) return BlasStatus(e, "cublasLtMatrixLayoutCreate");
+
+    e = cublasLtMatmulPreferenceCreate(&pref_);
+    if (e != CUBLAS_STATUS_SUCCESS) return BlasStatus(e, "cublasLtMatmulPreferenceCreate");
+    const uint64_t ws = workspace;
+    // C is D (same buffer): it has D's alignment.
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, s.align_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, s.align_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, s.align_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, s.align_d}};
+    e = cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    for (const auto& [attr, value] : aligns) {
+      if (e == CUBLAS_STATUS_SUCCESS) e = cublasLtMatmulPreferenceSetAttribute(pref_, attr, &value, sizeof(value));
+    }
+    if (e != CUBLAS_STATUS_SUCCESS) return BlasStatus(e, "cublasLtMatmulPreferenceSetAttribute");
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    e = cublasLtMatmulAlgoGetHeuristic(lt, desc_, a_, b_, d_, d_, pref_, 1, &result, &found);
+    if (e != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+      return BlasStatus(e != CUBLAS_STATUS_SUCCESS ? e
+                        : found == 0               ? CUBLAS_STATUS_NOT_SUPPORTED
+                                                   : result.state,
+                        absl::StrCat("cublasLtMatmulAlgoGetHeuristic (M=", s.m, " N=", s.n, " K=", s.k,
+                                     s.type == CUDA_R_16BF ? ", bf16" : ", f32", s.bias ? ", bias" : "",
+                                     ", alignments ", s.align_a, "/", s.align_b, "/", s.align_d, "): no algorithm"));
+    }
+    algo_ = result.algo;
+    return absl::OkStatus();
+  }
+
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  cublasLtMatmulPreference_t pref_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+};
+
+class CudaLinear final : public Linear {
+ public:
+  CudaLinear(CudaDevice& dev, int64_t out, int64_t in, ComputeType compute)
+      : dev_(dev),
+        out_(out),
+        in_(in),
+        compute_(compute),
+        // Rows padded to 16 bytes: the weight's and the bf16 activations' rows then start
+        // aligned, which the fast kernels need (cuBLASLt reads only the first `in` of each).
+        ld_(RoundUp(in, compute == ComputeType::kBF16 ? 8 : 4)) {}
+
+  absl::Status Init(const core::Tensor& weight, const core::Tensor* bias) {
+    const bool bf16 = compute_ == ComputeType::kBF16;
+    const core::DType want = bf16 ? core::DType::kBF16 : core::DType::kF32;
+    const bool convert = weight.dtype() != want;
+    core::Tensor f32;  // the weight upcast, when it is not in the compute type already
+    if (convert) f32 = weight.ToF32();
+    core::Tensor host = core::Tensor::Zeros(want, {out_, ld_});
+    const size_t elem = core::DTypeSize(want);
+    constexpr int kRowsPerItem = 64;
+    core::ParallelFor(static_cast<int>((out_ + kRowsPerItem - 1) / kRowsPerItem), [&](int item, int) {
+      const int64_t end = std::min<int64_t>(out_, (item + 1) * int64_t{kRowsPerItem});
+      for (int64_t r = item * int64_t{kRowsPerItem}; r < end; ++r) {
+        char* dst = static_cast<char*>(host.raw()) + static_cast<size_t>(r * ld_) * elem;
+        if (!convert) {
+          std::memcpy(dst, static_cast<const char*>(weight.raw()) + static_cast<size_t>(r * in_) * elem,
+                      static_cast<size_t>(in_) * elem);
+        } else if (bf16) {
+          // The CPU path's rounding (core::FloatToBf16): both backends hold the same weights.
+          const float* src = f32.data<float>() + r * in_;
+          uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+          for (int64_t c = 0; c < in_; ++c) d[c] = core::FloatToBf16(src[c]);
+        } else {
+          std::memcpy(dst, f32.data<float>() + r * in_, static_cast<size_t>(in_) * sizeof(float));
+        }
+      }
+    });
+    absl::StatusOr<core::Tensor> w = dev_.Mirror(host);
+    if (!w.ok()) return w.status();
+    weight_ = std::move(*w);
+    if (bias != nullptr) {
+      absl::StatusOr<core::Tensor> b = dev_.Mirror(bias->ToF32());
+      if (!b.ok()) return b.status();
+      bias_ = std::move(*b);
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  ComputeType compute() const override { return compute_; }
+
+  void Forward(const float* x, int64_t m, float* y, Epilogue epilogue) const override {
+    if (m <= 0) return;
+    cudaStream_t stream = dev_.stream();
+    const bool bf16 = compute_ == ComputeType::kBF16;
+    const void* b = x;
+    int64_t ldb = in_;
+    if (bf16) {
+      void* scratch = dev_.ActivationScratch(static_cast<size_t>(m * ld_) * sizeof(uint16_t));
+      if (scratch == nullptr) return;  // the device keeps the error
+      dev_.Check(LaunchToBf16Rows(stream, x, m, in_, ld_, static_cast<uint16_t*>(scratch)), "Linear: f32 -> bf16 rows");
+      b = scratch;
+      ldb = ld_;
+    }
+    const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
+    const bool gelu = epilogue == Epilogue::kGeluErf;
+    const MatmulPlan* plan = GetPlan(m, ldb, gelu ? nullptr : bias, Alignment(b), Alignment(y));
+    if (plan == nullptr) return;
+    const cublasStatus_t s =
+        plan->Run(dev_.blas_lt(), weight_.raw(), b, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y,
+                  dev_.matmul_workspace(), CudaDevice::kMatmulWorkspaceBytes, stream);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      dev_.Report(BlasStatus(s, absl::StrCat("Linear [", out_, ", ", in_, "]: cublasLtMatmul (m=", m, ")")));
+      return;
+    }
+    if (gelu) dev_.Check(LaunchBiasGeluErf(stream, y, m, out_, bias), "Linear: bias + gelu_erf");
+  }
+
+ private:
+  // Plans cached per (m, bias in the matmul, the activations' and the output's alignment), as
+  // the CPU caches a primitive per M: a heuristic query costs host time on every call otherwise.
+  // Row counts vary from step to step, so the cache is bounded: past kMaxPlans it starts over
+  // (the plans in use are rebuilt on their next call; cuBLASLt caches heuristics itself too).
+  static constexpr size_t kMaxPlans = 256;
+  using PlanKey = std::tuple<int64_t, bool, uint32_t, uint32_t>;
+
+  const MatmulPlan* GetPlan(int64_t m, int64_t ldb, const float* bias, uint32_t align_b, uint32_t align_y) const {
+    const PlanKey key{m, bias != nullptr, align_b, align_y};
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second.get();
+    const bool bf16 = compute_ == ComputeType::kBF16;
+    absl::StatusOr<std::unique_ptr<MatmulPlan>> plan = MatmulPlan::Create(
+        dev_.blas_lt(),
+        MatmulPlan::Shape{bf16 ? CUDA_R_16BF : CUDA_R_32F, out_, m, in_, ld_, ldb, out_, bias,
+                          Alignment(weight_.raw()), align_b, align_y},
+        CudaDevice::kMatmulWorkspaceBytes);
+    if (!plan.ok()) {
+      dev_.Report(absl::Status(plan.status().code(),
+                               absl::StrCat("Linear [", out_, ", ", in_, "]: ", plan.status().message())));
+      return nullptr;
+    }
+    if (plans_.size() >= kMaxPlans) plans_.clear();  // nothing holds a plan past its Forward
+    return plans_.emplace(key, std::move(*plan)).first->second.get();
+  }
+
+  CudaDevice& dev_;
+  const int64_t out_, in_;
+  const ComputeType compute_;
+  const int64_t ld_;     // the device weight's row stride (and the bf16 activations'), in elements
+  core::Tensor weight_;  // [out, ld_] in the compute type, on the GPU
+  core::Tensor bias_;    // [out] f32 on the GPU, or none (no storage)
+  mutable std::mutex mu_;
+  mutable std::map<PlanKey, std::unique_ptr<MatmulPlan>> plans_;
+};
+
+absl::Status CheckDType(const core::Tensor& t, const char* what) {
+  const core::DType d = t.dtype();
+  if (d == core::DType::kF32 || d == core::DType::kBF16 || d == core::DType::kF16) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("Linear: ", what, " dtype must be F32, BF16 or F16, got ", core::DTypeName(d)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CudaDevice& dev, const core::Tensor& weight,
+                                                     const core::Tensor* bias, ComputeType compute) {
+  if (weight.device() != core::Device::kCpu) {
+    return absl::InvalidArgumentError("Linear: weight must be in host memory (it is converted there)");
+  }
+  if (weight.rank() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear: weight must be rank 2 [out, in], got ", weight.ShapeString()));
+  }
+  if (absl::Status s = CheckDType(weight, "weight"); !s.ok()) return s;
+  const int64_t out = weight.dim(0), in = weight.dim(1);
+  if (out <= 0 || in <= 0) return absl::InvalidArgumentError(absl::StrCat("Linear: empty weight ", weight.ShapeString()));
+  if (out > std::numeric_limits<int>::max() || in > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("Linear: weight ", weight.ShapeString(), " is too large"));
+  }
+  if (bias != nullptr) {
+    if (absl::Status s = CheckDType(*bias, "bias"); !s.ok()) return s;
+    if (bias->device() != core::Device::kCpu) return absl::InvalidArgumentError("Linear: bias must be in host memory");
+    if (bias->rank() != 1 || bias->dim(0) != out) {
+      return absl::InvalidArgumentError(absl::StrCat("Linear: bias shape ", bias->ShapeString(),
+                                                     " does not match weight ", weight.ShapeString()));
+    }
+  }
+  auto linear = std::make_unique<CudaLinear>(dev, out, in, compute);
+  if (absl::Status s = linear->Init(weight, bias); !s.ok()) return s;
+  return std::unique_ptr<Linear>(std::move(linear));
+}
+
+double MeasureMatmulPeakFlops(CudaDevice& dev, ComputeType compute, int64_t size, int repeats) {
+  const int64_t n = size;
+  if (n <= 0) return 0;
+  const bool bf16 = compute == ComputeType::kBF16;
+  const core::DType dt = bf16 ? core::DType::kBF16 : core::DType::kF32;
+  absl::StatusOr<core::Tensor> a = dev.Allocate(dt, {n, n}), b = dev.Allocate(dt, {n, n});
+  absl::StatusOr<core::Tensor> d = dev.Allocate(core::DType::kF32, {n, n});
+  if (!a.ok() || !b.ok() || !d.ok()) return 0;
+  cudaStream_t stream = dev.stream();
+  // Small nonzero values (0x3C3C as bf16 and 0x3C3C3C3C as f32 are both about 0.0115): the rate
+  // must not depend on zeros or denormals.
+  dev.Check(cudaMemsetAsync(a->raw(), 0x3C, a->nbytes(), stream), "MeasureMatmulPeakFlops: cudaMemsetAsync");
+  dev.Check(cudaMemsetAsync(b->raw(), 0x3C, b->nbytes(), stream), "MeasureMatmulPeakFlops: cudaMemsetAsync");
+  absl::StatusOr<std::unique_ptr<MatmulPlan>> plan = MatmulPlan::Create(
+      dev.blas_lt(), MatmulPlan::Shape{bf16 ? CUDA_R_16BF : CUDA_R_32F, n, n, n, n, n, n, nullptr, 256, 256, 256},
+      CudaDevice::kMatmulWorkspaceBytes);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "iris: MeasureMatmulPeakFlops on cuda:%d: %s\n", dev.ordinal(),
+                 plan.status().ToString().c_str());
+    return 0;
+  }
+  auto run = [&] {
+    return (*plan)->Run(dev.blas_lt(), a->raw(), b->raw(), 0.f, d->data<float>(), dev.matmul_workspace(),
+                        CudaDevice::kMatmulWorkspaceBytes, stream);
+  };
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    if (start != nullptr) cudaEventDestroy(start);
+    return 0;
+  }
+  double best = std::numeric_limits<double>::infinity();
+  cublasStatus_t s = run();  // warm-up
+  for (int r = 0; r < std::max(1, repeats) && s == CUBLAS_STATUS_SUCCESS; ++r) {
+    cudaEventRecord(start, stream);
+    s = run();
+    cudaEventRecord(stop, stream);
+    float ms = 0.f;
+    if (cudaEventSynchronize(stop) == cudaSuccess && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess && ms > 0) {
+      best = std::min(best, ms * 1e-3);
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "iris: MeasureMatmulPeakFlops on cuda:%d: %s\n", dev.ordinal(),
+                 BlasStatus(s, "cublasLtMatmul").ToString().c_str());
+    return 0;
+  }
+  if (best == std::numeric_limits<double>::infinity()) return 0;
+  return 2.0 * static_cast<double>(n) * n * n / best;
+}
+
+}  // namespace iris::kernels::cuda

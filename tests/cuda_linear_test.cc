@@ -1,0 +1,333 @@
+// The CUDA Linear (cuBLASLt) on a real GPU (label gpu: scripts/test.sh runs it only where
+// nvidia-smi works), against the CPU Linear and a double-precision reference: f32 and bf16
+// compute, F32/BF16/F16 weights, every epilogue with and without a bias, odd shapes, views that
+// start part-way into a buffer, a graph capture of Forward; and the GEMM rate and memory
+// bandwidth probes.
+//
+// Bounds. f32 compute (CUBLAS_COMPUTE_32F, no TF32) against the double reference: relative L2
+// error 1e-5, as the CPU suite asks of oneDNN. bf16 compute: x and W are rounded to bf16 the same
+// way on both backends, bf16 x bf16 products are exact in f32, so the results differ only in how
+// K products are summed in f32 (tensor-core accumulation truncates rather than rounds, ~K/16
+// roundings of the partial sum). Against the double reference on the rounded inputs, and against
+// the CPU's bf16 Linear: relative L2 3e-5, and per element 3e-5 * (Σ_k |x_k w_k| + |b| + |y0|)
+// plus the erf GELU's own 1e-6 relative.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/bf16.h"
+#include "gtest/gtest.h"
+#include "kernels/device.h"
+#include "kernels/linear.h"
+#include "kernels/memory_bandwidth.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
+#include "tests/test_util.h"
+
+namespace iris::kernels {
+namespace {
+
+#ifdef IRIS_HAVE_CUDA
+
+using core::DType;
+using core::Tensor;
+
+std::unique_ptr<Device> MakeGpu() {
+  DeviceOptions options;
+  options.name = "cuda:0";
+  absl::StatusOr<std::unique_ptr<Device>> d = CreateDevice(options);
+  EXPECT_TRUE(d.ok()) << d.status();  // a machine that runs label gpu has one
+  return d.ok() ? std::move(*d) : nullptr;
+}
+
+cuda::CudaDevice& Cuda(Device& d) { return cuda::AsCuda(d); }
+
+// Device copies of host floats, kept alive by the caller.
+Tensor Upload(Device& dev, const std::vector<float>& host) {
+  absl::StatusOr<Tensor> t = dev.Allocate(DType::kF32, {static_cast<int64_t>(host.size())});
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return Tensor();
+  dev.CopyToDevice(host.data(), t->data<float>(), host.size() * sizeof(float));
+  return std::move(*t);
+}
+
+std::vector<float> Download(Device& dev, const float* d, size_t n) {
+  std::vector<float> host(n);
+  dev.CopyToHost(d, host.data(), n * sizeof(float));
+  EXPECT_TRUE(Cuda(dev).status().ok()) << Cuda(dev).status();
+  return host;
+}
+
+// A weight [out, in] of `dtype` with random values; `held` gets the values it holds as floats.
+Tensor MakeWeight(int64_t out, int64_t in, DType dtype, uint32_t seed, std::vector<float>* held) {
+  const std::vector<float> v = testing::RandomFloats(out * in, seed);
+  Tensor t = Tensor::Empty(dtype, {out, in});
+  held->resize(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::kF32) {
+      t.data<float>()[i] = v[i];
+    } else if (dtype == DType::kBF16) {
+      t.data<uint16_t>()[i] = core::FloatToBf16(v[i]);
+    } else {
+      // F16 normals in [2^-5, 2), random sign and mantissa, built from their bits.
+      const uint32_t r = static_cast<uint32_t>(std::fabs(v[i]) * 16777216.f);
+      t.data<uint16_t>()[i] = static_cast<uint16_t>((v[i] < 0 ? 0x8000u : 0u) | ((10u + r % 6u) << 10) | (r >> 8 & 0x3FFu));
+    }
+    (*held)[i] = dtype == DType::kF32    ? t.data<float>()[i]
+                 : dtype == DType::kBF16 ? core::Bf16ToFloat(t.data<uint16_t>()[i])
+                                         : core::F16ToFloat(t.data<uint16_t>()[i]);
+  }
+  return t;
+}
+
+std::vector<float> RoundedToBf16(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = core::Bf16ToFloat(core::FloatToBf16(v[i]));
+  return r;
+}
+
+double GeluErf(double v) { return 0.5 * v * std::erfc(-v / std::sqrt(2.0)); }
+
+// x·Wᵀ in double, and Σ_k |x_k w_k| per output (the scale of the summation error).
+struct Product {
+  std::vector<double> dot, abs;
+};
+Product Multiply(const std::vector<float>& x, const std::vector<float>& w, int64_t m, int64_t k, int64_t n) {
+  Product p{std::vector<double>(m * n), std::vector<double>(m * n)};
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0, a = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        const double v = static_cast<double>(x[i * k + t]) * w[j * k + t];
+        s += v;
+        a += std::fabs(v);
+      }
+      p.dot[i * n + j] = s;
+      p.abs[i * n + j] = a;
+    }
+  }
+  return p;
+}
+
+struct Expected {
+  std::vector<float> value;
+  std::vector<double> scale;  // Σ|x w| + |b| + |y0|
+};
+Expected Apply(const Product& p, const float* bias, Epilogue ep, const std::vector<float>& y0, int64_t n) {
+  Expected e{std::vector<float>(p.dot.size()), std::vector<double>(p.dot.size())};
+  for (size_t i = 0; i < p.dot.size(); ++i) {
+    const double b = bias ? bias[i % n] : 0.0;
+    double v = p.dot[i] + b;
+    e.scale[i] = p.abs[i] + std::fabs(b);
+    if (ep == Epilogue::kGeluErf) v = GeluErf(v);
+    if (ep == Epilogue::kAccumulate) {
+      v += y0[i];
+      e.scale[i] += std::fabs(y0[i]);
+    }
+    e.value[i] = static_cast<float>(v);
+  }
+  return e;
+}
+
+void ExpectClose(const std::vector<float>& got, const Expected& want, double rel_l2, double per_scale,
+                 const char* what) {
+  ASSERT_EQ(got.size(), want.value.size());
+  EXPECT_LT(testing::RelativeL2(got.data(), want.value.data(), static_cast<int64_t>(got.size())), rel_l2) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = per_scale * want.scale[i] + 1e-6 * std::fabs(want.value[i]) + 1e-30;
+    ASSERT_NEAR(got[i], want.value[i], tol) << what << " at " << i;
+  }
+}
+
+const char* Name(Epilogue ep) {
+  return ep == Epilogue::kNone ? "none" : ep == Epilogue::kGeluErf ? "gelu_erf" : "accumulate";
+}
+
+TEST(CudaLinearTest, MatchesTheCpuLinearAndADoubleReferenceOnOddShapes) {
+  std::unique_ptr<Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  Device& cpu = DefaultCpuDevice();
+  uint32_t seed = 100;
+  for (const ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
+    const bool bf16 = compute == ComputeType::kBF16;
+    const double rel_l2 = bf16 ? 3e-5 : 1e-5, per_scale = bf16 ? 3e-5 : 1e-5;
+    int shape_index = 0;
+    for (const auto& [in, out] : {std::pair<int64_t, int64_t>{80, 3}, {80, 1003}, {1280, 3}, {1280, 1003}}) {
+      // Weights as checkpoints hold them: the compute type's own, or converted at creation.
+      const DType wdtype = (shape_index++ % 2 == 0) ? (bf16 ? DType::kBF16 : DType::kF32)
+                                                     : (bf16 ? DType::kF32 : DType::kF16);
+      std::vector<float> w;
+      const Tensor weight = MakeWeight(out, in, wdtype, seed++, &w);
+      const std::vector<float> wc = bf16 ? RoundedToBf16(w) : w;  // what the GEMM multiplies
+      Tensor bias = Tensor::Empty(DType::kF32, {out});
+      const std::vector<float> bv = testing::RandomFloats(out, seed++);
+      std::memcpy(bias.raw(), bv.data(), bv.size() * sizeof(float));
+      SCOPED_TRACE(::testing::Message() << (bf16 ? "bf16" : "f32") << " in=" << in << " out=" << out << " weight "
+                                        << core::DTypeName(wdtype));
+      // [0]: no bias, [1]: with the bias; on the GPU and on the CPU (whose bf16 matmul needs
+      // AVX-512: where it has none, the reference alone judges).
+      std::unique_ptr<Linear> gpu_lin[2], cpu_lin[2];
+      for (int with_bias = 0; with_bias < 2; ++with_bias) {
+        auto g = Linear::Create(*gpu, weight, with_bias ? &bias : nullptr, compute);
+        ASSERT_TRUE(g.ok()) << g.status();
+        EXPECT_EQ((*g)->in_features(), in);
+        EXPECT_EQ((*g)->out_features(), out);
+        EXPECT_EQ((*g)->compute(), compute);
+        gpu_lin[with_bias] = std::move(*g);
+        auto c = Linear::Create(cpu, weight, with_bias ? &bias : nullptr, compute);
+        if (!bf16) {
+          ASSERT_TRUE(c.ok()) << c.status();
+        }
+        if (c.ok()) cpu_lin[with_bias] = std::move(*c);
+      }
+      for (const int64_t m : {1, 7, 33, 300}) {
+        const std::vector<float> x = testing::RandomFloats(m * in, seed++);
+        const Product p = Multiply(bf16 ? RoundedToBf16(x) : x, wc, m, in, out);
+        const Tensor dx = Upload(*gpu, x);
+        for (int with_bias = 0; with_bias < 2; ++with_bias) {
+          for (const Epilogue ep : {Epilogue::kNone, Epilogue::kGeluErf, Epilogue::kAccumulate}) {
+            SCOPED_TRACE(::testing::Message() << "m=" << m << (with_bias ? " with bias, " : " no bias, ") << Name(ep));
+            const std::vector<float> y0 = testing::RandomFloats(m * out, seed++);
+            Tensor dy = Upload(*gpu, y0);
+            gpu_lin[with_bias]->Forward(dx.data<float>(), m, dy.data<float>(), ep);
+            const std::vector<float> got = Download(*gpu, dy.data<float>(), y0.size());
+            const Expected want = Apply(p, with_bias ? bv.data() : nullptr, ep, y0, out);
+            ExpectClose(got, want, rel_l2, per_scale, "GPU vs double reference");
+            if (cpu_lin[with_bias] != nullptr) {
+              std::vector<float> cy = y0;
+              cpu_lin[with_bias]->Forward(x.data(), m, cy.data(), ep);
+              ExpectClose(got, Expected{cy, want.scale}, rel_l2, per_scale, "GPU vs CPU Linear");
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(Cuda(*gpu).status().ok()) << Cuda(*gpu).status();
+}
+
+// x and y that start 4 bytes into their buffers: the heuristic must be told, or it may pick a
+// kernel that needs 16- or 256-byte aligned matrices.
+TEST(CudaLinearTest, ViewsThatStartPartWayIntoABufferWork) {
+  std::unique_ptr<Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  const int64_t m = 7, in = 80, out = 1003;
+  for (const ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
+    const bool bf16 = compute == ComputeType::kBF16;
+    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    std::vector<float> w;
+    const Tensor weight = MakeWeight(out, in, DType::kF32, 7, &w);
+    Tensor bias = Tensor::Empty(DType::kF32, {out});
+    const std::vector<float> bv = testing::RandomFloats(out, 8);
+    std::memcpy(bias.raw(), bv.data(), bv.size() * sizeof(float));
+    auto lin = Linear::Create(*gpu, weight, &bias, compute);
+    ASSERT_TRUE(lin.ok()) << lin.status();
+    std::vector<float> x = testing::RandomFloats(m * in + 1, 9);
+    const Tensor dx = Upload(*gpu, x);
+    x.erase(x.begin());
+    const Product p = Multiply(bf16 ? RoundedToBf16(x) : x, bf16 ? RoundedToBf16(w) : w, m, in, out);
+    for (const Epilogue ep : {Epilogue::kNone, Epilogue::kGeluErf, Epilogue::kAccumulate}) {
+      SCOPED_TRACE(Name(ep));
+      std::vector<float> y0 = testing::RandomFloats(m * out + 1, 10);
+      Tensor dy = Upload(*gpu, y0);
+      float* y = dy.data<float>() + 1;
+      (*lin)->Forward(dx.data<float>() + 1, m, y, ep);
+      const std::vector<float> all = Download(*gpu, dy.data<float>(), y0.size());
+      EXPECT_EQ(all[0], y0[0]);  // the element before the view is untouched
+      y0.erase(y0.begin());
+      ExpectClose(std::vector<float>(all.begin() + 1, all.end()), Apply(p, bv.data(), ep, y0, out),
+                  bf16 ? 3e-5 : 1e-5, bf16 ? 3e-5 : 1e-5, "offset views");
+    }
+  }
+  EXPECT_TRUE(Cuda(*gpu).status().ok()) << Cuda(*gpu).status();
+}
+
+// Forward issues only stream work (no host synchronisation), so it can be captured; the replay
+// reads the input buffer as it is at replay time.
+TEST(CudaLinearTest, ForwardIsCapturedInAGraphAndReplays) {
+  std::unique_ptr<Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  const int64_t m = 33, in = 1280, out = 1003;
+  std::vector<float> w;
+  const Tensor weight = MakeWeight(out, in, DType::kBF16, 11, &w);
+  Tensor bias = Tensor::Empty(DType::kF32, {out});
+  const std::vector<float> bv = testing::RandomFloats(out, 12);
+  std::memcpy(bias.raw(), bv.data(), bv.size() * sizeof(float));
+  auto lin = Linear::Create(*gpu, weight, &bias, ComputeType::kBF16);
+  ASSERT_TRUE(lin.ok()) << lin.status();
+  Tensor dx = Upload(*gpu, testing::RandomFloats(m * in, 13));
+  Tensor dy = Upload(*gpu, std::vector<float>(m * out, 0.f));
+  float* y = dy.data<float>();
+  // Once outside the capture: the plans are made and the bf16 scratch has grown.
+  for (const Epilogue ep : {Epilogue::kGeluErf, Epilogue::kNone}) (*lin)->Forward(dx.data<float>(), m, y, ep);
+  gpu->Synchronize();
+  ASSERT_TRUE(gpu->BeginCapture().ok());
+  (*lin)->Forward(dx.data<float>(), m, y, Epilogue::kGeluErf);
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = gpu->EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::vector<float> x2 = testing::RandomFloats(m * in, 14);
+  gpu->CopyToDevice(x2.data(), dx.data<float>(), x2.size() * sizeof(float));
+  ASSERT_TRUE((*graph)->Replay().ok());
+  const std::vector<float> got = Download(*gpu, y, m * out);
+  const Product p = Multiply(RoundedToBf16(x2), RoundedToBf16(w), m, in, out);
+  ExpectClose(got, Apply(p, bv.data(), Epilogue::kGeluErf, {}, out), 3e-5, 3e-5, "replayed");
+  EXPECT_TRUE(Cuda(*gpu).status().ok()) << Cuda(*gpu).status();
+}
+
+// The bf16 scratch cannot grow inside a capture (its memory would belong to the graph): the
+// device keeps an error that says so instead of failing somewhere later.
+TEST(CudaLinearTest, GrowingTheScratchInsideACaptureIsReported) {
+  std::unique_ptr<Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  std::vector<float> w;
+  const Tensor weight = MakeWeight(64, 80, DType::kBF16, 15, &w);
+  auto lin = Linear::Create(*gpu, weight, nullptr, ComputeType::kBF16);
+  ASSERT_TRUE(lin.ok()) << lin.status();
+  const Tensor dx = Upload(*gpu, testing::RandomFloats(5 * 80, 16));
+  Tensor dy = Upload(*gpu, std::vector<float>(5 * 64, 0.f));
+  ASSERT_TRUE(gpu->BeginCapture().ok());
+  (*lin)->Forward(dx.data<float>(), 5, dy.data<float>(), Epilogue::kNone);
+  (void)gpu->EndCapture();
+  const absl::Status s = Cuda(*gpu).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("graph capture"), std::string::npos) << s;
+}
+
+TEST(CudaLinearTest, CreateRefusesBadShapesAndDtypes) {
+  std::unique_ptr<Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  const Tensor w3 = Tensor::Zeros(DType::kF32, {2, 3, 4});
+  EXPECT_EQ(Linear::Create(*gpu, w3, nullptr, ComputeType::kF32).status().code(), absl::StatusCode::kInvalidArgument);
+  const Tensor wi = Tensor::Zeros(DType::kI32, {2, 3});
+  EXPECT_EQ(Linear::Create(*gpu, wi, nullptr, ComputeType::kF32).status().code(), absl::StatusCode::kInvalidArgument);
+  const Tensor w = Tensor::Zeros(DType::kF32, {2, 3});
+  const Tensor b = Tensor::Zeros(DType::kF32, {3});
+  EXPECT_EQ(Linear::Create(*gpu, w, &b, ComputeType::kF32).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CudaLinearTest, PeakRatesAreMeasured) {
+  std::unique_ptr<Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  const double bf16 = MeasureMatmulPeakFlops(*gpu, ComputeType::kBF16, 4096, 3);
+  const double f32 = MeasureMatmulPeakFlops(*gpu, ComputeType::kF32, 2048, 3);
+  const double bandwidth = MeasureMemoryReadBandwidth(*gpu);
+  std::printf("%s: bf16 GEMM %.1f TFLOP/s, f32 GEMM %.1f TFLOP/s, read bandwidth %.0f GB/s\n",
+              gpu->Describe().c_str(), bf16 * 1e-12, f32 * 1e-12, bandwidth * 1e-9);
+  // Ampere and later: bf16 tensor cores well above 10 TFLOP/s, f32 above 1; HBM/GDDR between
+  // 100 GB/s and 10 TB/s (more would mean the buffer was served from the L2).
+  EXPECT_GT(bf16, 1e13);
+  EXPECT_GT(f32, 1e12);
+  EXPECT_GT(bf16, f32);
+  EXPECT_GT(bandwidth, 1e11);
+  EXPECT_LT(bandwidth, 1e13);
+  EXPECT_TRUE(Cuda(*gpu).status().ok()) << Cuda(*gpu).status();
+}
+
+#else
+TEST(CudaLinearTest, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
+#endif
+
+}  // namespace
+}  // namespace iris::kernels

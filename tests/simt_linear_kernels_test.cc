@@ -1,0 +1,156 @@
+// The CUDA Linear's own kernels (kernels/cuda/linear_kernels.cuh) on the SIMT harness, so CI
+// checks them without a GPU: the f32 -> bf16 rounding bit for bit against the CPU's
+// (core::FloatToBf16) and against hand-worked values (ties, NaN, infinities, subnormals), the
+// bias + erf GELU against the CPU kernel, and the bandwidth probe's sum. Odd sizes and grids
+// smaller than the work, so the grid-stride loops go round.
+// (Not named cuda_*: that prefix means label gpu, and this suite is for machines without one.)
+#include "kernels/cuda/linear_kernels.cuh"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/bf16.h"
+#include "kernels/device.h"
+#include "kernels/elementwise.h"
+#include "tests/kernel_cases.h"
+
+namespace iris::kernels::cuda {
+namespace {
+
+using testing::ExpectCloseRel;
+using testing::RandomNormal;
+
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// Bit patterns with the bf16 each must become, worked out by hand (the CPU's rounding is checked
+// separately below: this list does not trust it).
+struct Rounding {
+  uint32_t f32;
+  uint16_t bf16;
+};
+constexpr Rounding kHandWorked[] = {
+    {0x3F800000u, 0x3F80u},  // 1.0: exact
+    {0x3F808000u, 0x3F80u},  // 1 + 2^-8: a tie, kept half even -> stays
+    {0x3F818000u, 0x3F82u},  // a tie, kept half odd -> up to even
+    {0x3F808001u, 0x3F81u},  // just above the tie -> up
+    {0x3F807FFFu, 0x3F80u},  // just below the tie -> down
+    {0xBF818000u, 0xBF82u},  // negative tie: magnitude rounds the same way
+    {0x7F800000u, 0x7F80u},  // +inf
+    {0xFF800000u, 0xFF80u},  // -inf
+    {0x7F7FFFFFu, 0x7F80u},  // FLT_MAX rounds up to +inf
+    {0x7F7F7FFFu, 0x7F7Fu},  // the largest that stays finite
+    {0x7FC00000u, 0x7FC0u},  // quiet NaN
+    {0x7F800001u, 0x7FC0u},  // signalling NaN, payload only in the dropped half: still NaN, quiet
+    {0xFFA50000u, 0xFFE5u},  // negative NaN keeps its sign and top payload, made quiet
+    {0x00000000u, 0x0000u},  // +0
+    {0x80000000u, 0x8000u},  // -0
+    {0x00000001u, 0x0000u},  // smallest subnormal -> 0 (rounded, not flushed: see the next ones)
+    {0x00008000u, 0x0000u},  // subnormal tie, even -> down
+    {0x00018000u, 0x0002u},  // subnormal tie, odd -> up
+    {0x00008001u, 0x0001u},  // above the tie -> the smallest bf16 subnormal
+    {0x007FFFFFu, 0x0080u},  // largest subnormal rounds up to the smallest normal
+    {0x80018000u, 0x8002u},  // negative subnormal tie
+};
+
+TEST(LinearKernelsOnSimtTest, ToBf16RoundsLikeTheCpuIncludingTiesNansInfinitiesAndSubnormals) {
+  for (const auto& [rows, cols, ld] : {std::tuple{7, 37, 40}, {1, 1, 8}, {3, 80, 80}, {5, 131, 136}}) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " ld " << ld);
+    std::vector<float> x = RandomNormal(static_cast<int64_t>(rows) * cols, 20 + cols, 100.f);
+    // Spread the hand-worked patterns over the rows (and so over threads and blocks).
+    for (size_t i = 0; i < std::size(kHandWorked) && i < x.size(); ++i) {
+      x[(i * 7919) % x.size()] = FromBits(kHandWorked[i].f32);
+    }
+    // Every 16-bit tail around the halfway point for a few kept halves.
+    for (size_t i = std::size(kHandWorked); i < x.size(); i += 3) {
+      x[i] = FromBits((0x3F80u + static_cast<uint32_t>(i % 4)) << 16 | (0x7FFEu + static_cast<uint32_t>(i % 5)));
+    }
+    const uint16_t kUntouched = 0xDEAD;
+    std::vector<uint16_t> out(static_cast<size_t>(rows) * ld, kUntouched);
+    Launch(Dim3(2, 3), Dim3(32), ToBf16RowsKernel, x.data(), int64_t{rows}, int64_t{cols}, int64_t{ld}, out.data());
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < ld; ++c) {
+        const uint16_t got = out[static_cast<size_t>(r) * ld + c];
+        if (c >= cols) {
+          ASSERT_EQ(got, kUntouched) << "padding written at row " << r << " col " << c;
+          continue;
+        }
+        const float v = x[static_cast<size_t>(r) * cols + c];
+        ASSERT_EQ(got, core::FloatToBf16(v)) << "row " << r << " col " << c << " value " << v;
+      }
+    }
+  }
+  // The hand-worked values themselves, in one row.
+  std::vector<float> x;
+  for (const Rounding& h : kHandWorked) x.push_back(FromBits(h.f32));
+  std::vector<uint16_t> out(x.size());
+  const auto n = static_cast<int64_t>(x.size());
+  Launch(Dim3(1), Dim3(32), ToBf16RowsKernel, x.data(), int64_t{1}, n, n, out.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(out[i], kHandWorked[i].bf16) << std::hex << "f32 bits 0x" << kHandWorked[i].f32;
+  }
+}
+
+TEST(LinearKernelsOnSimtTest, BiasGeluErfMatchesTheCpuGeluOnTheBiasedValues) {
+  Device& cpu = DefaultCpuDevice();
+  for (const auto& [rows, cols] : {std::pair{5, 1003}, {1, 3}, {33, 80}}) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+    const int64_t n = static_cast<int64_t>(rows) * cols;
+    std::vector<float> y = RandomNormal(n, 30 + cols, 3.f);
+    // The tails and the middle: large negatives (a tiny result: erfc keeps its digits), large
+    // positives (y itself), zero.
+    const float specials[] = {-12.f, -7.5f, -3.f, -0.25f, 0.f, 1e-20f, 0.5f, 4.f, 9.f};
+    for (size_t i = 0; i < std::size(specials) && i < y.size(); ++i) y[i * 2] = specials[i];
+    const std::vector<float> bias = RandomNormal(cols, 40 + cols, 0.5f);
+    for (const bool with_bias : {true, false}) {
+      SCOPED_TRACE(with_bias ? "bias" : "no bias");
+      std::vector<float> biased(y);
+      if (with_bias) {
+        for (int64_t e = 0; e < n; ++e) biased[e] += bias[e % cols];
+      }
+      std::vector<float> want(n);
+      GeluErf(cpu, biased.data(), n, want.data());
+      std::vector<float> got(y);
+      Launch(Dim3(3, 2), Dim3(64), BiasGeluErfKernel, got.data(), int64_t{rows}, int64_t{cols},
+             with_bias ? bias.data() : static_cast<const float*>(nullptr));
+      ExpectCloseRel(got, want, 1e-6f, "bias + gelu_erf vs the CPU");
+      // And relative to the exact value even where the result is tiny (the CPU check is absolute
+      // below 1): 0.5 v erfc(-v / sqrt 2) in double. In the negative tail the result's relative
+      // sensitivity to the f32 rounding of v / sqrt 2 grows like v^2 (erfc(z) ~ exp(-z^2)).
+      for (int64_t e = 0; e < n; ++e) {
+        const double v = biased[e];
+        const double exact = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
+        ASSERT_NEAR(got[e], exact, 1e-6 * (2 + v * v) * std::fabs(exact) + 1e-38) << "at " << e << ", v = " << v;
+      }
+    }
+  }
+}
+
+TEST(LinearKernelsOnSimtTest, ReadSumAddsEveryElementOnce) {
+  // Values in quarters: every partial sum is exact in f32, so the total must be exact too.
+  for (const auto& [n4, blocks, threads] : {std::tuple{1001, 3, 64}, {5, 2, 32}, {4096, 4, 128}}) {
+    SCOPED_TRACE(::testing::Message() << n4 << " float4s, " << blocks << " blocks of " << threads);
+    std::vector<Float4> x(n4);
+    double want = 0;
+    for (int i = 0; i < n4; ++i) {
+      x[i] = Float4{0.25f * (i % 8), 0.5f, 0.25f * (i % 3), 1.f};
+      want += x[i].x + x[i].y + x[i].z + x[i].w;
+    }
+    std::vector<float> partials(blocks, NAN);
+    Launch(Dim3(blocks), Dim3(threads), ReadSumKernel, static_cast<const Float4*>(x.data()), int64_t{n4},
+           partials.data());
+    double got = 0;
+    for (float p : partials) got += p;
+    EXPECT_EQ(got, want);
+  }
+}
+
+}  // namespace
+}  // namespace iris::kernels::cuda
