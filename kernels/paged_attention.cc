@@ -1,10 +1,16 @@
 // The dispatch point of these ops: the one place that picks each one's implementation for a device
-// (on the CPU, by instruction-set tier: AVX-512 kernels from kAvx512 on, the portable ones below).
+// (on the CPU, by instruction-set tier: AVX-512 kernels from kAvx512 on, the portable ones below;
+// on a GPU, iris's CUDA kernels through kernels/cuda/cuda_kernels.h, launched on the device's stream).
 #include "kernels/paged_attention.h"
 
 #include <algorithm>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/paged_sequences.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_kernels.h"
+#endif
 
 namespace iris::kernels {
 
@@ -14,8 +20,23 @@ void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int
     case DeviceKind::kCpu:
       // Row copies: one implementation for every tier.
       return cpu::WritePagedKv(cpu::AsCpu(device), layer, k, k_row_stride, v, v_row_stride, slot_mapping);
-    case DeviceKind::kCuda:
+    case DeviceKind::kCuda: {
+#ifdef IRIS_HAVE_CUDA
+      // The layer is checked as on the CPU; the slots are device memory, and the kernel skips one
+      // outside the pool where the CPU stops (cuda_kernels.h).
+      if (slot_mapping.empty()) return;
+      cpu::CheckWritableKvLayer(layer);
+      cuda::CudaDevice& gpu = cuda::AsCuda(device);
+      return gpu.Check(cuda::LaunchWritePagedKv(gpu.stream(), k, k_row_stride, v, v_row_stride, slot_mapping.data(),
+                                                static_cast<int64_t>(slot_mapping.size()),
+                                                int64_t{layer.num_kv_heads} * layer.head_dim,
+                                                layer.num_blocks * layer.block_size, layer.k, layer.v,
+                                                layer.dtype == core::DType::kBF16),
+                       "WritePagedKv");
+#else
       break;
+#endif
+    }
   }
   NoKernelFor(device, "WritePagedKv");
 }
@@ -27,8 +48,27 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::PagedAttention(cpu, args);
       return cpu::portable::PagedAttention(cpu, args);
     }
-    case DeviceKind::kCuda:
+    case DeviceKind::kCuda: {
+#ifdef IRIS_HAVE_CUDA
+      // The arguments are checked as on the CPU, except the metadata's values (device memory).
+      // args.bf16 (bf16-rounded products on the CPU) is served by the f32-product kernel here:
+      // at least as exact, and the pages are read as they are, f32 or bf16, either way.
+      const PagedKvLayer& L = args.layer;
+      const PagedMetadata& md = args.metadata;
+      if (md.num_seqs <= 0) return;
+      cpu::CheckPagedAttentionArgs(args);
+      cuda::CudaDevice& gpu = cuda::AsCuda(device);
+      return gpu.Check(cuda::LaunchPagedAttention(gpu.stream(), args.q, args.q_row_stride, args.out,
+                                                  args.out_row_stride, args.num_heads, args.scale, L.k, L.v,
+                                                  L.dtype == core::DType::kBF16, L.block_size, L.num_kv_heads,
+                                                  L.head_dim, md.query_start.data(), md.context_lens.data(),
+                                                  md.block_tables.data(), md.max_blocks_per_seq, md.num_seqs,
+                                                  md.row_begin, md.row_end),
+                       "PagedAttention");
+#else
       break;
+#endif
+    }
   }
   NoKernelFor(device, "PagedAttention");
 }

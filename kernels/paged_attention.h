@@ -29,6 +29,8 @@ struct PagedKvLayer {
 // Stores `rows` tokens' k and v rows (each num_kv_heads * head_dim floats, head-major, at
 // k + r * k_row_stride / v + r * v_row_stride) into the pool slots `slot_mapping[r]`
 // (block * block_size + offset; device memory). bf16 pools get the rows rounded to nearest even.
+// A slot outside the pool is a bug: the CPU stops on it; a GPU (the slots are in its memory) skips
+// that row.
 void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int64_t k_row_stride,
                   const float* v, int64_t v_row_stride, std::span<const int64_t> slot_mapping);
 
@@ -79,10 +81,13 @@ struct PagedAttentionArgs {
   PagedKvLayer layer;
   PagedMetadata metadata;
   // As AttentionArgs::bf16: bf16-rounded dot products, f32 softmax and accumulation. Independent
-  // of the pools' dtype: bf16 pages are read (and widened to f32 where needed) either way.
+  // of the pools' dtype: bf16 pages are read (and widened to f32 where needed) either way. (A GPU
+  // computes f32 products either way, so far.)
   bool bf16 = false;
 };
 
+// Bad arguments stop the program (kernels/cpu/paged_sequences.h lists the checks; a GPU makes
+// those that read no device memory, not the metadata's values).
 void PagedAttention(Device& device, const PagedAttentionArgs& args);
 
 }  // namespace iris::kernels

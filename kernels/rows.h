@@ -18,7 +18,8 @@ void GatherRows(Device& device, const float* src, int64_t width, std::span<const
 void ScatterRows(Device& device, const float* src, int64_t width, std::span<const int32_t> index, float* dst);
 
 // out[i, :] = table[ids[i], :] as float32; table is [vocab, width] F32, BF16 or F16 on the device.
-// Ids must be in [0, vocab): callers validate them where they enter (a bad id is a bug here).
+// Ids must be in [0, vocab): callers validate them where they enter (a bad id is a bug here: the
+// CPU stops on it; a GPU, whose ids are in its own memory, gives its row as NaN).
 void EmbeddingLookup(Device& device, const core::Tensor& table, std::span<const int32_t> ids, float* out);
 
 }  // namespace iris::kernels

@@ -5,11 +5,14 @@
 #include <limits>
 #include <vector>
 
+#include "core/tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/device.h"
 #include "kernels/elementwise.h"
+#include "kernels/paged_attention.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
+#include "kernels/rows.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -21,42 +24,12 @@ namespace {
 
 #ifdef IRIS_HAVE_CUDA
 
+using testing::ActivationInputs;
 using testing::ExpectCloseRel;
+using testing::ExpectSameBits;
 using testing::RandomNormal;
 
-// A GPU, host vectors copied to and from it, and the stream the launches go on.
-struct Gpu {
-  std::unique_ptr<Device> dev;
-  cuda::CudaDevice& cuda() { return static_cast<cuda::CudaDevice&>(*dev); }
-  std::vector<core::Tensor> keep;
-  template <typename T>
-  T* Up(const std::vector<T>& host) {
-    auto t = dev->Allocate(sizeof(T) == 4 ? core::DType::kF32 : core::DType::kBF16,
-                           {static_cast<int64_t>(host.size() * sizeof(T) / (sizeof(T) == 4 ? 4 : 2))});
-    EXPECT_TRUE(t.ok()) << t.status();
-    dev->CopyToDevice(host.data(), t->template data<char>(), host.size() * sizeof(T));
-    keep.push_back(std::move(*t));
-    return reinterpret_cast<T*>(keep.back().template data<char>());
-  }
-  template <typename T>
-  std::vector<T> Down(const T* d, size_t n) {
-    std::vector<T> host(n);
-    dev->CopyToHost(d, host.data(), n * sizeof(T));
-    EXPECT_TRUE(cuda().status().ok()) << cuda().status();
-    return host;
-  }
-};
-
-std::unique_ptr<Gpu> MakeGpu() {
-  DeviceOptions options;
-  options.name = "cuda:0";
-  absl::StatusOr<std::unique_ptr<Device>> d = CreateDevice(options);
-  EXPECT_TRUE(d.ok()) << d.status();  // a machine that runs label gpu has one
-  if (!d.ok()) return nullptr;
-  auto g = std::make_unique<Gpu>();
-  g->dev = std::move(*d);
-  return g;
-}
+using testing::MakeGpu;
 
 TEST(CudaKernelsTest, RmsNormAndSiluMulMatchTheCpuKernels) {
   auto g = MakeGpu();
@@ -77,6 +50,171 @@ TEST(CudaKernelsTest, RmsNormAndSiluMulMatchTheCpuKernels) {
     float* out = g->Up(std::vector<float>(want.size()));
     ASSERT_EQ(cuda::LaunchSiluMulRows(g->cuda().stream(), g->Up(gu), rows, inter, out), 0);
     ExpectCloseRel(g->Down(out, want.size()), want, 4e-6f, "silu_mul");  // expf vs the CPU's exp
+  }
+}
+
+// Past 65536 blocks of 256 threads: the flat kernels' grid-stride loops go round more than once.
+constexpr int64_t kFlatSizes[] = {1, 77, 2051, (int64_t{1} << 24) + 77};
+
+TEST(CudaKernelsTest, ActivationsAndAddMatchTheCpuKernels) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& cpu = DefaultCpuDevice();
+  for (const int64_t n : kFlatSizes) {
+    const std::vector<float> x = ActivationInputs(n, 20 + static_cast<uint32_t>(n % 1000)), b = RandomNormal(n, 21);
+    float* dx = g->Up(x);
+    float* db = g->Up(b);
+    float* dy = g->Up(std::vector<float>(n, NAN));
+    std::vector<float> want(n);
+    SiluMul(cpu, x.data(), b.data(), n, want.data());
+    ASSERT_EQ(cuda::LaunchSiluMul(g->cuda().stream(), dx, db, n, dy), 0);
+    ExpectCloseRel(g->Down(dy, n), want, 4e-6f, "silu_mul");  // expf vs the CPU's exp
+    GeluErf(cpu, x.data(), n, want.data());
+    ASSERT_EQ(cuda::LaunchGeluErf(g->cuda().stream(), dx, n, dy), 0);
+    ExpectCloseRel(g->Down(dy, n), want, 2e-6f, "gelu_erf");  // erfcf vs the CPU's erfc fit
+    QuickGelu(cpu, x.data(), n, want.data());
+    ASSERT_EQ(cuda::LaunchQuickGelu(g->cuda().stream(), dx, n, dy), 0);
+    ExpectCloseRel(g->Down(dy, n), want, 4e-6f, "quick_gelu");
+    Add(cpu, x.data(), b.data(), n, want.data());
+    ASSERT_EQ(cuda::LaunchAdd(g->cuda().stream(), dx, db, n, dy), 0);
+    ExpectSameBits(g->Down(dy, n), want, "add");
+  }
+}
+
+TEST(CudaKernelsTest, LayerNormMatchesTheCpuKernel) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& cpu = DefaultCpuDevice();
+  for (const auto& [rows, dim] : {std::pair{3, 1}, {5, 77}, {33, 1280}, {4, 2051}}) {
+    std::vector<float> x = RandomNormal(static_cast<int64_t>(rows) * dim, 26 + dim, 2.f);
+    for (float& v : x) v += 3.f;  // off-centre rows
+    const std::vector<float> w = RandomNormal(dim, 27 + dim), b = RandomNormal(dim, 28 + dim);
+    std::vector<float> want(x.size());
+    LayerNorm(cpu, x.data(), w.data(), b.data(), rows, dim, 1e-6f, want.data());
+    float* y = g->Up(std::vector<float>(x.size(), NAN));
+    ASSERT_EQ(cuda::LaunchLayerNorm(g->cuda().stream(), g->Up(x), g->Up(w), g->Up(b), rows, dim, 1e-6f, y), 0);
+    ExpectCloseRel(g->Down(y, x.size()), want, 4e-6f, "layer_norm");
+  }
+}
+
+TEST(CudaKernelsTest, RotaryPadOneOfQkvAndUnpadHeadsMatchTheCpuKernels) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& cpu = DefaultCpuDevice();
+  for (const int hd : {2, 77, 80, 128}) {
+    const int rows = 13, heads = 3, half = hd / 2;
+    const int64_t stride = int64_t{heads + 1} * hd;  // strided heads: the 4th head's room untouched
+    const std::vector<float> x = RandomNormal(rows * stride, 30 + hd);
+    const std::vector<float> cos = RandomNormal(rows * half, 31), sin = RandomNormal(rows * half, 32);
+    std::vector<float> want = x;
+    Rotary(cpu, HeadsView{want.data(), stride, heads}, rows, hd, cos.data(), sin.data());
+    float* d = g->Up(x);
+    ASSERT_EQ(cuda::LaunchRotary(g->cuda().stream(), d, stride, heads, rows, hd, g->Up(cos), g->Up(sin)), 0);
+    ExpectCloseRel(g->Down(d, x.size()), want, 1e-6f, "rotary");
+  }
+  for (const auto& [rows, heads, hd, padded] : {std::tuple{11, 3, 80, 96}, {1, 1, 1, 1}, {300, 16, 80, 128}}) {
+    const std::vector<float> qkv = RandomNormal(int64_t{rows} * 3 * heads * hd, 33 + hd);
+    const size_t n = static_cast<size_t>(heads) * rows * padded;
+    const float* dqkv = g->Up(qkv);
+    for (int which = 0; which < 3; ++which) {
+      std::vector<float> want(n);
+      PadOneOfQkv(cpu, qkv.data(), rows, heads, hd, padded, which, want.data());
+      float* out = g->Up(std::vector<float>(n, NAN));
+      ASSERT_EQ(cuda::LaunchPadOneOfQkv(g->cuda().stream(), dqkv, rows, heads, hd, padded, which, out), 0);
+      ExpectSameBits(g->Down(out, n), want, "pad_one_of_qkv");
+    }
+    const std::vector<float> attn = RandomNormal(int64_t{rows} * heads * padded, 34 + hd);
+    std::vector<float> want(static_cast<size_t>(rows) * heads * hd);
+    UnpadHeads(cpu, attn.data(), rows, heads, hd, padded, want.data());
+    float* out = g->Up(std::vector<float>(want.size(), NAN));
+    ASSERT_EQ(cuda::LaunchUnpadHeads(g->cuda().stream(), g->Up(attn), rows, heads, hd, padded, out), 0);
+    ExpectSameBits(g->Down(out, want.size()), want, "unpad_heads");
+  }
+}
+
+TEST(CudaKernelsTest, RowMovesMatchTheCpuKernels) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& cpu = DefaultCpuDevice();
+  for (const auto& [rows, width] : {std::pair{1, int64_t{1}}, {13, int64_t{77}}, {4096, int64_t{1280}}}) {
+    const std::vector<float> src = RandomNormal(rows * width, 35 + rows);
+    std::vector<int32_t> index = testing::Shuffled(rows, 36);
+    index.resize((rows + 1) / 2);  // a subset: scatter leaves the other rows alone
+    const int64_t n = static_cast<int64_t>(index.size());
+    std::vector<float> gathered(n * width), scattered(src.size(), 7.f);
+    GatherRows(cpu, src.data(), width, index, gathered.data());
+    ScatterRows(cpu, gathered.data(), width, index, scattered.data());
+    const int32_t* dindex = g->Up(index);
+    float* dg = g->Up(std::vector<float>(gathered.size(), NAN));
+    float* ds = g->Up(std::vector<float>(src.size(), 7.f));
+    ASSERT_EQ(cuda::LaunchGatherRows(g->cuda().stream(), g->Up(src), width, dindex, n, dg), 0);
+    ASSERT_EQ(cuda::LaunchScatterRows(g->cuda().stream(), dg, width, dindex, n, ds), 0);
+    ExpectSameBits(g->Down(dg, gathered.size()), gathered, "gather_rows");
+    ExpectSameBits(g->Down(ds, scattered.size()), scattered, "scatter_rows");
+  }
+
+  // Every f16 and bf16 bit pattern widened as the CPU op widens it; f32 bits copied as they are.
+  const int64_t vocab = 256, width = 256;
+  const std::vector<uint16_t> halves = testing::AllHalfBits();
+  std::vector<uint32_t> f32_bits(vocab * width);
+  for (size_t i = 0; i < f32_bits.size(); ++i) f32_bits[i] = static_cast<uint32_t>(i) * 0x9E3779B1u;
+  std::vector<int32_t> ids = testing::AllHalfBitsIds();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int32_t* dids = g->Up(ids);
+  for (const core::DType dtype : {core::DType::kF32, core::DType::kBF16, core::DType::kF16}) {
+    const bool f32 = dtype == core::DType::kF32;
+    const void* host = f32 ? static_cast<const void*>(f32_bits.data()) : halves.data();
+    std::vector<float> want(n * width);
+    EmbeddingLookup(cpu, core::Tensor::View(const_cast<void*>(host), dtype, {vocab, width}, nullptr), ids,
+                    want.data());
+    const void* table = f32 ? static_cast<const void*>(g->Up(f32_bits)) : static_cast<const void*>(g->Up(halves));
+    const cuda::EmbeddingDType kind = f32 ? cuda::EmbeddingDType::kF32
+                                      : dtype == core::DType::kBF16 ? cuda::EmbeddingDType::kBf16
+                                                                    : cuda::EmbeddingDType::kF16;
+    float* out = g->Up(std::vector<float>(want.size(), 0.f));
+    ASSERT_EQ(cuda::LaunchEmbeddingLookup(g->cuda().stream(), table, kind, vocab, width, dids, n, out), 0);
+    ExpectSameBits(g->Down(out, want.size()), want, core::DTypeName(dtype));
+  }
+}
+
+// Shuffled slots, strided rows, bf16 rounding (ties, NaNs, overflow) as the CPU op rounds; a slot
+// outside the pool is skipped.
+TEST(CudaKernelsTest, WritePagedKvMatchesTheCpuOp) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  const testing::PagedWriteCase c(38);
+  const float* dqkv = g->Up(c.qkv);
+  const int64_t* dslots = g->Up(c.slots);
+  {
+    const auto [want_k, want_v] = c.Reference<float>(-7.f);
+    float* k = g->Up(std::vector<float>(c.pool_elems(), -7.f));
+    float* v = g->Up(std::vector<float>(c.pool_elems(), -7.f));
+    ASSERT_EQ(cuda::LaunchWritePagedKv(g->cuda().stream(), dqkv + c.row(), c.stride(), dqkv + 2 * c.row(), c.stride(),
+                                       dslots, c.rows, c.row(), c.num_slots(), k, v, /*bf16_pool=*/false),
+              0);
+    ExpectSameBits(g->Down(k, c.pool_elems()), want_k, "f32 k pool");
+    ExpectSameBits(g->Down(v, c.pool_elems()), want_v, "f32 v pool");
+  }
+  {
+    const auto [want_k, want_v] = c.Reference<uint16_t>(0xDEAD);
+    uint16_t* k = g->Up(std::vector<uint16_t>(c.pool_elems(), 0xDEAD));
+    uint16_t* v = g->Up(std::vector<uint16_t>(c.pool_elems(), 0xDEAD));
+    ASSERT_EQ(cuda::LaunchWritePagedKv(g->cuda().stream(), dqkv + c.row(), c.stride(), dqkv + 2 * c.row(), c.stride(),
+                                       dslots, c.rows, c.row(), c.num_slots(), k, v, /*bf16_pool=*/true),
+              0);
+    ExpectSameBits(g->Down(k, c.pool_elems()), want_k, "bf16 k pool");
+    ExpectSameBits(g->Down(v, c.pool_elems()), want_v, "bf16 v pool");
+  }
+  {
+    const std::vector<int64_t> bad = {-1, c.num_slots()};
+    const std::vector<float> marker(c.pool_elems(), -7.f);
+    float* k = g->Up(marker);
+    float* v = g->Up(marker);
+    ASSERT_EQ(cuda::LaunchWritePagedKv(g->cuda().stream(), dqkv + c.row(), c.stride(), dqkv + 2 * c.row(), c.stride(),
+                                       g->Up(bad), 2, c.row(), c.num_slots(), k, v, /*bf16_pool=*/false),
+              0);
+    ExpectSameBits(g->Down(k, c.pool_elems()), marker, "k pool after bad slots");
+    ExpectSameBits(g->Down(v, c.pool_elems()), marker, "v pool after bad slots");
   }
 }
 

@@ -1,5 +1,6 @@
-// Inputs, references and checks shared by the two suites that run iris's CUDA kernels: on the
-// SIMT harness (simt_kernels_test) and on a GPU (cuda_kernels_test).
+// Inputs, references and checks shared by the suites that run iris's CUDA kernels: on the SIMT
+// harness (simt_kernels_test), on a GPU through the launches (cuda_kernels_test) and through the
+// ops' dispatch points (cuda_ops_test).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,6 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -15,16 +21,131 @@
 #include "kernels/paged_attention.h"
 #include "llm/sampler.h"
 #include "tests/test_util.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
 
 namespace iris::testing {
 
-// |got - want| <= rel * max(1, |want|), element by element.
+// |got - want| <= rel * max(1, |want|), element by element; where want is NaN or infinite, got
+// must be NaN or the same infinity.
 inline void ExpectCloseRel(const std::vector<float>& got, const std::vector<float>& want, float rel, const char* what) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], rel * std::max(1.f, std::fabs(want[i]))) << what << " at " << i;
+    if (std::isnan(want[i])) {
+      ASSERT_TRUE(std::isnan(got[i])) << what << " at " << i << ": " << got[i] << ", want NaN";
+    } else if (std::isinf(want[i])) {
+      ASSERT_EQ(got[i], want[i]) << what << " at " << i;
+    } else {
+      ASSERT_NEAR(got[i], want[i], rel * std::max(1.f, std::fabs(want[i]))) << what << " at " << i;
+    }
   }
 }
+
+inline uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+inline float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// The same bits, element by element (NaN payloads and the sign of zero included).
+template <typename T>
+void ExpectSameBits(const std::vector<T>& got, const std::vector<T>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(T)), 0) << what << " at " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
+// n activation inputs: N(0, 3^2) with the edge cases first (signed zeros, a tiny and a subnormal
+// value, where exp saturates, infinities, NaN).
+inline std::vector<float> ActivationInputs(int64_t n, uint32_t seed) {
+  std::vector<float> x = RandomNormal(n, seed, 3.f);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float special[] = {0.f, -0.f, 1e-30f, -1e-40f, 20.f, -20.f, 88.5f, -88.5f, 100.f, -100.f, inf, -inf, NAN};
+  for (size_t i = 0; i < std::size(special) && i < x.size(); ++i) x[i] = special[i];
+  return x;
+}
+
+// Floats that test f32 -> bf16 rounding: random values, then exact ties (low half 0x8000) with an
+// even and an odd bf16 below, values a bit either side of a tie, quiet and signalling NaNs (one
+// whose payload sits only in the low half), infinities, the largest float (rounds to inf),
+// signed zeros and subnormals.
+inline std::vector<float> Bf16RoundingInputs(int64_t n, uint32_t seed) {
+  std::vector<float> x = RandomNormal(n, seed);
+  const uint32_t special[] = {0x3F808000u, 0x3F818000u, 0xBF808000u, 0xBF818000u, 0x3F807FFFu, 0x3F808001u,
+                              0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0x7FA00000u, 0x7F800000u, 0xFF800000u,
+                              0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F7F8000u, 0x00000000u, 0x80000000u, 0x00000001u,
+                              0x807FFFFFu, 0x00008000u, 0x00018000u};
+  for (size_t i = 0; i < std::size(special) && i < x.size(); ++i) x[i] = FromBits(special[i]);
+  return x;
+}
+
+// A permutation of 0 .. n-1 (seeded).
+inline std::vector<int32_t> Shuffled(int32_t n, uint32_t seed) {
+  std::vector<int32_t> index(n);
+  std::iota(index.begin(), index.end(), 0);
+  std::shuffle(index.begin(), index.end(), std::mt19937(seed));
+  return index;
+}
+
+// Every 16-bit pattern once, as a [256, 256] table (all halves and bf16s: subnormals, infinities,
+// NaNs), and ids that read its rows shuffled, some twice.
+inline std::vector<uint16_t> AllHalfBits() {
+  std::vector<uint16_t> t(1 << 16);
+  std::iota(t.begin(), t.end(), uint16_t{0});
+  return t;
+}
+inline std::vector<int32_t> AllHalfBitsIds() {
+  std::vector<int32_t> ids = Shuffled(256, 21);
+  ids.insert(ids.end(), {0, 255, 124, 124, 3});
+  return ids;
+}
+
+// A WritePagedKv step: `rows` tokens' k and v rows (strided, as in a qkv projection's output:
+// k_row_stride = v_row_stride = 3 * row), written into slots handed out shuffled over a pool of
+// num_blocks x block_size slots, pools pre-filled with a marker.
+struct PagedWriteCase {
+  int block_size = 4, kv_heads = 2, head_dim = 7;
+  int64_t num_blocks = 6, rows = 17;
+  std::vector<float> qkv;
+  std::vector<int64_t> slots;
+
+  explicit PagedWriteCase(uint32_t seed) {
+    qkv = RandomNormal(rows * stride(), seed);
+    // The rounding cases in the first two rows of both k and v.
+    const std::vector<float> special = Bf16RoundingInputs(2 * row(), seed);
+    for (int64_t i = 0; i < 2 * row(); ++i) {
+      qkv[(i / row()) * stride() + row() + i % row()] = special[i];
+      qkv[(i / row()) * stride() + 2 * row() + i % row()] = special[i];
+    }
+    const std::vector<int32_t> order = Shuffled(static_cast<int32_t>(num_slots()), seed + 1);
+    slots.assign(order.begin(), order.begin() + rows);
+  }
+  int64_t row() const { return int64_t{kv_heads} * head_dim; }
+  int64_t stride() const { return 3 * row(); }
+  int64_t num_slots() const { return num_blocks * block_size; }
+  int64_t pool_elems() const { return num_slots() * row(); }
+  const float* k() const { return qkv.data() + row(); }
+  const float* v() const { return qkv.data() + 2 * row(); }
+  kernels::PagedKvLayer Layer(void* k_pool, void* v_pool, bool bf16) const {
+    return kernels::PagedKvLayer{k_pool, v_pool, num_blocks, block_size, kv_heads, head_dim,
+                                 bf16 ? core::DType::kBF16 : core::DType::kF32};
+  }
+  // The CPU op's pools (element type T: float, or uint16_t for bf16), from pools filled with `marker`.
+  template <typename T>
+  std::pair<std::vector<T>, std::vector<T>> Reference(T marker) const {
+    std::vector<T> kp(pool_elems(), marker), vp(pool_elems(), marker);
+    kernels::WritePagedKv(kernels::DefaultCpuDevice(), Layer(kp.data(), vp.data(), sizeof(T) == 2), k(), stride(), v(),
+                          stride(), slots);
+    return {kp, vp};
+  }
+};
 
 // The CPU engine's greedy token for a row of logits (llm::Sampler, temperature 0).
 inline int32_t CpuGreedyToken(const float* logits, int64_t vocab) {
@@ -95,5 +216,43 @@ struct PagedCase {
     return out;
   }
 };
+
+#ifdef IRIS_HAVE_CUDA
+// A GPU, and host vectors copied to and from it (cuda_kernels_test, cuda_ops_test).
+struct Gpu {
+  std::unique_ptr<kernels::Device> dev;
+  std::vector<core::Tensor> keep;
+
+  kernels::cuda::CudaDevice& cuda() { return static_cast<kernels::cuda::CudaDevice&>(*dev); }
+  template <typename T>
+  T* Up(const std::vector<T>& host) {
+    auto t = dev->Allocate(core::DType::kU8, {static_cast<int64_t>(host.size() * sizeof(T))});
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return nullptr;
+    dev->CopyToDevice(host.data(), t->raw(), host.size() * sizeof(T));
+    keep.push_back(std::move(*t));
+    return static_cast<T*>(keep.back().raw());
+  }
+  template <typename T>
+  std::vector<T> Down(const T* d, size_t n) {
+    std::vector<T> host(n);
+    dev->CopyToHost(d, host.data(), n * sizeof(T));
+    EXPECT_TRUE(cuda().status().ok()) << cuda().status();
+    return host;
+  }
+};
+
+// The machine's first GPU (ADD_FAILURE and null without one: a machine that runs label gpu has one).
+inline std::unique_ptr<Gpu> MakeGpu() {
+  kernels::DeviceOptions options;
+  options.name = "cuda:0";
+  absl::StatusOr<std::unique_ptr<kernels::Device>> d = kernels::CreateDevice(options);
+  EXPECT_TRUE(d.ok()) << d.status();
+  if (!d.ok()) return nullptr;
+  auto g = std::make_unique<Gpu>();
+  g->dev = std::move(*d);
+  return g;
+}
+#endif
 
 }  // namespace iris::testing

@@ -10,16 +10,21 @@
 #include <limits>
 #include <vector>
 
+#include "core/tensor.h"
 #include "kernels/device.h"
 #include "kernels/elementwise.h"
+#include "kernels/paged_attention.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
+#include "kernels/rows.h"
 #include "tests/kernel_cases.h"
 
 namespace iris::kernels::cuda {
 namespace {
 
+using testing::ActivationInputs;
 using testing::ExpectCloseRel;
+using testing::ExpectSameBits;
 using testing::RandomNormal;
 
 // --- the harness itself ---
@@ -87,6 +92,209 @@ TEST(CudaKernelsOnSimtTest, SiluMulRowsMatchesTheCpuKernel) {
     SiluMulRows(cpu, gu.data(), rows, inter, want.data());
     Launch(Dim3(5), Dim3(64), SiluMulRowsKernel, gu.data(), int64_t{rows}, int64_t{inter}, got.data());
     ExpectCloseRel(got, want, 2e-6f, "silu_mul");
+  }
+}
+
+// The flat kernels run on 3 blocks of 64 threads: every size below needs the grid-stride loop.
+constexpr unsigned kFlatBlocks = 3, kFlatThreads = 64;
+constexpr int64_t kFlatSizes[] = {1, 77, 1280, 2051};
+
+TEST(CudaKernelsOnSimtTest, SiluMulMatchesTheCpuKernel) {
+  Device& cpu = DefaultCpuDevice();
+  for (const int64_t n : kFlatSizes) {
+    const std::vector<float> gate = ActivationInputs(n, 20 + n), up = RandomNormal(n, 21 + n);
+    std::vector<float> want(n), got(n, NAN);
+    SiluMul(cpu, gate.data(), up.data(), n, want.data());
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), SiluMulKernel, gate.data(), up.data(), n, got.data());
+    ExpectCloseRel(got, want, 2e-6f, "silu_mul");
+    std::vector<float> in_place = gate;  // out aliasing gate
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), SiluMulKernel, in_place.data(), up.data(), n, in_place.data());
+    ExpectSameBits(in_place, got, "silu_mul in place");
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, GeluErfMatchesTheCpuKernel) {
+  Device& cpu = DefaultCpuDevice();
+  for (const int64_t n : kFlatSizes) {
+    const std::vector<float> x = ActivationInputs(n, 22 + n);
+    std::vector<float> want(n), got(n, NAN);
+    GeluErf(cpu, x.data(), n, want.data());
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), GeluErfKernel, x.data(), n, got.data());
+    ExpectCloseRel(got, want, 1e-6f, "gelu_erf");
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, QuickGeluMatchesTheCpuKernel) {
+  Device& cpu = DefaultCpuDevice();
+  for (const int64_t n : kFlatSizes) {
+    const std::vector<float> x = ActivationInputs(n, 23 + n);
+    std::vector<float> want(n), got(n, NAN);
+    QuickGelu(cpu, x.data(), n, want.data());
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), QuickGeluKernel, x.data(), n, got.data());
+    ExpectCloseRel(got, want, 2e-6f, "quick_gelu");
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, AddMatchesTheCpuKernelExactly) {
+  Device& cpu = DefaultCpuDevice();
+  for (const int64_t n : kFlatSizes) {
+    const std::vector<float> a = ActivationInputs(n, 24 + n), b = RandomNormal(n, 25 + n);
+    std::vector<float> want(n), got(n, NAN);
+    Add(cpu, a.data(), b.data(), n, want.data());
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), AddKernel, a.data(), b.data(), n, got.data());
+    ExpectSameBits(got, want, "add");
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, LayerNormMatchesTheCpuKernel) {
+  Device& cpu = DefaultCpuDevice();
+  for (const auto& [rows, dim, threads] : {std::tuple{3, 1, 32}, {5, 77, 64}, {2, 1280, 128}, {4, 2051, 256}}) {
+    // Off-centre rows (mean 3): the variance is taken around the mean, not as E[x^2] - mean^2.
+    std::vector<float> x = RandomNormal(static_cast<int64_t>(rows) * dim, 26 + dim, 2.f);
+    for (float& v : x) v += 3.f;
+    const std::vector<float> w = RandomNormal(dim, 27 + dim), b = RandomNormal(dim, 28 + dim);
+    std::vector<float> want(x.size()), got(x.size(), NAN);
+    LayerNorm(cpu, x.data(), w.data(), b.data(), rows, dim, 1e-6f, want.data());
+    Launch(Dim3(rows), Dim3(threads), LayerNormKernel, x.data(), w.data(), b.data(), int64_t{dim}, 1e-6f, got.data());
+    ExpectCloseRel(got, want, 2e-6f, "layer_norm");
+    std::vector<float> in_place = x;  // y aliasing x
+    Launch(Dim3(rows), Dim3(threads), LayerNormKernel, in_place.data(), w.data(), b.data(), int64_t{dim}, 1e-6f,
+           in_place.data());
+    ExpectSameBits(in_place, got, "layer_norm in place");
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, RotaryOfOneTensorMatchesTheCpuKernel) {
+  Device& cpu = DefaultCpuDevice();
+  // Strided heads (3 of them in a row of 4 heads' room), odd row count; an odd head_dim leaves its
+  // last dim alone on both.
+  for (const int hd : {2, 77, 80, 128}) {
+    const int rows = 13, heads = 3, half = hd / 2;
+    const int64_t stride = int64_t{heads + 1} * hd;
+    const std::vector<float> x = RandomNormal(rows * stride, 30 + hd);
+    const std::vector<float> cos = RandomNormal(rows * half, 31), sin = RandomNormal(rows * half, 32);
+    std::vector<float> want = x, got = x;
+    Rotary(cpu, HeadsView{want.data(), stride, heads}, rows, hd, cos.data(), sin.data());
+    Launch(Dim3(rows), Dim3(64), RotaryQKKernel, got.data(), stride, heads, static_cast<float*>(nullptr), int64_t{0}, 0,
+           hd, cos.data(), sin.data());
+    ExpectCloseRel(got, want, 1e-6f, "rotary");
+    for (int r = 0; r < rows; ++r) {
+      for (int64_t e = int64_t{heads} * hd; e < stride; ++e) ASSERT_EQ(got[r * stride + e], x[r * stride + e]);
+    }
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, PadOneOfQkvAndUnpadHeadsMatchTheCpuKernelsExactly) {
+  Device& cpu = DefaultCpuDevice();
+  for (const auto& [rows, heads, hd, padded] : {std::tuple{11, 3, 80, 96}, {1, 1, 1, 1}, {7, 16, 64, 64}}) {
+    const std::vector<float> qkv = RandomNormal(int64_t{rows} * 3 * heads * hd, 33 + hd);
+    const size_t n = static_cast<size_t>(heads) * rows * padded;
+    for (int which = 0; which < 3; ++which) {
+      std::vector<float> want(n), got(n, NAN);
+      PadOneOfQkv(cpu, qkv.data(), rows, heads, hd, padded, which, want.data());
+      Launch(Dim3(rows), Dim3(64), PadOneOfQkvKernel, qkv.data(), int64_t{rows}, heads, hd, padded, which, got.data());
+      ExpectSameBits(got, want, "pad_one_of_qkv");
+    }
+    // Unpad an attention output [rows, heads, padded] back to [rows, heads * hd].
+    const std::vector<float> attn = RandomNormal(int64_t{rows} * heads * padded, 34 + hd);
+    std::vector<float> want(static_cast<size_t>(rows) * heads * hd), got(want.size(), NAN);
+    UnpadHeads(cpu, attn.data(), rows, heads, hd, padded, want.data());
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), UnpadHeadsKernel, attn.data(), int64_t{rows}, heads, hd, padded,
+           got.data());
+    ExpectSameBits(got, want, "unpad_heads");
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, GatherAndScatterRowsMatchTheCpuKernelsExactly) {
+  Device& cpu = DefaultCpuDevice();
+  for (const auto& [rows, width] : {std::pair{1, int64_t{1}}, {13, int64_t{77}}, {9, int64_t{1280}}}) {
+    const std::vector<float> src = RandomNormal(rows * width, 35 + rows);
+    std::vector<int32_t> index = testing::Shuffled(rows, 36);
+    index.resize((rows + 1) / 2);  // a subset: scatter leaves the other rows alone
+    const int64_t n = static_cast<int64_t>(index.size());
+    std::vector<float> want(n * width), got(want.size(), NAN);
+    GatherRows(cpu, src.data(), width, index, want.data());
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), GatherRowsKernel, src.data(), width, index.data(), n, got.data());
+    ExpectSameBits(got, want, "gather_rows");
+    std::vector<float> scattered(src.size(), 7.f), got_scattered(src.size(), 7.f);
+    ScatterRows(cpu, want.data(), width, index, scattered.data());
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), ScatterRowsKernel, want.data(), width, index.data(), n,
+           got_scattered.data());
+    ExpectSameBits(got_scattered, scattered, "scatter_rows");
+  }
+}
+
+// Every f16 and bf16 bit pattern (subnormals, infinities, NaN payloads) widened exactly as the
+// CPU op widens it; an f32 table copied bit for bit (NaNs included).
+TEST(CudaKernelsOnSimtTest, EmbeddingLookupMatchesTheCpuOpBitForBitOnEveryTableDtype) {
+  Device& cpu = DefaultCpuDevice();
+  const int64_t vocab = 256, width = 256;
+  std::vector<uint16_t> halves = testing::AllHalfBits();
+  std::vector<uint32_t> f32_bits(vocab * width);
+  for (size_t i = 0; i < f32_bits.size(); ++i) f32_bits[i] = static_cast<uint32_t>(i) * 0x9E3779B1u;  // all exponents
+  const std::vector<int32_t> ids = testing::AllHalfBitsIds();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  for (const core::DType dtype : {core::DType::kF32, core::DType::kBF16, core::DType::kF16}) {
+    void* data = dtype == core::DType::kF32 ? static_cast<void*>(f32_bits.data()) : halves.data();
+    const core::Tensor table = core::Tensor::View(data, dtype, {vocab, width}, nullptr);
+    std::vector<float> want(n * width), got(want.size(), 0.f);
+    EmbeddingLookup(cpu, table, ids, want.data());
+    if (dtype == core::DType::kF32) {
+      Launch(Dim3(8), Dim3(128), EmbeddingLookupKernel<F32Table>, reinterpret_cast<const float*>(f32_bits.data()),
+             vocab, width, ids.data(), n, got.data());
+    } else if (dtype == core::DType::kBF16) {
+      Launch(Dim3(8), Dim3(128), EmbeddingLookupKernel<Bf16Table>, static_cast<const uint16_t*>(halves.data()), vocab,
+             width, ids.data(), n, got.data());
+    } else {
+      Launch(Dim3(8), Dim3(128), EmbeddingLookupKernel<F16Table>, static_cast<const uint16_t*>(halves.data()), vocab,
+             width, ids.data(), n, got.data());
+    }
+    ExpectSameBits(got, want, core::DTypeName(dtype));
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, EmbeddingLookupGivesNanRowsForIdsOutsideTheTable) {
+  const int64_t vocab = 3, width = 5;
+  const std::vector<float> table = RandomNormal(vocab * width, 37);
+  const std::vector<int32_t> ids = {2, -1, 3, 0};
+  std::vector<float> got(ids.size() * width, 0.f);
+  Launch(Dim3(1), Dim3(32), EmbeddingLookupKernel<F32Table>, table.data(), vocab, width, ids.data(),
+         static_cast<int64_t>(ids.size()), got.data());
+  for (int64_t j = 0; j < width; ++j) {
+    EXPECT_EQ(got[j], table[2 * width + j]);
+    EXPECT_TRUE(std::isnan(got[width + j]));
+    EXPECT_TRUE(std::isnan(got[2 * width + j]));
+    EXPECT_EQ(got[3 * width + j], table[j]);
+  }
+}
+
+// Shuffled slots, strided rows; bf16 pools get ties, NaNs and overflow rounded as the CPU rounds.
+template <typename T>
+void CheckWritePagedKv(T marker) {
+  const testing::PagedWriteCase c(38);
+  const auto [want_k, want_v] = c.template Reference<T>(marker);
+  std::vector<T> k(c.pool_elems(), marker), v(c.pool_elems(), marker);
+  Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), WritePagedKvKernel<T>, c.k(), c.stride(), c.v(), c.stride(),
+         c.slots.data(), c.rows, c.row(), c.num_slots(), k.data(), v.data());
+  ExpectSameBits(k, want_k, "k pool");
+  ExpectSameBits(v, want_v, "v pool");
+}
+
+TEST(CudaKernelsOnSimtTest, WritePagedKvMatchesTheCpuOpOnF32Pools) { CheckWritePagedKv<float>(-7.f); }
+
+TEST(CudaKernelsOnSimtTest, WritePagedKvRoundsToBf16AsTheCpuOp) { CheckWritePagedKv<uint16_t>(0xDEAD); }
+
+TEST(CudaKernelsOnSimtTest, WritePagedKvSkipsSlotsOutsideThePool) {
+  const testing::PagedWriteCase c(39);
+  const std::vector<int64_t> slots = {-1, c.num_slots(), 5};
+  std::vector<float> k(c.pool_elems(), -7.f), v(c.pool_elems(), -7.f);
+  Launch(Dim3(1), Dim3(32), WritePagedKvKernel<float>, c.k(), c.stride(), c.v(), c.stride(), slots.data(), int64_t{3},
+         c.row(), c.num_slots(), k.data(), v.data());
+  for (int64_t i = 0; i < c.pool_elems(); ++i) {
+    const bool written = i / c.row() == 5;
+    const int64_t d = i % c.row();
+    ASSERT_EQ(testing::Bits(k[i]), testing::Bits(written ? c.k()[2 * c.stride() + d] : -7.f)) << i;
+    ASSERT_EQ(testing::Bits(v[i]), testing::Bits(written ? c.v()[2 * c.stride() + d] : -7.f)) << i;
   }
 }
 

@@ -13,22 +13,13 @@ namespace {
 
 }  // namespace
 
-std::vector<PagedSequence> CheckedPagedSequences(const PagedAttentionArgs& a) {
+void CheckPagedAttentionArgs(const PagedAttentionArgs& a) {
   const PagedKvLayer& L = a.layer;
   const PagedMetadata& md = a.metadata;
-  if (md.num_seqs <= 0) return {};
   if (static_cast<int64_t>(md.query_start.size()) < md.num_seqs + 1 ||
       static_cast<int64_t>(md.context_lens.size()) < md.num_seqs || md.max_blocks_per_seq < 0 ||
       static_cast<int64_t>(md.block_tables.size()) < int64_t{md.num_seqs} * md.max_blocks_per_seq) {
     Fail("metadata arrays shorter than num_seqs");
-  }
-  std::vector<PagedSequence> seqs(md.num_seqs);
-  for (int si = 0; si < md.num_seqs; ++si) {
-    PagedSequence& s = seqs[si];
-    s.block_table = md.block_tables.subspan(static_cast<size_t>(si) * md.max_blocks_per_seq, md.max_blocks_per_seq);
-    s.context_len = md.context_lens[si];
-    s.q_begin = md.query_start[si];
-    s.q_len = md.query_start[si + 1] - md.query_start[si];
   }
   if (L.num_kv_heads <= 0 || a.num_heads <= 0 || a.num_heads % L.num_kv_heads != 0) {
     std::fprintf(stderr, "iris PagedAttention: num_heads %d is not a positive multiple of num_kv_heads %d\n",
@@ -39,6 +30,29 @@ std::vector<PagedSequence> CheckedPagedSequences(const PagedAttentionArgs& a) {
   if (L.block_size <= 0) Fail("block_size must be positive");
   if (L.k == nullptr || L.v == nullptr || a.q == nullptr || a.out == nullptr) Fail("null pointer");
   if (L.dtype != core::DType::kF32 && L.dtype != core::DType::kBF16) Fail("the pools' dtype must be f32 or bf16");
+}
+
+void CheckWritableKvLayer(const PagedKvLayer& layer) {
+  if (layer.k == nullptr || layer.v == nullptr || layer.block_size <= 0 || layer.num_kv_heads <= 0 ||
+      layer.head_dim <= 0 || (layer.dtype != core::DType::kF32 && layer.dtype != core::DType::kBF16)) {
+    std::fprintf(stderr, "iris WritePagedKv: bad layer\n");
+    std::abort();
+  }
+}
+
+std::vector<PagedSequence> CheckedPagedSequences(const PagedAttentionArgs& a) {
+  const PagedKvLayer& L = a.layer;
+  const PagedMetadata& md = a.metadata;
+  if (md.num_seqs <= 0) return {};
+  CheckPagedAttentionArgs(a);
+  std::vector<PagedSequence> seqs(md.num_seqs);
+  for (int si = 0; si < md.num_seqs; ++si) {
+    PagedSequence& s = seqs[si];
+    s.block_table = md.block_tables.subspan(static_cast<size_t>(si) * md.max_blocks_per_seq, md.max_blocks_per_seq);
+    s.context_len = md.context_lens[si];
+    s.q_begin = md.query_start[si];
+    s.q_len = md.query_start[si + 1] - md.query_start[si];
+  }
   for (const PagedSequence& s : seqs) {
     if (s.q_len < 0 || s.q_len > s.context_len || s.q_begin < 0) Fail("bad sequence: need 0 <= q_len <= context_len");
     if (s.q_len == 0) continue;

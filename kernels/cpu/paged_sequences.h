@@ -1,5 +1,6 @@
 // A paged-attention step's sequences, read from the flat metadata and checked once, for both
-// tiers' PagedAttention (plain C++, any ISA).
+// tiers' PagedAttention (plain C++, any ISA); and the paged ops' checks that read no device
+// memory, which the GPU's dispatch makes too.
 #pragma once
 
 #include <cstdint>
@@ -24,5 +25,13 @@ constexpr int kPagedMaxHeadDim = 256;
 // head_dim outside 1..256, null pointers, q_len outside 0..context_len, or a block table that is
 // short or names a block outside the pool (checked for sequences with queries).
 std::vector<PagedSequence> CheckedPagedSequences(const PagedAttentionArgs& a);
+
+// The part of those checks that reads no metadata values (the arrays' sizes, the heads, head_dim,
+// block size, pointers, dtype): all a GPU can check without reading its memory back. For
+// metadata.num_seqs > 0; aborts with the same messages.
+void CheckPagedAttentionArgs(const PagedAttentionArgs& a);
+
+// WritePagedKv's checks of the layer (pools, sizes, dtype f32 or bf16): aborts on a bad one.
+void CheckWritableKvLayer(const PagedKvLayer& layer);
 
 }  // namespace iris::kernels::cpu

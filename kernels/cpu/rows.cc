@@ -8,6 +8,7 @@
 
 #include "core/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/paged_sequences.h"
 
 namespace iris::kernels::cpu {
 namespace {
@@ -34,12 +35,8 @@ void ScatterRows(CpuDevice& dev, const float* src, int64_t width, std::span<cons
 void WritePagedKv(CpuDevice& dev, const PagedKvLayer& layer, const float* k, int64_t k_row_stride, const float* v,
                   int64_t v_row_stride, std::span<const int64_t> slots) {
   if (slots.empty()) return;
+  CheckWritableKvLayer(layer);
   const bool bf16 = layer.dtype == core::DType::kBF16;
-  if (layer.k == nullptr || layer.v == nullptr || layer.block_size <= 0 || layer.num_kv_heads <= 0 ||
-      layer.head_dim <= 0 || (!bf16 && layer.dtype != core::DType::kF32)) {
-    std::fprintf(stderr, "iris WritePagedKv: bad layer\n");
-    std::abort();
-  }
   const int64_t num_slots = layer.num_blocks * layer.block_size;
   const int64_t row = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
   const int64_t n = static_cast<int64_t>(slots.size());

@@ -10,22 +10,62 @@ namespace {
 
 int LastError() { return static_cast<int>(cudaGetLastError()); }
 
+// Threads per block for a block's share of `work` items (a multiple of the warp size: the
+// reductions shuffle).
 int BlockFor(int64_t work) { return work >= 256 ? 256 : work > 64 ? 128 : 64; }
+
+// Flat kernels: 256 threads a block, a block per 256 elements up to 65536 blocks (a grid-stride
+// loop covers the rest).
+constexpr int kFlatThreads = 256;
+unsigned FlatBlocks(int64_t n) {
+  const int64_t blocks = (n + kFlatThreads - 1) / kFlatThreads;
+  return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
+}
 
 }  // namespace
 
-int LaunchRmsNorm(CUstream_st* stream, const float* x, const float* weight, int64_t rows, int dim, float eps,
+int LaunchRmsNorm(CUstream_st* stream, const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                   float* y) {
   if (rows == 0) return 0;
   RmsNormKernel<<<static_cast<unsigned>(rows), BlockFor(dim), 0, stream>>>(x, weight, dim, eps, y);
   return LastError();
 }
 
+int LaunchLayerNorm(CUstream_st* stream, const float* x, const float* weight, const float* bias, int64_t rows,
+                    int64_t dim, float eps, float* y) {
+  if (rows == 0) return 0;
+  LayerNormKernel<<<static_cast<unsigned>(rows), BlockFor(dim), 0, stream>>>(x, weight, bias, dim, eps, y);
+  return LastError();
+}
+
 int LaunchSiluMulRows(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, float* out) {
   const int64_t n = rows * inter;
   if (n == 0) return 0;
-  const int64_t blocks = (n + 255) / 256;
-  SiluMulRowsKernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(gu, rows, inter, out);
+  SiluMulRowsKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(gu, rows, inter, out);
+  return LastError();
+}
+
+int LaunchSiluMul(CUstream_st* stream, const float* gate, const float* up, int64_t n, float* out) {
+  if (n == 0) return 0;
+  SiluMulKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(gate, up, n, out);
+  return LastError();
+}
+
+int LaunchGeluErf(CUstream_st* stream, const float* x, int64_t n, float* y) {
+  if (n == 0) return 0;
+  GeluErfKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(x, n, y);
+  return LastError();
+}
+
+int LaunchQuickGelu(CUstream_st* stream, const float* x, int64_t n, float* y) {
+  if (n == 0) return 0;
+  QuickGeluKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(x, n, y);
+  return LastError();
+}
+
+int LaunchAdd(CUstream_st* stream, const float* a, const float* b, int64_t n, float* y) {
+  if (n == 0) return 0;
+  AddKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(a, b, n, y);
   return LastError();
 }
 
@@ -37,6 +77,11 @@ int LaunchRotaryQK(CUstream_st* stream, float* q, int64_t q_stride, int q_heads,
   return LastError();
 }
 
+int LaunchRotary(CUstream_st* stream, float* x, int64_t stride, int heads, int64_t rows, int head_dim,
+                 const float* cos, const float* sin) {
+  return LaunchRotaryQK(stream, x, stride, heads, nullptr, 0, 0, rows, head_dim, cos, sin);
+}
+
 int LaunchPadQkv(CUstream_st* stream, const float* qkv, int64_t rows, int heads, int head_dim, int padded_dim,
                  float* q, float* k, float* v) {
   if (rows == 0) return 0;
@@ -45,9 +90,80 @@ int LaunchPadQkv(CUstream_st* stream, const float* qkv, int64_t rows, int heads,
   return LastError();
 }
 
+int LaunchPadOneOfQkv(CUstream_st* stream, const float* qkv, int64_t rows, int heads, int head_dim, int padded_dim,
+                      int which, float* out) {
+  if (rows == 0) return 0;
+  PadOneOfQkvKernel<<<static_cast<unsigned>(rows), BlockFor(int64_t{heads} * padded_dim), 0, stream>>>(
+      qkv, rows, heads, head_dim, padded_dim, which, out);
+  return LastError();
+}
+
+int LaunchUnpadHeads(CUstream_st* stream, const float* padded, int64_t rows, int heads, int head_dim, int padded_dim,
+                     float* out) {
+  const int64_t n = rows * heads * head_dim;
+  if (n == 0) return 0;
+  UnpadHeadsKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(padded, rows, heads, head_dim, padded_dim, out);
+  return LastError();
+}
+
+int LaunchGatherRows(CUstream_st* stream, const float* src, int64_t width, const int32_t* index, int64_t n,
+                     float* dst) {
+  if (n * width == 0) return 0;
+  GatherRowsKernel<<<FlatBlocks(n * width), kFlatThreads, 0, stream>>>(src, width, index, n, dst);
+  return LastError();
+}
+
+int LaunchScatterRows(CUstream_st* stream, const float* src, int64_t width, const int32_t* index, int64_t n,
+                      float* dst) {
+  if (n * width == 0) return 0;
+  ScatterRowsKernel<<<FlatBlocks(n * width), kFlatThreads, 0, stream>>>(src, width, index, n, dst);
+  return LastError();
+}
+
+int LaunchEmbeddingLookup(CUstream_st* stream, const void* table, EmbeddingDType dtype, int64_t vocab, int64_t width,
+                          const int32_t* ids, int64_t n, float* out) {
+  if (n * width == 0) return 0;
+  const unsigned blocks = FlatBlocks(n * width);
+  switch (dtype) {
+    case EmbeddingDType::kF32:
+      EmbeddingLookupKernel<F32Table><<<blocks, kFlatThreads, 0, stream>>>(static_cast<const float*>(table), vocab,
+                                                                            width, ids, n, out);
+      break;
+    case EmbeddingDType::kBf16:
+      EmbeddingLookupKernel<Bf16Table><<<blocks, kFlatThreads, 0, stream>>>(static_cast<const uint16_t*>(table),
+                                                                             vocab, width, ids, n, out);
+      break;
+    case EmbeddingDType::kF16:
+      EmbeddingLookupKernel<F16Table><<<blocks, kFlatThreads, 0, stream>>>(static_cast<const uint16_t*>(table), vocab,
+                                                                            width, ids, n, out);
+      break;
+    default:
+      return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return LastError();
+}
+
 int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t vocab, int32_t* out) {
   if (rows == 0) return 0;
   ArgmaxKernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(logits, vocab, out);
+  return LastError();
+}
+
+int LaunchWritePagedKv(CUstream_st* stream, const float* k, int64_t k_row_stride, const float* v, int64_t v_row_stride,
+                       const int64_t* slots, int64_t n, int64_t row_elems, int64_t num_slots, void* k_pool,
+                       void* v_pool, bool bf16_pool) {
+  if (n * row_elems == 0) return 0;
+  const unsigned blocks = FlatBlocks(n * row_elems);
+  if (bf16_pool) {
+    WritePagedKvKernel<uint16_t><<<blocks, kFlatThreads, 0, stream>>>(k, k_row_stride, v, v_row_stride, slots, n,
+                                                                       row_elems, num_slots,
+                                                                       static_cast<uint16_t*>(k_pool),
+                                                                       static_cast<uint16_t*>(v_pool));
+  } else {
+    WritePagedKvKernel<float><<<blocks, kFlatThreads, 0, stream>>>(k, k_row_stride, v, v_row_stride, slots, n,
+                                                                    row_elems, num_slots, static_cast<float*>(k_pool),
+                                                                    static_cast<float*>(v_pool));
+  }
   return LastError();
 }
 

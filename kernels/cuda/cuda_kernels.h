@@ -9,17 +9,53 @@ struct CUstream_st;
 
 namespace iris::kernels::cuda {
 
-int LaunchRmsNorm(CUstream_st* stream, const float* x, const float* weight, int64_t rows, int dim, float eps,
+// kernels/elementwise.h's ops (y may alias x where the op allows it).
+int LaunchRmsNorm(CUstream_st* stream, const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                   float* y);
+int LaunchLayerNorm(CUstream_st* stream, const float* x, const float* weight, const float* bias, int64_t rows,
+                    int64_t dim, float eps, float* y);
 int LaunchSiluMulRows(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, float* out);
+int LaunchSiluMul(CUstream_st* stream, const float* gate, const float* up, int64_t n, float* out);
+int LaunchGeluErf(CUstream_st* stream, const float* x, int64_t n, float* y);
+int LaunchQuickGelu(CUstream_st* stream, const float* x, int64_t n, float* y);
+int LaunchAdd(CUstream_st* stream, const float* a, const float* b, int64_t n, float* y);
+
 // q and k rotated in place in one launch (cos/sin: head_dim / 2 values per row, on the device).
 int LaunchRotaryQK(CUstream_st* stream, float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
                    int k_heads, int64_t rows, int head_dim, const float* cos, const float* sin);
-// q, k and v padded from head_dim to padded_dim in one launch.
+// One tensor's heads rotated in place.
+int LaunchRotary(CUstream_st* stream, float* x, int64_t stride, int heads, int64_t rows, int head_dim,
+                 const float* cos, const float* sin);
+
+// q, k and v padded from head_dim to padded_dim in one launch; one of them (which = 0 q, 1 k,
+// 2 v); and the inverse for an attention output (kernels/qkv_pad.h).
 int LaunchPadQkv(CUstream_st* stream, const float* qkv, int64_t rows, int heads, int head_dim, int padded_dim,
                  float* q, float* k, float* v);
+int LaunchPadOneOfQkv(CUstream_st* stream, const float* qkv, int64_t rows, int heads, int head_dim, int padded_dim,
+                      int which, float* out);
+int LaunchUnpadHeads(CUstream_st* stream, const float* padded, int64_t rows, int heads, int head_dim, int padded_dim,
+                     float* out);
+
+// kernels/rows.h's row moves over n rows of `width` floats (index: n device int32s).
+int LaunchGatherRows(CUstream_st* stream, const float* src, int64_t width, const int32_t* index, int64_t n,
+                     float* dst);
+int LaunchScatterRows(CUstream_st* stream, const float* src, int64_t width, const int32_t* index, int64_t n,
+                      float* dst);
+// out[i, :] = table[ids[i], :] as f32; table [vocab, width] of f32, bf16 or f16 bits. An id
+// outside [0, vocab) gives a NaN row (the GPU cannot stop on it as the CPU op does).
+enum class EmbeddingDType { kF32, kBf16, kF16 };
+int LaunchEmbeddingLookup(CUstream_st* stream, const void* table, EmbeddingDType dtype, int64_t vocab, int64_t width,
+                          const int32_t* ids, int64_t n, float* out);
+
 // Greedy token per row of logits (the CPU sampler's rule), into out[rows] on the device.
 int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t vocab, int32_t* out);
+
+// Writes n tokens' k and v rows (row_elems = num_kv_heads * head_dim floats each) into pool slots
+// slots[r] (n device int64s) of f32 or bf16 pools (rounded to nearest even, as the CPU op). A slot
+// outside [0, num_slots) is skipped (the GPU cannot stop on it as the CPU op does).
+int LaunchWritePagedKv(CUstream_st* stream, const float* k, int64_t k_row_stride, const float* v, int64_t v_row_stride,
+                       const int64_t* slots, int64_t n, int64_t row_elems, int64_t num_slots, void* k_pool,
+                       void* v_pool, bool bf16_pool);
 
 // Paged attention over f32 or bf16 pools (f32 products), kernels/paged_attention.h's layout and
 // metadata (device arrays); the step's query rows are [row_begin, row_end). head_dim at most 256

@@ -1,7 +1,9 @@
 // iris's own CUDA kernels: device code only, written against simt.h so that the same source is
 // compiled by nvcc (cuda_kernels.cu launches it on a stream) and by the host compiler (the SIMT
-// harness runs it in CI against the CPU kernels, tests/simt_kernels_test.cc). All f32, row-major,
-// with the CPU ops' semantics (kernels/elementwise.h, rotary.h, qkv_pad.h, llm's greedy argmax).
+// harness runs it in CI against the CPU kernels, tests/simt_kernels_test.cc). f32 math, row-major,
+// with the CPU ops' semantics (kernels/elementwise.h, rotary.h, qkv_pad.h, rows.h,
+// paged_attention.h, llm's greedy argmax). Flat kernels walk their elements with a grid-stride
+// loop in 64-bit indices, so any grid covers any size.
 #pragma once
 
 #include <math.h>
@@ -14,6 +16,12 @@
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace iris::kernels::cuda {
+#if !defined(__CUDACC__)
+// The harness's copies get names of their own: a binary that links both (the tests: the dispatch
+// points pull in cuda_kernels.cu's kernels) would otherwise have nvcc's host stub and the harness's
+// inline function under one name, and the linker would keep the stub.
+inline namespace simt_harness {
+#endif
 
 constexpr int kMaxWarpsPerBlock = 32;
 
@@ -35,31 +43,77 @@ IRIS_DEVICE float InvSqrt(float v) {
   return 1.0f / sqrtf(v);
 }
 
-// y[r, :] = (x[r, :] * 1/sqrt(mean(x[r, :]^2) + eps)) * w. One block per row.
-IRIS_GLOBAL void RmsNormKernel(const float* x, const float* w, int dim, float eps, float* y) {
+// The first element of this thread in a grid-stride loop, and the loop's stride.
+IRIS_DEVICE int64_t GridStart() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+IRIS_DEVICE int64_t GridStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// y[r, :] = (x[r, :] * 1/sqrt(mean(x[r, :]^2) + eps)) * w. One block per row. y may alias x: each
+// thread rewrites only the elements it read, after the block sum.
+IRIS_GLOBAL void RmsNormKernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
   IRIS_SHARED float partials[kMaxWarpsPerBlock];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * dim;
   float* yr = y + row * dim;
   float ss = 0.f;
-  for (int i = static_cast<int>(threadIdx.x); i < dim; i += static_cast<int>(blockDim.x)) ss += xr[i] * xr[i];
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
   const float inv = InvSqrt(BlockSum(ss, partials) / static_cast<float>(dim) + eps);
-  for (int i = static_cast<int>(threadIdx.x); i < dim; i += static_cast<int>(blockDim.x)) yr[i] = (xr[i] * inv) * w[i];
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] * inv) * w[i];
 }
+
+// torch's LayerNorm: y[r, :] = (x[r, :] - mean) / sqrt(var + eps) * w + b, biased variance. One
+// block per row; two passes for the statistics (the mean first, then the squared deviations from
+// it), as the CPU kernel. y may alias x, as in RmsNormKernel.
+IRIS_GLOBAL void LayerNormKernel(const float* x, const float* w, const float* b, int64_t dim, float eps, float* y) {
+  IRIS_SHARED float partials[kMaxWarpsPerBlock];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * dim;
+  float* yr = y + row * dim;
+  float sum = 0.f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += xr[i];
+  const float mean = BlockSum(sum, partials) / static_cast<float>(dim);
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (xr[i] - mean) * (xr[i] - mean);
+  const float inv = InvSqrt(BlockSum(ss, partials) / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
+}
+
+// silu(x) = x / (1 + e^-x), a true division as torch (and the CPU kernels) compute it.
+IRIS_DEVICE float Silu(float x) { return x / (1.0f + expf(-x)); }
 
 // out[r, j] = silu(gu[r, j]) * gu[r, inter + j]: gate and up side by side in each row.
 IRIS_GLOBAL void SiluMulRowsKernel(const float* gu, int64_t rows, int64_t inter, float* out) {
   const int64_t n = rows * inter;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+  for (int64_t e = GridStart(); e < n; e += GridStride()) {
     const int64_t r = e / inter, j = e % inter;
-    const float g = gu[r * 2 * inter + j];
-    out[e] = g / (1.0f + expf(-g)) * gu[r * 2 * inter + inter + j];
+    out[e] = Silu(gu[r * 2 * inter + j]) * gu[r * 2 * inter + inter + j];
   }
 }
 
+// out = silu(gate) * up over two flat arrays (out may alias gate).
+IRIS_GLOBAL void SiluMulKernel(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = GridStart(); i < n; i += GridStride()) out[i] = Silu(gate[i]) * up[i];
+}
+
+// y = gelu(x), the exact form 0.5 x erfc(-x / sqrt(2)) (erfc: no cancellation for negative x).
+IRIS_GLOBAL void GeluErfKernel(const float* x, int64_t n, float* y) {
+  for (int64_t i = GridStart(); i < n; i += GridStride()) {
+    const float v = x[i];
+    y[i] = 0.5f * v * erfcf(-v * 0.70710678118654752f);
+  }
+}
+
+// y = x * sigmoid(1.702 x), written as the CPU kernel: x / (1 + e^(-1.702 x)).
+IRIS_GLOBAL void QuickGeluKernel(const float* x, int64_t n, float* y) {
+  for (int64_t i = GridStart(); i < n; i += GridStride()) y[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
+}
+
+IRIS_GLOBAL void AddKernel(const float* a, const float* b, int64_t n, float* y) {
+  for (int64_t i = GridStart(); i < n; i += GridStride()) y[i] = a[i] + b[i];
+}
+
 // The fused rotary: q's and k's heads of row blockIdx.x rotated in place in one launch
-// (rotate-half; cos/sin hold head_dim/2 values per row).
+// (rotate-half; cos/sin hold head_dim/2 values per row). With k_heads = 0 (k unused) it is the
+// one-tensor Rotary.
 IRIS_GLOBAL void RotaryQKKernel(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride, int k_heads,
                                 int head_dim, const float* cos, const float* sin) {
   const int64_t row = blockIdx.x;
@@ -76,6 +130,16 @@ IRIS_GLOBAL void RotaryQKKernel(float* q, int64_t q_stride, int q_heads, float* 
   }
 }
 
+// One row's heads, padded: in [heads, head_dim] -> out[h, row, :] of [heads, rows, padded_dim],
+// dims past head_dim zero. The block's threads walk the row's outputs.
+IRIS_DEVICE void PadRowHeads(const float* in, int64_t rows, int64_t row, int heads, int head_dim, int padded_dim,
+                             float* out) {
+  for (int e = static_cast<int>(threadIdx.x); e < heads * padded_dim; e += static_cast<int>(blockDim.x)) {
+    const int h = e / padded_dim, d = e % padded_dim;
+    out[(static_cast<int64_t>(h) * rows + row) * padded_dim + d] = d < head_dim ? in[h * head_dim + d] : 0.f;
+  }
+}
+
 // One launch pads all three of q, k, v: qkv [rows, 3, heads, head_dim] -> each of q, k, v
 // [heads, rows, padded_dim], dims past head_dim zero. Grid (rows, 3).
 IRIS_GLOBAL void PadQkvKernel(const float* qkv, int64_t rows, int heads, int head_dim, int padded_dim, float* q,
@@ -83,10 +147,26 @@ IRIS_GLOBAL void PadQkvKernel(const float* qkv, int64_t rows, int heads, int hea
   const int64_t row = blockIdx.x;
   const int which = static_cast<int>(blockIdx.y);
   float* out = which == 0 ? q : which == 1 ? k : v;
-  const float* in = qkv + (row * 3 + which) * heads * static_cast<int64_t>(head_dim);
-  for (int e = static_cast<int>(threadIdx.x); e < heads * padded_dim; e += static_cast<int>(blockDim.x)) {
-    const int h = e / padded_dim, d = e % padded_dim;
-    out[(static_cast<int64_t>(h) * rows + row) * padded_dim + d] = d < head_dim ? in[h * head_dim + d] : 0.f;
+  PadRowHeads(qkv + (row * 3 + which) * heads * static_cast<int64_t>(head_dim), rows, row, heads, head_dim,
+              padded_dim, out);
+}
+
+// One of q, k, v (which = 0, 1, 2) of PadQkvKernel. Grid (rows).
+IRIS_GLOBAL void PadOneOfQkvKernel(const float* qkv, int64_t rows, int heads, int head_dim, int padded_dim, int which,
+                                   float* out) {
+  const int64_t row = blockIdx.x;
+  PadRowHeads(qkv + (row * 3 + which) * heads * static_cast<int64_t>(head_dim), rows, row, heads, head_dim,
+              padded_dim, out);
+}
+
+// out[r, h * head_dim + d] = padded[r, h * padded_dim + d] for d < head_dim, over all rows.
+IRIS_GLOBAL void UnpadHeadsKernel(const float* padded, int64_t rows, int heads, int head_dim, int padded_dim,
+                                  float* out) {
+  const int64_t out_row = static_cast<int64_t>(heads) * head_dim, n = rows * out_row;
+  for (int64_t e = GridStart(); e < n; e += GridStride()) {
+    const int64_t r = e / out_row;
+    const int c = static_cast<int>(e % out_row), h = c / head_dim, d = c % head_dim;
+    out[e] = padded[r * heads * padded_dim + static_cast<int64_t>(h) * padded_dim + d];
   }
 }
 
@@ -138,14 +218,111 @@ IRIS_GLOBAL void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) 
   }
 }
 
-// --- Paged attention (f32 products; f32 or bf16 pools) ---
+// --- bf16 and f16 bits, converted by hand (the harness has no cuda_fp16.h) ---
 
-IRIS_DEVICE float LoadKv(const float* p) { return *p; }
-IRIS_DEVICE float LoadKv(const uint16_t* p) {  // bf16 bits: the top half of an f32
-  const uint32_t bits = static_cast<uint32_t>(*p) << 16;
+IRIS_DEVICE float BitsToFloat(uint32_t bits) {
   float f;
   memcpy(&f, &bits, sizeof(f));
   return f;
+}
+IRIS_DEVICE uint32_t FloatToBits(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, sizeof(bits));
+  return bits;
+}
+
+// bf16 bits: the top half of an f32.
+IRIS_DEVICE float Bf16ToFloat(uint16_t h) { return BitsToFloat(static_cast<uint32_t>(h) << 16); }
+
+// IEEE half bits -> f32, exact (as core::F16ToFloat): every half is an f32, subnormals included;
+// inf stays inf, NaN keeps its payload.
+IRIS_DEVICE float F16ToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+  if (exp == 0) {
+    // Zero or subnormal: mant * 2^-24, a normal f32 (or 0) computed exactly.
+    return BitsToFloat(sign | FloatToBits(static_cast<float>(mant) * 5.9604644775390625e-8f));
+  }
+  if (exp == 0x1Fu) return BitsToFloat(sign | 0x7F800000u | (mant << 13));
+  return BitsToFloat(sign | ((exp + 127 - 15) << 23) | (mant << 13));
+}
+
+// f32 -> bf16 bits, rounded to nearest even on the bit pattern (as core::FloatToBf16): NaN stays
+// a (quiet) NaN, finite values past bf16's range round to inf.
+IRIS_DEVICE uint16_t FloatToBf16(float f) {
+  const uint32_t u = FloatToBits(f);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// --- Rows: gathers, scatters, the embedding lookup ---
+
+// dst[i, :] = src[index[i], :] for i < n.
+IRIS_GLOBAL void GatherRowsKernel(const float* src, int64_t width, const int32_t* index, int64_t n, float* dst) {
+  for (int64_t e = GridStart(); e < n * width; e += GridStride()) {
+    const int64_t i = e / width, j = e % width;
+    dst[e] = src[static_cast<int64_t>(index[i]) * width + j];
+  }
+}
+
+// dst[index[i], :] = src[i, :] for i < n.
+IRIS_GLOBAL void ScatterRowsKernel(const float* src, int64_t width, const int32_t* index, int64_t n, float* dst) {
+  for (int64_t e = GridStart(); e < n * width; e += GridStride()) {
+    const int64_t i = e / width, j = e % width;
+    dst[static_cast<int64_t>(index[i]) * width + j] = src[e];
+  }
+}
+
+// An embedding table's element type and its widening to f32 (EmbeddingLookupKernel's parameter).
+struct F32Table {
+  using Element = float;
+  static IRIS_DEVICE float ToFloat(float x) { return x; }
+};
+struct Bf16Table {
+  using Element = uint16_t;
+  static IRIS_DEVICE float ToFloat(uint16_t bits) { return Bf16ToFloat(bits); }
+};
+struct F16Table {
+  using Element = uint16_t;
+  static IRIS_DEVICE float ToFloat(uint16_t bits) { return F16ToFloat(bits); }
+};
+
+// out[i, :] = table[ids[i], :] widened to f32, table [vocab, width]. The ids are device memory,
+// so a bad one cannot stop the launch as it stops the CPU op: its row comes out NaN instead of
+// being read from outside the table.
+template <typename Table>
+IRIS_GLOBAL void EmbeddingLookupKernel(const typename Table::Element* table, int64_t vocab, int64_t width,
+                                       const int32_t* ids, int64_t n, float* out) {
+  for (int64_t e = GridStart(); e < n * width; e += GridStride()) {
+    const int64_t i = e / width, j = e % width;
+    const int32_t id = ids[i];
+    out[e] = id < 0 || id >= vocab ? BitsToFloat(0x7FC00000u)  // a quiet NaN
+                                   : Table::ToFloat(table[static_cast<int64_t>(id) * width + j]);
+  }
+}
+
+// --- The paged KV cache: its writes, and attention over it (f32 products; f32 or bf16 pools) ---
+
+IRIS_DEVICE float LoadKv(const float* p) { return *p; }
+IRIS_DEVICE float LoadKv(const uint16_t* p) { return Bf16ToFloat(*p); }
+IRIS_DEVICE void StoreKv(float* p, float x) { *p = x; }
+IRIS_DEVICE void StoreKv(uint16_t* p, float x) { *p = FloatToBf16(x); }
+
+// Stores n tokens' k and v rows (row = num_kv_heads * head_dim floats each, at k + r * k_stride
+// and v + r * v_stride) into pool slots slots[r], f32 or bf16 (rounded as the CPU op rounds).
+// The slots are device memory: one outside [0, num_slots) cannot stop the launch as it stops the
+// CPU op, so its row is dropped instead of written outside the pool.
+template <typename T>
+IRIS_GLOBAL void WritePagedKvKernel(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
+                                    const int64_t* slots, int64_t n, int64_t row, int64_t num_slots, T* k_pool,
+                                    T* v_pool) {
+  for (int64_t e = GridStart(); e < n * row; e += GridStride()) {
+    const int64_t r = e / row, i = e % row;
+    const int64_t slot = slots[r];
+    if (slot < 0 || slot >= num_slots) continue;
+    StoreKv(k_pool + slot * row + i, k[r * k_stride + i]);
+    StoreKv(v_pool + slot * row + i, v[r * v_stride + i]);
+  }
 }
 
 constexpr int kPagedWarps = 4;        // a block: 4 warps (128 threads)
@@ -233,4 +410,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   SyncThreads();  // the shared partials are read before a next block (harness) reuses them
 }
 
+#if !defined(__CUDACC__)
+}  // namespace simt_harness
+#endif
 }  // namespace iris::kernels::cuda

@@ -1,0 +1,334 @@
+// The ops routed to iris's CUDA kernels, called through their dispatch points (kernels/*.h) on a
+// CudaDevice with device buffers, against the same ops on the CPU device (label gpu: needs a GPU).
+// The kernels' own checks on odd sizes and edge values are in cuda_kernels_test and
+// simt_kernels_test; this suite checks the routing: each op reaches the right launch with the
+// right arguments, and the device reports no error.
+#include <cmath>
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+#include "kernels/device.h"
+#include "kernels/elementwise.h"
+#include "kernels/paged_attention.h"
+#include "kernels/qkv_pad.h"
+#include "kernels/rotary.h"
+#include "kernels/rows.h"
+#include "tests/kernel_cases.h"
+
+namespace iris::kernels {
+namespace {
+
+#ifdef IRIS_HAVE_CUDA
+
+using testing::ActivationInputs;
+using testing::ExpectCloseRel;
+using testing::ExpectSameBits;
+using testing::MakeGpu;
+using testing::RandomNormal;
+
+template <typename T>
+std::span<const T> DeviceSpan(const T* data, size_t n) {
+  return std::span<const T>(data, n);
+}
+
+TEST(CudaOpsTest, ElementwiseOpsMatchTheCpu) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  Device& cpu = DefaultCpuDevice();
+  const int64_t rows = 7, dim = 1283, n = rows * dim;
+  const std::vector<float> x = ActivationInputs(n, 1), b = RandomNormal(n, 2);
+  const std::vector<float> w = RandomNormal(dim, 3), bias = RandomNormal(dim, 4);
+  std::vector<float> normal = RandomNormal(n, 5, 2.f);  // finite rows for the norms
+  for (float& v : normal) v += 1.f;
+  const float* dx = g->Up(x);
+  const float* db = g->Up(b);
+  const float* dw = g->Up(w);
+  const float* dbias = g->Up(bias);
+  const float* dnormal = g->Up(normal);
+  std::vector<float> want(n);
+  float* dy = g->Up(std::vector<float>(n, NAN));
+
+  RmsNorm(cpu, normal.data(), w.data(), rows, dim, 1e-6f, want.data());
+  RmsNorm(gpu, dnormal, dw, rows, dim, 1e-6f, dy);
+  ExpectCloseRel(g->Down(dy, n), want, 2e-6f, "RmsNorm");
+  LayerNorm(cpu, normal.data(), w.data(), bias.data(), rows, dim, 1e-6f, want.data());
+  LayerNorm(gpu, dnormal, dw, dbias, rows, dim, 1e-6f, dy);
+  ExpectCloseRel(g->Down(dy, n), want, 4e-6f, "LayerNorm");
+  {
+    std::vector<float> silu_rows(rows * (dim / 2));  // gate and up side by side: inter = dim / 2 of each row
+    const std::vector<float> gu = RandomNormal(rows * 2 * (dim / 2), 6, 3.f);
+    SiluMulRows(cpu, gu.data(), rows, dim / 2, silu_rows.data());
+    SiluMulRows(gpu, g->Up(gu), rows, dim / 2, dy);
+    ExpectCloseRel(g->Down(dy, silu_rows.size()), silu_rows, 4e-6f, "SiluMulRows");
+  }
+  SiluMul(cpu, x.data(), b.data(), n, want.data());
+  SiluMul(gpu, dx, db, n, dy);
+  ExpectCloseRel(g->Down(dy, n), want, 4e-6f, "SiluMul");
+  GeluErf(cpu, x.data(), n, want.data());
+  GeluErf(gpu, dx, n, dy);
+  ExpectCloseRel(g->Down(dy, n), want, 2e-6f, "GeluErf");
+  QuickGelu(cpu, x.data(), n, want.data());
+  QuickGelu(gpu, dx, n, dy);
+  ExpectCloseRel(g->Down(dy, n), want, 4e-6f, "QuickGelu");
+  Add(cpu, x.data(), b.data(), n, want.data());
+  Add(gpu, dx, db, n, dy);
+  ExpectSameBits(g->Down(dy, n), want, "Add");
+
+  // In place, where the ops allow it: y aliasing x.
+  float* inplace = g->Up(normal);
+  RmsNorm(cpu, normal.data(), w.data(), rows, dim, 1e-6f, want.data());
+  RmsNorm(gpu, inplace, dw, rows, dim, 1e-6f, inplace);
+  ExpectCloseRel(g->Down(inplace, n), want, 2e-6f, "RmsNorm in place");
+  inplace = g->Up(x);
+  Add(cpu, x.data(), b.data(), n, want.data());
+  Add(gpu, inplace, db, n, inplace);
+  ExpectSameBits(g->Down(inplace, n), want, "Add in place");
+  EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
+TEST(CudaOpsTest, RotaryOpsMatchTheCpu) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  Device& cpu = DefaultCpuDevice();
+  // q and k rotated in the qkv buffer (16 q heads, 2 k and 2 v heads of 128), then one tensor alone.
+  const int rows = 13, qh = 16, kh = 2, hd = 128, half = hd / 2;
+  const int64_t stride = int64_t{qh + 2 * kh} * hd;
+  const std::vector<float> qkv = RandomNormal(rows * stride, 7);
+  const std::vector<float> cos = RandomNormal(rows * half, 8), sin = RandomNormal(rows * half, 9);
+  const float* dcos = g->Up(cos);
+  const float* dsin = g->Up(sin);
+  std::vector<float> want = qkv;
+  RotaryQK(cpu, HeadsView{want.data(), stride, qh}, HeadsView{want.data() + qh * hd, stride, kh}, rows, hd, cos.data(),
+           sin.data());
+  float* d = g->Up(qkv);
+  RotaryQK(gpu, HeadsView{d, stride, qh}, HeadsView{d + qh * hd, stride, kh}, rows, hd, dcos, dsin);
+  ExpectCloseRel(g->Down(d, qkv.size()), want, 1e-6f, "RotaryQK");
+
+  want = qkv;
+  Rotary(cpu, HeadsView{want.data() + qh * hd, stride, kh}, rows, hd, cos.data(), sin.data());
+  d = g->Up(qkv);
+  Rotary(gpu, HeadsView{d + qh * hd, stride, kh}, rows, hd, dcos, dsin);
+  ExpectCloseRel(g->Down(d, qkv.size()), want, 1e-6f, "Rotary");
+  EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
+TEST(CudaOpsTest, QkvPaddingOpsMatchTheCpu) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  Device& cpu = DefaultCpuDevice();
+  const int rows = 37, heads = 16, hd = 80, padded = 128;
+  const std::vector<float> qkv = RandomNormal(int64_t{rows} * 3 * heads * hd, 10);
+  const float* dqkv = g->Up(qkv);
+  const size_t n = static_cast<size_t>(heads) * rows * padded;
+  std::vector<float> q(n), k(n), v(n);
+  PadQkv(cpu, qkv.data(), rows, heads, hd, padded, q.data(), k.data(), v.data());
+  float* dq = g->Up(std::vector<float>(n, NAN));
+  float* dk = g->Up(std::vector<float>(n, NAN));
+  float* dv = g->Up(std::vector<float>(n, NAN));
+  PadQkv(gpu, dqkv, rows, heads, hd, padded, dq, dk, dv);
+  ExpectSameBits(g->Down(dq, n), q, "PadQkv q");
+  ExpectSameBits(g->Down(dk, n), k, "PadQkv k");
+  ExpectSameBits(g->Down(dv, n), v, "PadQkv v");
+  for (int which = 0; which < 3; ++which) {
+    std::vector<float> want(n);
+    PadOneOfQkv(cpu, qkv.data(), rows, heads, hd, padded, which, want.data());
+    PadOneOfQkv(gpu, dqkv, rows, heads, hd, padded, which, dq);
+    ExpectSameBits(g->Down(dq, n), want, "PadOneOfQkv");
+  }
+  const std::vector<float> attn = RandomNormal(int64_t{rows} * heads * padded, 11);
+  std::vector<float> want(static_cast<size_t>(rows) * heads * hd);
+  UnpadHeads(cpu, attn.data(), rows, heads, hd, padded, want.data());
+  float* out = g->Up(std::vector<float>(want.size(), NAN));
+  UnpadHeads(gpu, g->Up(attn), rows, heads, hd, padded, out);
+  ExpectSameBits(g->Down(out, want.size()), want, "UnpadHeads");
+  EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
+TEST(CudaOpsTest, RowOpsMatchTheCpu) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  Device& cpu = DefaultCpuDevice();
+  const int rows = 300;
+  const int64_t width = 1280;
+  const std::vector<float> src = RandomNormal(rows * width, 12);
+  std::vector<int32_t> index = testing::Shuffled(rows, 13);
+  index.resize(rows - 7);  // scatter leaves 7 rows alone
+  const auto dindex = DeviceSpan(g->Up(index), index.size());
+  std::vector<float> gathered(index.size() * width), scattered(src.size(), 7.f);
+  GatherRows(cpu, src.data(), width, index, gathered.data());
+  ScatterRows(cpu, gathered.data(), width, index, scattered.data());
+  float* dg = g->Up(std::vector<float>(gathered.size(), NAN));
+  float* ds = g->Up(std::vector<float>(src.size(), 7.f));
+  GatherRows(gpu, g->Up(src), width, dindex, dg);
+  ScatterRows(gpu, dg, width, dindex, ds);
+  ExpectSameBits(g->Down(dg, gathered.size()), gathered, "GatherRows");
+  ExpectSameBits(g->Down(ds, scattered.size()), scattered, "ScatterRows");
+
+  // The table mirrored to the GPU as a device tensor, in each dtype (every 16-bit pattern).
+  const int64_t vocab = 256, twidth = 256;
+  std::vector<uint16_t> halves = testing::AllHalfBits();
+  std::vector<float> f32 = RandomNormal(vocab * twidth, 14);
+  const std::vector<int32_t> ids = testing::AllHalfBitsIds();
+  const auto dids = DeviceSpan(g->Up(ids), ids.size());
+  for (const core::DType dtype : {core::DType::kF32, core::DType::kBF16, core::DType::kF16}) {
+    void* host = dtype == core::DType::kF32 ? static_cast<void*>(f32.data()) : halves.data();
+    const core::Tensor table = core::Tensor::View(host, dtype, {vocab, twidth}, nullptr);
+    std::vector<float> want(ids.size() * twidth);
+    EmbeddingLookup(cpu, table, ids, want.data());
+    absl::StatusOr<core::Tensor> dtable = gpu.Mirror(table);
+    ASSERT_TRUE(dtable.ok()) << dtable.status();
+    float* out = g->Up(std::vector<float>(want.size(), 0.f));
+    EmbeddingLookup(gpu, *dtable, dids, out);
+    ExpectSameBits(g->Down(out, want.size()), want, core::DTypeName(dtype));
+  }
+  EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
+TEST(CudaOpsTest, WritePagedKvMatchesTheCpuOnF32AndBf16Pools) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  const testing::PagedWriteCase c(15);
+  const float* dqkv = g->Up(c.qkv);
+  const auto dslots = DeviceSpan(g->Up(c.slots), c.slots.size());
+  {
+    const auto [want_k, want_v] = c.Reference<float>(-7.f);
+    float* k = g->Up(std::vector<float>(c.pool_elems(), -7.f));
+    float* v = g->Up(std::vector<float>(c.pool_elems(), -7.f));
+    WritePagedKv(gpu, c.Layer(k, v, /*bf16=*/false), dqkv + c.row(), c.stride(), dqkv + 2 * c.row(), c.stride(),
+                 dslots);
+    ExpectSameBits(g->Down(k, c.pool_elems()), want_k, "f32 k pool");
+    ExpectSameBits(g->Down(v, c.pool_elems()), want_v, "f32 v pool");
+  }
+  {
+    const auto [want_k, want_v] = c.Reference<uint16_t>(0xDEAD);
+    uint16_t* k = g->Up(std::vector<uint16_t>(c.pool_elems(), 0xDEAD));
+    uint16_t* v = g->Up(std::vector<uint16_t>(c.pool_elems(), 0xDEAD));
+    WritePagedKv(gpu, c.Layer(k, v, /*bf16=*/true), dqkv + c.row(), c.stride(), dqkv + 2 * c.row(), c.stride(),
+                 dslots);
+    ExpectSameBits(g->Down(k, c.pool_elems()), want_k, "bf16 k pool");
+    ExpectSameBits(g->Down(v, c.pool_elems()), want_v, "bf16 v pool");
+  }
+  EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
+// The step's metadata on the GPU: the arrays as device spans, the row range as host integers.
+PagedMetadata OnGpu(testing::Gpu& g, const PagedMetadata& host) {
+  PagedMetadata md = host;
+  md.query_start = DeviceSpan(g.Up(std::vector<int32_t>(host.query_start.begin(), host.query_start.end())),
+                              host.query_start.size());
+  md.context_lens = DeviceSpan(g.Up(std::vector<int32_t>(host.context_lens.begin(), host.context_lens.end())),
+                               host.context_lens.size());
+  md.block_tables = DeviceSpan(g.Up(std::vector<int32_t>(host.block_tables.begin(), host.block_tables.end())),
+                               host.block_tables.size());
+  return md;
+}
+
+TEST(CudaOpsTest, PagedAttentionMatchesTheCpu) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  // Decodes and a prefill chunk over shuffled pages, GQA, f32 and bf16 pools.
+  const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/12, /*head_dim=*/128, /*num_blocks=*/120,
+                             {{1, 1}, {17, 1}, {300, 7}, {700, 1}, {32, 1}}, /*block_step=*/37, /*block_offset=*/3);
+  const PagedMetadata md = OnGpu(*g, c.meta);
+  for (const bool bf16_pool : {false, true}) {
+    // The bf16 option is served by the f32-product kernel on the GPU: its output is the CPU's
+    // f32-product one.
+    for (const bool bf16_products : {false, true}) {
+      PagedAttentionArgs a;
+      a.q = g->Up(c.q);
+      a.q_row_stride = c.row_stride();
+      a.out = g->Up(std::vector<float>(c.q.size(), NAN));
+      a.out_row_stride = c.row_stride();
+      a.num_heads = c.heads;
+      a.scale = c.scale();
+      a.layer = PagedKvLayer{bf16_pool ? static_cast<void*>(g->Up(c.kb)) : static_cast<void*>(g->Up(c.kf)),
+                             bf16_pool ? static_cast<void*>(g->Up(c.vb)) : static_cast<void*>(g->Up(c.vf)),
+                             c.num_blocks, c.block_size, c.kv_heads, c.head_dim,
+                             bf16_pool ? core::DType::kBF16 : core::DType::kF32};
+      a.metadata = md;
+      a.bf16 = bf16_products;
+      PagedAttention(gpu, a);
+      ExpectCloseRel(g->Down(a.out, c.q.size()), c.Reference(bf16_pool), 2e-5f,
+                     bf16_pool ? "bf16 pool" : "f32 pool");
+    }
+  }
+
+  // A step whose rows start past 0 (row_begin = 4): the rows before it are left alone.
+  PagedMetadataBuilder builder;
+  const std::vector<int32_t> table = {5, 9, 2};
+  builder.Add(table, /*context_len=*/40, /*q_begin=*/4, /*q_len=*/3);
+  const PagedMetadata chunk = builder.Build();
+  const std::vector<float> q = RandomNormal(7 * c.row_stride(), 16);
+  std::vector<float> want(q.size(), NAN);
+  PagedAttentionArgs a;
+  a.q = q.data();
+  a.q_row_stride = c.row_stride();
+  a.out = want.data();
+  a.out_row_stride = c.row_stride();
+  a.num_heads = c.heads;
+  a.scale = c.scale();
+  a.layer = PagedKvLayer{const_cast<float*>(c.kf.data()), const_cast<float*>(c.vf.data()), c.num_blocks, c.block_size,
+                         c.kv_heads, c.head_dim, core::DType::kF32};
+  a.metadata = chunk;
+  PagedAttention(DefaultCpuDevice(), a);
+  a.q = g->Up(q);
+  a.out = g->Up(std::vector<float>(q.size(), NAN));
+  a.layer.k = g->Up(c.kf);
+  a.layer.v = g->Up(c.vf);
+  a.metadata = OnGpu(*g, chunk);
+  PagedAttention(gpu, a);
+  ExpectCloseRel(g->Down(a.out, q.size()), want, 2e-5f, "rows 4..6");
+  EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
+// The checks that read no device memory stop the program on a GPU as on the CPU, before any launch
+// (the pointers below are never read).
+TEST(CudaOpsDeathTest, BadArgumentsStopAsOnTheCpu) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child makes its own CUDA context
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  float unused = 0.f;
+  const int32_t query_start[] = {0, 1}, context_lens[] = {1}, block_tables[] = {0};
+  PagedAttentionArgs a;
+  a.q = &unused;
+  a.out = &unused;
+  a.num_heads = 4;
+  a.scale = 1.f;
+  a.layer = PagedKvLayer{&unused, &unused, /*num_blocks=*/1, /*block_size=*/16, /*num_kv_heads=*/2,
+                         /*head_dim=*/320, core::DType::kF32};
+  a.metadata.num_seqs = 1;
+  a.metadata.query_start = query_start;
+  a.metadata.context_lens = context_lens;
+  a.metadata.block_tables = block_tables;
+  a.metadata.max_blocks_per_seq = 1;
+  a.metadata.row_end = 1;
+  EXPECT_DEATH(PagedAttention(gpu, a), "head_dim must be in 1..256");
+  a.layer.head_dim = 80;
+  a.num_heads = 3;
+  EXPECT_DEATH(PagedAttention(gpu, a), "not a positive multiple");
+
+  PagedKvLayer f16_pools = a.layer;
+  f16_pools.dtype = core::DType::kF16;
+  const int64_t slot = 0;
+  EXPECT_DEATH(WritePagedKv(gpu, f16_pools, &unused, 0, &unused, 0, std::span<const int64_t>(&slot, 1)), "bad layer");
+
+  const core::Tensor i32_table = core::Tensor::View(&unused, core::DType::kI32, {1, 1}, nullptr);
+  const int32_t id = 0;
+  EXPECT_DEATH(EmbeddingLookup(gpu, i32_table, std::span<const int32_t>(&id, 1), &unused), "F32, BF16 or F16");
+}
+
+#else
+TEST(CudaOpsTest, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
+#endif
+
+}  // namespace
+}  // namespace iris::kernels
