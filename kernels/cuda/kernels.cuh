@@ -16,12 +16,6 @@
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace iris::kernels::cuda {
-#if !defined(__CUDACC__)
-// The harness's copies get names of their own: a binary that links both (the tests: the dispatch
-// points pull in cuda_kernels.cu's kernels) would otherwise have nvcc's host stub and the harness's
-// inline function under one name, and the linker would keep the stub.
-inline namespace simt_harness {
-#endif
 
 constexpr int kMaxWarpsPerBlock = 32;
 
@@ -410,7 +404,4 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   SyncThreads();  // the shared partials are read before a next block (harness) reuses them
 }
 
-#if !defined(__CUDACC__)
-}  // namespace simt_harness
-#endif
 }  // namespace iris::kernels::cuda
