@@ -64,6 +64,15 @@ else
 fi
 [ -n "$TESTS" ] || { echo "gpu_check: no GPU test binaries found" >&2; exit 1; }
 
+# The synthetic tiny checkpoint the model suites load (made here: nothing is downloaded), and the
+# goldens from this checkout.
+MAKE_MODEL=$(ls "$BIN/iris-make-model" "$BIN/tools/iris-make-model/iris-make-model" 2>/dev/null | head -1)
+if [ -n "$MAKE_MODEL" ]; then
+  "$MAKE_MODEL" --preset tiny --tokenizer-from tests/data/tiny-qwen2.5-vl --out "$OUT_DIR/models/tiny" \
+    >"$OUT_DIR/make_model.log" 2>&1 || { echo "gpu_check: iris-make-model failed (see $OUT_DIR/make_model.log)" >&2; exit 1; }
+  export IRIS_TEST_MODELS="$OUT_DIR/models" IRIS_TEST_DATA="$PWD/tests/data"
+fi
+
 FAILED=()
 for t in $TESTS; do
   name=$(basename "$t")

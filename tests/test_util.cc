@@ -1,6 +1,7 @@
 #include "tests/test_util.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "core/model_config.h"
@@ -8,8 +9,16 @@
 
 namespace iris::testing {
 
-std::string DataPath(const std::string& relative) { return std::string(IRIS_TEST_DATA) + "/" + relative; }
-std::string ModelPath(const std::string& name) { return std::string(IRIS_TEST_MODELS) + "/" + name; }
+// The environment may point elsewhere (scripts/gpu_check.sh runs bundled test binaries on another
+// machine, where the build's paths do not exist).
+std::string DataPath(const std::string& relative) {
+  const char* dir = std::getenv("IRIS_TEST_DATA");
+  return std::string(dir != nullptr && *dir != 0 ? dir : IRIS_TEST_DATA) + "/" + relative;
+}
+std::string ModelPath(const std::string& name) {
+  const char* dir = std::getenv("IRIS_TEST_MODELS");
+  return std::string(dir != nullptr && *dir != 0 ? dir : IRIS_TEST_MODELS) + "/" + name;
+}
 
 core::Tensor LoadGolden(const std::string& relative_file, const std::string& tensor) {
   auto file = core::SafetensorsFile::Open(DataPath(relative_file));

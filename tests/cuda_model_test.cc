@@ -1,0 +1,188 @@
+// The tiny model on a GPU (label gpu) against the Hugging Face goldens and the CPU: the vision
+// encoder's output for every golden case (f32 rel L2 <= 1e-4, bf16 <= 2e-2), the decoder's
+// last-position logits of every golden prompt (same bounds), and greedy decoding on the GPU
+// giving the CPU's tokens. (Data and models come from IRIS_TEST_DATA / IRIS_TEST_MODELS when those
+// are set: scripts/gpu_check.sh makes the tiny model on the GPU machine.)
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model_config.h"
+#include "core/safetensors.h"
+#include "core/sha256.h"
+#include "gtest/gtest.h"
+#include "kernels/device.h"
+#include "llm/decoder.h"
+#include "llm/kv_cache.h"
+#include "nlohmann/json.hpp"
+#include "tests/kernel_cases.h"
+#include "tests/test_util.h"
+#include "vision/preprocess.h"
+#include "vision/vision_encoder.h"
+
+namespace iris {
+namespace {
+
+#ifdef IRIS_HAVE_CUDA
+
+using kernels::ComputeType;
+using testing::Int64Values;
+using testing::LoadGolden;
+using testing::RelativeL2;
+
+std::unique_ptr<kernels::Device> MakeGpu() {
+  kernels::DeviceOptions options;
+  options.name = "cuda:0";
+  absl::StatusOr<std::unique_ptr<kernels::Device>> d = kernels::CreateDevice(options);
+  EXPECT_TRUE(d.ok()) << d.status();  // a machine that runs label gpu has one
+  return d.ok() ? std::move(*d) : nullptr;
+}
+
+// The golden case's pixel values, preprocessed from the reference's resized images (the
+// preprocess goldens' resized_rgb: resizing them again to their own size changes nothing), and
+// checked against the reference's pixel_values hash. Decoding the original files would link
+// OpenCV's codecs, which the GPU bundle leaves out.
+core::Tensor PixelsOf(const nlohmann::json& c, const core::PreprocessorConfig& pp,
+                      std::vector<vision::GridThw>* grids) {
+  std::vector<core::Tensor> parts;
+  int64_t rows = 0;
+  for (const auto& name : c["preprocess_cases"]) {
+    const core::Tensor resized = LoadGolden("preprocess/" + name.get<std::string>() + ".safetensors", "resized_rgb");
+    auto p = vision::Preprocess(testing::ImageFromTensor(resized), pp);
+    EXPECT_TRUE(p.ok()) << p.status();
+    rows += p->pixel_values.dim(0);
+    grids->push_back(p->grid_thw);
+    parts.push_back(p->pixel_values);
+  }
+  core::Tensor pixels = core::Tensor::Empty(core::DType::kF32, {rows, parts[0].dim(1)});
+  int64_t at = 0;
+  for (const auto& t : parts) {
+    std::memcpy(pixels.data<float>() + at * t.dim(1), t.data<float>(), t.nbytes());
+    at += t.dim(0);
+  }
+  EXPECT_EQ(core::Sha256Hex(pixels.raw(), pixels.nbytes()), c["pixel_values"]["float32_sha256"].get<std::string>())
+      << "pixel_values differ from the reference's";
+  return pixels;
+}
+
+class CudaTinyEncoder : public ::testing::TestWithParam<ComputeType> {};
+
+TEST_P(CudaTinyEncoder, MatchesEveryGoldenCase) {
+  const bool f32 = GetParam() == ComputeType::kF32;
+  std::unique_ptr<kernels::Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  const std::string dir = testing::ModelPath("tiny");
+  auto config = core::LoadModelConfig(dir);
+  auto pp = core::LoadPreprocessorConfig(dir);
+  auto ckpt = core::Checkpoint::Open(dir);
+  ASSERT_TRUE(config.ok() && pp.ok() && ckpt.ok());
+  vision::EncoderOptions options;
+  options.compute = GetParam();
+  auto encoder = vision::VisionEncoder::Load(*gpu, *ckpt, config->vision, options);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  const nlohmann::json manifest = testing::LoadDataJson("vision/manifest_tiny.json");
+  for (const auto& c : manifest["cases"]) {
+    std::vector<vision::GridThw> grids;
+    const core::Tensor pixels = PixelsOf(c, *pp, &grids);
+    auto out = (*encoder)->Forward(pixels, grids);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->device(), core::Device::kCpu) << "the encoder returns host memory";
+    const core::Tensor golden = LoadGolden(c["arrays"]["file"].get<std::string>(), "output");
+    ASSERT_EQ(out->numel(), golden.numel());
+    const double err = RelativeL2(out->data<float>(), golden.data<float>(), golden.numel());
+    std::printf("  %s %s on the GPU: relative L2 %.3g\n", c["case"].get<std::string>().c_str(),
+                f32 ? "f32" : "bf16", err);
+    EXPECT_LE(err, f32 ? 1e-4 : 2e-2) << c["case"];
+  }
+  EXPECT_TRUE(gpu->status().ok()) << gpu->status();
+}
+
+INSTANTIATE_TEST_SUITE_P(Compute, CudaTinyEncoder, ::testing::Values(ComputeType::kF32, ComputeType::kBF16),
+                         [](const auto& info) { return info.param == ComputeType::kF32 ? "f32" : "bf16"; });
+
+constexpr const char* kPrompts[] = {"text_only", "one_image", "two_images"};
+std::string GoldenFile(const std::string& c) { return "model/tiny-" + c + ".safetensors"; }
+
+// The tiny decoder on `device` with a cache of its own.
+struct DecoderOn {
+  DecoderOn(kernels::Device& device, ComputeType compute) {
+    auto config = core::LoadModelConfig(testing::ModelPath("tiny"));
+    auto ckpt = core::Checkpoint::Open(testing::ModelPath("tiny"));
+    EXPECT_TRUE(config.ok() && ckpt.ok());
+    auto d = llm::Decoder::Load(device, *ckpt, config->text, llm::DecoderOptions{compute});
+    EXPECT_TRUE(d.ok()) << d.status();
+    decoder = std::move(*d);
+    auto c = llm::KvCache::Create(decoder->CacheShape(64, 16), device);
+    EXPECT_TRUE(c.ok()) << c.status();
+    cache = std::make_unique<llm::KvCache>(std::move(*c));
+  }
+  // One step of `n` rows of one sequence; rows given as embeddings (prefill) or ids (decode).
+  std::vector<float> Step(int64_t n, const float* embeds, const std::vector<int32_t>& ids,
+                          const std::vector<int64_t>& positions_axis_major) {
+    EXPECT_TRUE(cache->Reserve(&table, table.num_tokens + n).ok());
+    llm::DecoderBatch batch;
+    batch.Clear(static_cast<int>(table.blocks.size()));
+    EXPECT_TRUE(batch.AddSequence(table, cache->shape().block_size, n, true).ok());
+    batch.token_ids = ids.empty() ? std::vector<int32_t>(n, 0) : ids;
+    for (int a = 0; a < 3; ++a) {
+      batch.positions[a].assign(positions_axis_major.begin() + a * n, positions_axis_major.begin() + (a + 1) * n);
+    }
+    if (embeds != nullptr) {
+      for (int64_t r = 0; r < n; ++r) batch.embed_rows.push_back(static_cast<int32_t>(r));
+      batch.embeds.assign(embeds, embeds + n * decoder->hidden_size());
+    }
+    auto logits = decoder->Forward(batch, cache.get());
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    if (!logits.ok()) return {};
+    EXPECT_EQ(logits->device(), core::Device::kCpu);
+    return std::vector<float>(logits->data<float>(), logits->data<float>() + logits->numel());
+  }
+  std::unique_ptr<llm::Decoder> decoder;
+  std::unique_ptr<llm::KvCache> cache;
+  llm::BlockTable table;
+};
+
+TEST(CudaTinyDecoder, PrefillLogitsMatchTheGoldensAndGreedyTokensTheCpus) {
+  std::unique_ptr<kernels::Device> gpu = MakeGpu();
+  ASSERT_NE(gpu, nullptr);
+  for (const ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
+    const bool f32 = compute == ComputeType::kF32;
+    for (const char* c : kPrompts) {
+      const core::Tensor embeds = LoadGolden(GoldenFile(c), "inputs_embeds");
+      const std::vector<int64_t> positions = Int64Values(LoadGolden(GoldenFile(c), "position_ids"));
+      const core::Tensor golden = LoadGolden(GoldenFile(c), "logits_last");
+      const int64_t L = embeds.dim(0);
+      DecoderOn on_gpu(*gpu, compute), on_cpu(kernels::DefaultCpuDevice(), compute);
+      std::vector<float> logits = on_gpu.Step(L, embeds.data<float>(), {}, positions);
+      std::vector<float> cpu_logits = on_cpu.Step(L, embeds.data<float>(), {}, positions);
+      ASSERT_EQ(static_cast<int64_t>(logits.size()), golden.numel());
+      const double err = RelativeL2(logits.data(), golden.data<float>(), golden.numel());
+      std::printf("  %s %s prefill on the GPU: logits relative L2 %.3g\n", c, f32 ? "f32" : "bf16", err);
+      EXPECT_LE(err, f32 ? 1e-4 : 2e-2) << c;
+      // Greedy decoding: 12 steps, each fed its own argmax, on both devices (f32: the same tokens;
+      // bf16 may part where two logits tie within its rounding, so it is compared for f32 only).
+      int64_t pos = 0;
+      for (int64_t v : positions) pos = std::max(pos, v + 1);
+      for (int step = 0; step < 12; ++step) {
+        const int64_t vocab = on_gpu.decoder->vocab_size();
+        const int32_t token = testing::CpuGreedyToken(logits.data(), vocab);
+        const int32_t cpu_token = testing::CpuGreedyToken(cpu_logits.data(), vocab);
+        if (f32) {
+          ASSERT_EQ(token, cpu_token) << c << " step " << step;
+        }
+        logits = on_gpu.Step(1, nullptr, {token}, {pos, pos, pos});
+        cpu_logits = on_cpu.Step(1, nullptr, {cpu_token}, {pos, pos, pos});
+        ++pos;
+      }
+    }
+  }
+  EXPECT_TRUE(gpu->status().ok()) << gpu->status();
+}
+
+#else
+TEST(CudaModelTest, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
+#endif
+
+}  // namespace
+}  // namespace iris
