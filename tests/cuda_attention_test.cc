@@ -43,16 +43,9 @@ std::vector<float> RunOnGpu(Device& gpu, const VarlenCase& c, int64_t q_begin = 
   return out;
 }
 
-std::unique_ptr<Device> MakeGpu() {
-  DeviceOptions options;
-  options.name = "cuda:0";
-  absl::StatusOr<std::unique_ptr<Device>> d = CreateDevice(options);
-  EXPECT_TRUE(d.ok()) << d.status();  // a machine that runs label gpu has one
-  return d.ok() ? std::move(*d) : nullptr;
-}
 
 TEST(CudaAttentionTest, VarlenMatchesTheCpuKernelAndTheDefinition) {
-  std::unique_ptr<Device> gpu = MakeGpu();
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   struct Shape {
     std::vector<int> lengths;
@@ -75,7 +68,7 @@ TEST(CudaAttentionTest, VarlenMatchesTheCpuKernelAndTheDefinition) {
 }
 
 TEST(CudaAttentionTest, ClippedRowsEqualTheWholeCall) {
-  std::unique_ptr<Device> gpu = MakeGpu();
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   const VarlenCase c({100, 257, 31}, 8, 8, 80, 80, false);
   const std::vector<float> whole = RunOnGpu(*gpu, c);
@@ -94,7 +87,7 @@ TEST(CudaAttentionTest, ClippedRowsEqualTheWholeCall) {
 }
 
 TEST(CudaAttentionTest, AHeadDimPastTheKernelsLimitIsAnErrorNotAWrongResult) {
-  std::unique_ptr<Device> gpu = MakeGpu();
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   const VarlenCase c({5}, 1, 1, 160, 160, false);
   RunOnGpu(*gpu, c);

@@ -24,6 +24,7 @@
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #endif
+#include "tests/kernel_cases.h"
 #include "tests/test_util.h"
 
 namespace iris::kernels {
@@ -34,13 +35,6 @@ namespace {
 using core::DType;
 using core::Tensor;
 
-std::unique_ptr<Device> MakeGpu() {
-  DeviceOptions options;
-  options.name = "cuda:0";
-  absl::StatusOr<std::unique_ptr<Device>> d = CreateDevice(options);
-  EXPECT_TRUE(d.ok()) << d.status();  // a machine that runs label gpu has one
-  return d.ok() ? std::move(*d) : nullptr;
-}
 
 cuda::CudaDevice& Cuda(Device& d) { return cuda::AsCuda(d); }
 
@@ -146,7 +140,7 @@ const char* Name(Epilogue ep) {
 }
 
 TEST(CudaLinearTest, MatchesTheCpuLinearAndADoubleReferenceOnOddShapes) {
-  std::unique_ptr<Device> gpu = MakeGpu();
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   Device& cpu = DefaultCpuDevice();
   uint32_t seed = 100;
@@ -211,7 +205,7 @@ TEST(CudaLinearTest, MatchesTheCpuLinearAndADoubleReferenceOnOddShapes) {
 // x and y that start 4 bytes into their buffers: the heuristic must be told, or it may pick a
 // kernel that needs 16- or 256-byte aligned matrices.
 TEST(CudaLinearTest, ViewsThatStartPartWayIntoABufferWork) {
-  std::unique_ptr<Device> gpu = MakeGpu();
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   const int64_t m = 7, in = 80, out = 1003;
   for (const ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
@@ -247,7 +241,7 @@ TEST(CudaLinearTest, ViewsThatStartPartWayIntoABufferWork) {
 // Forward issues only stream work (no host synchronisation), so it can be captured; the replay
 // reads the input buffer as it is at replay time.
 TEST(CudaLinearTest, ForwardIsCapturedInAGraphAndReplays) {
-  std::unique_ptr<Device> gpu = MakeGpu();
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   const int64_t m = 33, in = 1280, out = 1003;
   std::vector<float> w;
@@ -279,7 +273,7 @@ TEST(CudaLinearTest, ForwardIsCapturedInAGraphAndReplays) {
 // The bf16 scratch cannot grow inside a capture (its memory would belong to the graph): the
 // device keeps an error that says so instead of failing somewhere later.
 TEST(CudaLinearTest, GrowingTheScratchInsideACaptureIsReported) {
-  std::unique_ptr<Device> gpu = MakeGpu();
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   std::vector<float> w;
   const Tensor weight = MakeWeight(64, 80, DType::kBF16, 15, &w);
@@ -296,7 +290,7 @@ TEST(CudaLinearTest, GrowingTheScratchInsideACaptureIsReported) {
 }
 
 TEST(CudaLinearTest, CreateRefusesBadShapesAndDtypes) {
-  std::unique_ptr<Device> gpu = MakeGpu();
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   const Tensor w3 = Tensor::Zeros(DType::kF32, {2, 3, 4});
   EXPECT_EQ(Linear::Create(*gpu, w3, nullptr, ComputeType::kF32).status().code(), absl::StatusCode::kInvalidArgument);
@@ -308,7 +302,7 @@ TEST(CudaLinearTest, CreateRefusesBadShapesAndDtypes) {
 }
 
 TEST(CudaLinearTest, PeakRatesAreMeasured) {
-  std::unique_ptr<Device> gpu = MakeGpu();
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   const double bf16 = MeasureMatmulPeakFlops(*gpu, ComputeType::kBF16, 4096, 3);
   const double f32 = MeasureMatmulPeakFlops(*gpu, ComputeType::kF32, 2048, 3);

@@ -31,13 +31,6 @@ using testing::Int64Values;
 using testing::LoadGolden;
 using testing::RelativeL2;
 
-std::unique_ptr<kernels::Device> MakeGpu() {
-  kernels::DeviceOptions options;
-  options.name = "cuda:0";
-  absl::StatusOr<std::unique_ptr<kernels::Device>> d = kernels::CreateDevice(options);
-  EXPECT_TRUE(d.ok()) << d.status();  // a machine that runs label gpu has one
-  return d.ok() ? std::move(*d) : nullptr;
-}
 
 // The golden case's pixel values, preprocessed from the reference's resized images (the
 // preprocess goldens' resized_rgb: resizing them again to their own size changes nothing), and
@@ -70,7 +63,7 @@ class CudaTinyEncoder : public ::testing::TestWithParam<ComputeType> {};
 
 TEST_P(CudaTinyEncoder, MatchesEveryGoldenCase) {
   const bool f32 = GetParam() == ComputeType::kF32;
-  std::unique_ptr<kernels::Device> gpu = MakeGpu();
+  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   const std::string dir = testing::ModelPath("tiny");
   auto config = core::LoadModelConfig(dir);
@@ -144,7 +137,7 @@ struct DecoderOn {
 };
 
 TEST(CudaTinyDecoder, PrefillLogitsMatchTheGoldensAndGreedyTokensTheCpus) {
-  std::unique_ptr<kernels::Device> gpu = MakeGpu();
+  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   for (const ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
     const bool f32 = compute == ComputeType::kF32;

@@ -243,14 +243,20 @@ struct Gpu {
 };
 
 // The machine's first GPU (ADD_FAILURE and null without one: a machine that runs label gpu has one).
-inline std::unique_ptr<Gpu> MakeGpu() {
+inline std::unique_ptr<kernels::Device> MakeGpuDevice() {
   kernels::DeviceOptions options;
   options.name = "cuda:0";
   absl::StatusOr<std::unique_ptr<kernels::Device>> d = kernels::CreateDevice(options);
   EXPECT_TRUE(d.ok()) << d.status();
-  if (!d.ok()) return nullptr;
+  return d.ok() ? std::move(*d) : nullptr;
+}
+
+// The same, with the host-vector helpers.
+inline std::unique_ptr<Gpu> MakeGpu() {
+  std::unique_ptr<kernels::Device> d = MakeGpuDevice();
+  if (d == nullptr) return nullptr;
   auto g = std::make_unique<Gpu>();
-  g->dev = std::move(*d);
+  g->dev = std::move(d);
   return g;
 }
 #endif
