@@ -213,3 +213,26 @@ absl::Status CheckMemoryFits(const MemoryEstimate& e, const MemoryBudgets& b, in
 }
 
 }  // namespace iris::core
+
+namespace iris::core {
+
+absl::StatusOr<int64_t> KvCacheBytesForFraction(double fraction, int64_t device_total, int64_t device_free,
+                                                const MemoryEstimate& e) {
+  if (!(fraction > 0 && fraction <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpu-memory-fraction must be in (0, 1], got ", fraction));
+  }
+  const int64_t without_kv = e.total() - e.kv_cache_bytes;
+  const int64_t share = static_cast<int64_t>(fraction * static_cast<double>(device_total));
+  // Never more than is free now (another process may hold part of the device).
+  const int64_t room = std::min(share, device_free) - without_kv;
+  if (room <= 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "--gpu-memory-fraction ", fraction, " of ", Gb(device_total), " (", Gb(device_free),
+        " free) leaves nothing for the KV cache: weights ", Gb(e.weight_bytes), ", decoder activations ",
+        Gb(e.decoder_activation_bytes), " (--max-num-batched-tokens, --max-num-seqs), encoder activations ",
+        Gb(e.encoder_activation_bytes), " (--max-encoder-patches-per-step) take ", Gb(without_kv)));
+  }
+  return room;
+}
+
+}  // namespace iris::core

@@ -62,4 +62,11 @@ absl::StatusOr<int64_t> AvailableMemoryBytes();
 // what --kv-cache-bytes would fit.
 absl::Status CheckMemoryFits(const MemoryEstimate& estimate, const MemoryBudgets& budgets, int64_t available);
 
+// --gpu-memory-fraction: the KV cache gets what is left of fraction x the device's total once
+// the weights and activations of `estimate` (its kv_cache_bytes ignored) are placed, and no more
+// than is free. INVALID_ARGUMENT for a fraction outside (0, 1]; RESOURCE_EXHAUSTED when nothing
+// is left for the cache (naming what took it).
+absl::StatusOr<int64_t> KvCacheBytesForFraction(double fraction, int64_t device_total, int64_t device_free,
+                                                const MemoryEstimate& estimate);
+
 }  // namespace iris::core

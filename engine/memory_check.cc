@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "kernels/device.h"
 
 namespace iris::engine {
 
@@ -20,7 +21,7 @@ std::string MemoryCheck::Describe() const {
 
 absl::StatusOr<MemoryCheck> CheckMemoryBeforeLoad(const std::string& dir, const ModelOptions& model,
                                                   const EngineOptions& engine, int64_t available_bytes,
-                                                  const std::string& kv_cache_flag) {
+                                                  const std::string& kv_cache_flag, double gpu_memory_fraction) {
   IRIS_ASSIGN_OR_RETURN(core::ModelConfig config, core::LoadModelConfig(dir));
   IRIS_ASSIGN_OR_RETURN(core::Checkpoint ckpt, core::Checkpoint::Open(dir));
   IRIS_RETURN_IF_ERROR(core::CheckCheckpointTensors(config, ckpt));
@@ -37,7 +38,22 @@ absl::StatusOr<MemoryCheck> CheckMemoryBeforeLoad(const std::string& dir, const 
                                                  pre.max_pixels / (int64_t{pre.patch_size} * pre.patch_size));
   }
   check.estimate = core::EstimateMemory(config, check.budgets);
-  if (available_bytes >= 0) {
+  const bool on_cpu = model.device.name == "cpu";
+  if (gpu_memory_fraction > 0 && on_cpu) {
+    return absl::InvalidArgumentError("--gpu-memory-fraction sizes a GPU's KV cache: it needs --device cuda");
+  }
+  if (!on_cpu) {
+    IRIS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Device> device, kernels::CreateDevice(model.device));
+    IRIS_ASSIGN_OR_RETURN(const kernels::DeviceMemory memory, device->Memory());
+    if (gpu_memory_fraction > 0) {
+      IRIS_ASSIGN_OR_RETURN(check.budgets.kv_cache_bytes,
+                            core::KvCacheBytesForFraction(gpu_memory_fraction, memory.total_bytes,
+                                                          memory.free_bytes, check.estimate));
+      check.budgets.kv_cache_flag = "--gpu-memory-fraction";
+      check.estimate = core::EstimateMemory(config, check.budgets);
+    }
+    check.available = available_bytes >= 0 ? available_bytes : memory.free_bytes;
+  } else if (available_bytes >= 0) {
     check.available = available_bytes;
   } else if (absl::StatusOr<int64_t> a = core::AvailableMemoryBytes(); a.ok()) {
     check.available = *a;

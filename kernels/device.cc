@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "core/memory_plan.h"
 #include "kernels/cpu/cpu_device.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
@@ -38,6 +39,12 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
 #else
   return absl::InvalidArgumentError(absl::StrCat("device \"", options.name, "\" is not one of: cpu"));
 #endif
+}
+
+absl::StatusOr<DeviceMemory> Device::Memory() const {
+  absl::StatusOr<int64_t> available = core::AvailableMemoryBytes();
+  if (!available.ok()) return available.status();
+  return DeviceMemory{*available, *available};
 }
 
 absl::StatusOr<core::Tensor> HostCopy(Device& device, const core::Tensor& t) {

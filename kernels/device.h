@@ -19,6 +19,12 @@ namespace iris::kernels {
 
 enum class DeviceKind { kCpu, kCuda };
 
+// A device's memory as the memory plan sees it (bytes).
+struct DeviceMemory {
+  int64_t free_bytes = 0;   // what this process can still take
+  int64_t total_bytes = 0;  // the device's size (the CPU: the same as free)
+};
+
 // A recorded sequence of ops that can be replayed at the same addresses (a CUDA graph).
 class DeviceGraph {
  public:
@@ -51,6 +57,8 @@ class Device {
   // The first error of an operation that returns none (ops and copies are void: on a GPU a failed
   // launch or copy is kept here, and the stream is unusable after it), or OK. Always OK on the CPU.
   virtual absl::Status status() const { return absl::OkStatus(); }
+  // Free and total memory (the CPU: the host's available memory, core::AvailableMemoryBytes).
+  virtual absl::StatusOr<DeviceMemory> Memory() const;
 
   // Called on the thread that will issue this device's work (the engine thread) before its
   // first op. The CPU device sets that thread's OpenMP team size to threads(), so that oneDNN's

@@ -49,6 +49,9 @@ ABSL_FLAG(double, http_idle_timeout_s, 60, "HTTP: seconds a kept-alive connectio
 ABSL_FLAG(int32_t, max_num_seqs, 64, "sequences decoded together at most");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "decoder rows per engine step (prefill chunks + decodes)");
 ABSL_FLAG(int64_t, kv_cache_bytes, 1ll << 30, "KV cache size in bytes (all layers, K and V)");
+ABSL_FLAG(double, gpu_memory_fraction, 0,
+          "with --device cuda: size the KV cache to fill this fraction of the GPU's memory after the weights "
+          "and activations (0: use --kv-cache-bytes)");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "KV cache pages: auto (bf16 with --dtype bf16, f32 with --dtype f32), bf16 or f32");
 ABSL_FLAG(int32_t, kv_block_size, 16, "tokens per KV cache block");
@@ -274,9 +277,15 @@ absl::Status Run(const sigset_t& stop_signals) {
   model_options.techniques.cached_cu_seqlens = absl::GetFlag(FLAGS_cached_cu_seqlens);
   model_options.device.name = absl::GetFlag(FLAGS_device);
   model_options.device.cpu_isa = absl::GetFlag(FLAGS_cpu_isa);
+  const double gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
+  if (gpu_memory_fraction != 0 && !absl::GetFlag(FLAGS_check_memory)) {
+    return absl::InvalidArgumentError("--gpu-memory-fraction is applied by the memory plan: drop --check-memory=false");
+  }
   if (absl::GetFlag(FLAGS_check_memory)) {  // before loading: refuse what would not fit
     IRIS_ASSIGN_OR_RETURN(const engine::MemoryCheck memory,
-                          engine::CheckMemoryBeforeLoad(dir, model_options, engine_options));
+                          engine::CheckMemoryBeforeLoad(dir, model_options, engine_options, -1, "--kv-cache-bytes",
+                                                        gpu_memory_fraction));
+    engine_options.kv_cache_bytes = memory.budgets.kv_cache_bytes;
     std::fprintf(stderr, "iris-server: memory plan: %s\n", memory.Describe().c_str());
   }
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::LoadModel(dir, model_options));

@@ -201,5 +201,39 @@ TEST(MemoryPlan, CheckBeforeLoadOnTheFixtures) {
       << refused.status();
 }
 
+// --gpu-memory-fraction: the cache gets the fraction's share after the weights and activations,
+// never more than is free, and a share too small for the rest is refused naming what took it.
+TEST(MemoryPlan, KvCacheFromAFractionOfTheDevice) {
+  const core::ModelConfig c = ConfigOf(*tools::FindPreset("qwen2.5-7b"));
+  core::MemoryBudgets b;
+  b.kv_cache_bytes = 12345;  // ignored
+  const core::MemoryEstimate e = core::EstimateMemory(c, b);
+  const int64_t rest = e.total() - e.kv_cache_bytes;
+  const int64_t total = int64_t{80} << 30;
+  auto kv = core::KvCacheBytesForFraction(0.9, total, total, e);
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  EXPECT_EQ(*kv, static_cast<int64_t>(0.9 * static_cast<double>(total)) - rest);
+  b.kv_cache_bytes = *kv;
+  EXPECT_TRUE(core::CheckMemoryFits(core::EstimateMemory(c, b), b, total).ok());
+  // Another process holds part of the device: what is free bounds it.
+  auto busy = core::KvCacheBytesForFraction(0.9, total, int64_t{40} << 30, e);
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  EXPECT_EQ(*busy, (int64_t{40} << 30) - rest);
+  const absl::Status small = core::KvCacheBytesForFraction(0.05, total, total, e).status();
+  EXPECT_EQ(small.code(), absl::StatusCode::kResourceExhausted) << small;
+  EXPECT_NE(small.message().find("weights"), std::string::npos) << small;
+  for (const double bad : {0.0, -0.5, 1.5}) {
+    EXPECT_EQ(core::KvCacheBytesForFraction(bad, total, total, e).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  // On the CPU the flag is refused; a GPU that is not there fails before anything is loaded.
+  engine::ModelOptions cpu;
+  EXPECT_EQ(engine::CheckMemoryBeforeLoad(testing::ModelPath("tiny-qwen2-text"), cpu, engine::EngineOptions{}, -1,
+                                          "--kv-cache-bytes", 0.9)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace iris

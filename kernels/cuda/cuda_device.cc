@@ -180,6 +180,14 @@ absl::Status CudaDevice::status() const {
   return state_->first_error;
 }
 
+absl::StatusOr<DeviceMemory> CudaDevice::Memory() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  cudaError_t e = cudaSetDevice(ordinal_);
+  if (e == cudaSuccess) e = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (e != cudaSuccess) return CudaStatus(e, "cudaMemGetInfo");
+  return DeviceMemory{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
 void CudaDevice::Check(int cuda_error, const char* op) { state_->Record(static_cast<cudaError_t>(cuda_error), op); }
 
 void CudaDevice::Report(absl::Status error) { state_->Keep(std::move(error)); }

@@ -46,6 +46,7 @@ class CudaDevice final : public Device {
 
   // The first CUDA error of a void operation, or OK.
   absl::Status status() const override;
+  absl::StatusOr<DeviceMemory> Memory() const override;
   // Keeps a launch's cudaError_t value (0: success) as the device's first error, named by `op`:
   // the ops' dispatch points pass every cuda_kernels.h launch through it.
   void Check(int cuda_error, const char* op);
