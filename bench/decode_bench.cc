@@ -38,6 +38,7 @@
 
 ABSL_FLAG(std::string, model, "build/models/3b", "model folder (made by iris-make-model --preset small|3b)");
 ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 or f32");
+ABSL_FLAG(std::string, device, "cpu", "where the decoder runs: cpu, or cuda / cuda:N (a GPU: the bandwidth is its HBM's)");
 ABSL_FLAG(std::string, kv_dtype, "auto", "KV cache pages of the main measurements: auto (as --dtype), bf16 or f32");
 ABSL_FLAG(std::string, batches, "1,8,32", "decode batch sizes (sequences per step)");
 ABSL_FLAG(std::string, kv_compare_contexts, "512,2048",
@@ -122,7 +123,7 @@ llm::KvCache FilledCache(kernels::Device& dev, const llm::Decoder& dec, core::DT
                          int extra, std::vector<llm::BlockTable>* tables) {
   const int block_size = 16;
   const int64_t blocks = int64_t{batch} * ((context + extra + block_size - 1) / block_size);
-  auto cache = llm::KvCache::Create(dec.CacheShape(blocks, block_size, dtype));
+  auto cache = llm::KvCache::Create(dec.CacheShape(blocks, block_size, dtype), dev);
   if (!cache.ok()) Die(std::string(cache.status().message()));
   const core::TextConfig& tc = dec.config();
   const int64_t row = int64_t{tc.num_key_value_heads} * tc.head_dim();
@@ -135,8 +136,17 @@ llm::KvCache FilledCache(kernels::Device& dev, const llm::Decoder& dec, core::DT
   for (llm::BlockTable& t : *tables) {
     if (auto st = cache->Reserve(&t, context); !st.ok()) Die(std::string(st.message()));
     for (int64_t i = 0; i < context; ++i) slots[i] = cache->Slot(t, i);
+    // Rows and slots where the device reads them (the same memory on the CPU).
+    auto up = [&dev](void* data, core::DType dtype, int64_t n) {
+      auto t = dev.Mirror(core::Tensor::View(data, dtype, {n}, nullptr));
+      if (!t.ok()) Die(std::string(t.status().message()));
+      return *std::move(t);
+    };
+    const core::Tensor drows = up(rows.data(), core::DType::kF32, static_cast<int64_t>(rows.size()));
+    const core::Tensor dslots = up(slots.data(), core::DType::kI64, context);
     for (int l = 0; l < tc.num_hidden_layers; ++l) {
-      kernels::WritePagedKv(dev, cache->layer(l), rows.data(), row, rows.data(), row, slots);
+      kernels::WritePagedKv(dev, cache->layer(l), drows.data<float>(), row, drows.data<float>(), row,
+                            std::span<const int64_t>(dslots.data<int64_t>(), static_cast<size_t>(context)));
     }
   }
   return std::move(*cache);
@@ -210,7 +220,16 @@ int main(int argc, char** argv) {
   // Room for the largest step below: a prompt or a context fill in one step, every sequence's logits.
   options.max_tokens = std::max({context, prompt, absl::GetFlag(FLAGS_chunk), max_batch});
   options.max_logit_rows = max_batch;
-  kernels::Device& dev = kernels::DefaultCpuDevice();
+  // The CPU device is the process's default one (its OpenMP team is this thread's); a GPU is made here.
+  std::unique_ptr<kernels::Device> own_device;
+  if (absl::GetFlag(FLAGS_device) != "cpu") {
+    kernels::DeviceOptions device_options;
+    device_options.name = absl::GetFlag(FLAGS_device);
+    auto d = kernels::CreateDevice(device_options);
+    if (!d.ok()) Die(std::string(d.status().message()));
+    own_device = std::move(*d);
+  }
+  kernels::Device& dev = own_device != nullptr ? *own_device : kernels::DefaultCpuDevice();
   auto loaded = llm::Decoder::Load(dev, *ckpt, tc, options);
   if (!loaded.ok()) Die(std::string(loaded.status().message()));
   llm::Decoder& dec = **loaded;
@@ -239,16 +258,17 @@ int main(int argc, char** argv) {
   auto measure_peak = [&] { return kernels::MeasureMatmulPeakFlops(dev, options.compute, 2048, 5); };
   const double bw0 = measure_bw();
   const double peak0 = measure_peak();
-  std::printf("memory read bandwidth (%d threads, 1 GiB, same run, first measurement): %.1f GB/s; matmul peak (oneDNN %s, "
+  const char* gemm = dev.kind() == kernels::DeviceKind::kCuda ? "cuBLASLt" : "oneDNN";
+  std::printf("memory read bandwidth (%d threads, 1 GiB, same run, first measurement): %.1f GB/s; matmul peak (%s %s, "
               "2048x2048x2048, same run): %.2f TFLOP/s\n\n",
-              threads, bw0 / 1e9, bf16 ? "bf16" : "f32", peak0 / 1e12);
+              threads, bw0 / 1e9, gemm, bf16 ? "bf16" : "f32", peak0 / 1e12);
   std::fflush(stdout);
 
   // KV cache: max_batch sequences of context + warm-up + timed tokens, plus the prompt.
   const int block_size = 16;
   const int64_t per_seq = context + kWarmup + steps;
   const int64_t blocks = max_batch * ((per_seq + block_size - 1) / block_size) + (prompt + block_size - 1) / block_size + 1;
-  auto cache_or = llm::KvCache::Create(dec.CacheShape(blocks, block_size, kv_dtype));
+  auto cache_or = llm::KvCache::Create(dec.CacheShape(blocks, block_size, kv_dtype), dev);
   if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
   llm::KvCache& cache = *cache_or;
 
@@ -362,7 +382,11 @@ int main(int argc, char** argv) {
   const std::string linear_load = iris::bench::LoadAverage();
   if (absl::GetFlag(FLAGS_linears)) {
     std::fprintf(stderr, "decode_bench: Linear alone...\n");
-    const std::vector<float> x = RandomEmbeddings(max_batch, std::max<int64_t>(h, tc.intermediate_size), 3);
+    std::vector<float> x_host = RandomEmbeddings(max_batch, std::max<int64_t>(h, tc.intermediate_size), 3);
+    auto x_or = dev.Mirror(core::Tensor::View(x_host.data(), core::DType::kF32,
+                                              {static_cast<int64_t>(x_host.size())}, nullptr));
+    if (!x_or.ok()) Die(std::string(x_or.status().message()));
+    const float* x = x_or->data<float>();
     for (const Shape& s : shapes) {
       const int64_t bytes = s.out * s.in * es;
       const int copies = static_cast<int>(std::max<int64_t>(1, ((int64_t{256} << 20) + bytes - 1) / bytes));
@@ -379,15 +403,19 @@ int main(int argc, char** argv) {
           lins.push_back(std::move(*lin));
         }
       }
-      std::vector<float> y(static_cast<size_t>(max_batch * s.out));
+      auto y_or = dev.Allocate(core::DType::kF32, {max_batch * s.out});
+      if (!y_or.ok()) Die(std::string(y_or.status().message()));
+      float* y = y_or->data<float>();
       for (size_t bi = 0; bi < batches.size(); ++bi) {
         const int m = batches[bi];
-        for (int c = 0; c < copies; ++c) lins[c]->Forward(x.data(), m, y.data());  // primitives, warm-up
+        for (int c = 0; c < copies; ++c) lins[c]->Forward(x, m, y);  // primitives, warm-up
+        dev.Synchronize();
         std::vector<double> t;
         const int calls = std::max(2 * copies, 16);
         for (int i = 0; i < calls; ++i) {
           const auto t0 = Clock::now();
-          lins[i % copies]->Forward(x.data(), m, y.data());
+          lins[i % copies]->Forward(x, m, y);
+          dev.Synchronize();  // a GPU's call is only enqueued
           t.push_back(Seconds(t0));
         }
         linear_rows[bi].push_back({m, s.name, std::to_string(s.out) + " x " + std::to_string(s.in),
@@ -416,8 +444,8 @@ int main(int argc, char** argv) {
                 100.0 * (weight_bytes + r.kv_bytes) / r.med / bw, dec.MatmulFlops(r.batch, r.batch) / r.med / 1e12);
   }
   if (absl::GetFlag(FLAGS_linears)) {
-    std::printf("\nLinear alone at M = batch (oneDNN, random weights read from DRAM; median call; load average %s; "
-                "share = of that batch's median decode step):\n", linear_load.c_str());
+    std::printf("\nLinear alone at M = batch (%s, random weights read from DRAM; median call; load average %s; "
+                "share = of that batch's median decode step):\n", gemm, linear_load.c_str());
     std::printf("| M | linear | out x in | MB | us/call | GB/s | of bandwidth | TFLOP/s | per step | ms/step | share of the step |\n");
     std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (size_t bi = 0; bi < batches.size(); ++bi) {
