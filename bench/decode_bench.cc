@@ -131,18 +131,18 @@ llm::KvCache FilledCache(kernels::Device& dev, const llm::Decoder& dec, core::DT
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.f, 1.f);
   for (float& x : rows) x = dist(rng);
+  // Rows and slots where the device reads them (the same memory on the CPU); the rows once for all.
+  auto up = [&dev](void* data, core::DType dtype, int64_t n) {
+    auto t = dev.Mirror(core::Tensor::View(data, dtype, {n}, nullptr));
+    if (!t.ok()) Die(std::string(t.status().message()));
+    return *std::move(t);
+  };
+  const core::Tensor drows = up(rows.data(), core::DType::kF32, static_cast<int64_t>(rows.size()));
   tables->assign(batch, llm::BlockTable{});
   std::vector<int64_t> slots(context);
   for (llm::BlockTable& t : *tables) {
     if (auto st = cache->Reserve(&t, context); !st.ok()) Die(std::string(st.message()));
     for (int64_t i = 0; i < context; ++i) slots[i] = cache->Slot(t, i);
-    // Rows and slots where the device reads them (the same memory on the CPU).
-    auto up = [&dev](void* data, core::DType dtype, int64_t n) {
-      auto t = dev.Mirror(core::Tensor::View(data, dtype, {n}, nullptr));
-      if (!t.ok()) Die(std::string(t.status().message()));
-      return *std::move(t);
-    };
-    const core::Tensor drows = up(rows.data(), core::DType::kF32, static_cast<int64_t>(rows.size()));
     const core::Tensor dslots = up(slots.data(), core::DType::kI64, context);
     for (int l = 0; l < tc.num_hidden_layers; ++l) {
       kernels::WritePagedKv(dev, cache->layer(l), drows.data<float>(), row, drows.data<float>(), row,

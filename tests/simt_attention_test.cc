@@ -3,6 +3,7 @@
 // longer than a block's rows and a key tile, GQA, odd and padded head dims, causal or not, and
 // query rows clipped to a range (the encoder's resumable pieces). Runs in CI without a GPU.
 #include "kernels/cuda/attention_kernels.cuh"
+#include "kernels/cuda/flash_varlen_args.h"
 
 #include <gtest/gtest.h>
 
@@ -21,29 +22,10 @@ using testing::VarlenCase;
 // The kernel as LaunchFlashVarlen runs it, on the harness.
 std::vector<float> RunOnHarness(const VarlenCase& c, int64_t q_begin = 0, int64_t q_end = -1) {
   std::vector<float> out(static_cast<size_t>(c.rows) * c.out_stride(), NAN);
-  const AttentionArgs a = c.Args(c.qkv.data(), c.cu.data(), out.data());
-  FlashVarlenParams p;
-  p.q = a.q.data;
-  p.q_row_stride = a.q.row_stride;
-  p.q_head_stride = a.q.head_stride;
-  p.k = a.k.data;
-  p.k_row_stride = a.k.row_stride;
-  p.k_head_stride = a.k.head_stride;
-  p.v = a.v.data;
-  p.v_row_stride = a.v.row_stride;
-  p.v_head_stride = a.v.head_stride;
-  p.out = out.data();
-  p.out_row_stride = c.out_stride();
-  p.num_heads = c.heads;
-  p.num_kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  p.scale = c.scale();
-  p.cu_seqlens = c.cu.data();
-  p.num_seqs = static_cast<int>(c.cu.size()) - 1;
-  p.max_seqlen = c.max_seqlen;
-  p.causal = c.causal;
-  p.q_begin = q_begin;
-  p.q_end = q_end;
+  AttentionArgs a = c.Args(c.qkv.data(), c.cu.data(), out.data());
+  a.q_begin = q_begin;
+  a.q_end = q_end;
+  const FlashVarlenParams p = FlashVarlenParamsOf(a);
   Launch(Dim3(p.num_seqs, (p.max_seqlen + kFlashRows - 1) / kFlashRows, p.num_heads), Dim3(kFlashWarps * kWarpSize),
          FlashVarlenKernel, p);
   return out;
