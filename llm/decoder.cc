@@ -163,7 +163,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Load(kernels::Device& device, 
   IRIS_ASSIGN_OR_RETURN(Tensor fn, core::GetWeight(ckpt, "model.norm.weight", {h}));
   IRIS_ASSIGN_OR_RETURN(dec->final_norm_, device.Mirror(fn.ToF32()));
   if (config.tie_word_embeddings && !ckpt.Has("lm_head.weight")) {
-    IRIS_ASSIGN_OR_RETURN(dec->lm_head_, Linear::Create(device, dec->embed_, nullptr, compute));
+    IRIS_ASSIGN_OR_RETURN(dec->lm_head_, Linear::Create(device, embed, nullptr, compute));
   } else {
     IRIS_ASSIGN_OR_RETURN(Tensor lw, core::GetWeight(ckpt, "lm_head.weight", {config.vocab_size, h}));
     IRIS_ASSIGN_OR_RETURN(dec->lm_head_, Linear::Create(device, lw, nullptr, compute));

@@ -79,27 +79,11 @@ for t in $TESTS; do
   echo "gpu_check: === $name"
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$t" --gtest_output="xml:$OUT_DIR/$name.xml" >"$OUT_DIR/$name.log" 2>&1
   rc=$?
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure$|FAILED_PRECONDITION' "$OUT_DIR/$name.log" | head -40
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED_PRECONDITION' "$OUT_DIR/$name.log" | head -40
+  # Each failure's first lines (what was expected, where), so a remote run's tail says what broke.
+  grep -A5 'Failure$' "$OUT_DIR/$name.log" | cut -c1-300 | head -60
   [ $rc -eq 0 ] || FAILED+=("$name")
 done
-
-if [ "$SANITIZE" = 1 ]; then
-  if ! command -v compute-sanitizer >/dev/null 2>&1; then
-    echo "gpu_check: compute-sanitizer is not on PATH" >&2
-    FAILED+=(compute-sanitizer)
-  else
-    for t in $TESTS; do
-      for tool in memcheck racecheck; do
-        name="$(basename "$t").$tool"
-        echo "gpu_check: === $name"
-        compute-sanitizer --tool "$tool" --error-exitcode 3 "$t" >"$OUT_DIR/$name.log" 2>&1
-        rc=$?
-        tail -3 "$OUT_DIR/$name.log"
-        [ $rc -eq 0 ] || FAILED+=("$name")
-      done
-    done
-  fi
-fi
 
 if [ "$BENCHES" = 1 ]; then
   # Decode on the synthetic `small` model: tokens/s at batch 1-64 against the HBM bandwidth and
@@ -116,6 +100,57 @@ if [ "$BENCHES" = 1 ]; then
     echo "gpu_check: === decode_bench --device cuda"
     "$DECODE" --model "$OUT_DIR/models/small" --device cuda --batches 1,8,32,64 --context 512 \
       --kv_compare_contexts 512,2048 2>&1 | tee "$OUT_DIR/decode_bench.log" || FAILED+=(decode_bench)
+  fi
+  # The encoder on the 3b vision tower (synthetic weights made here), each technique switched off,
+  # and the same inputs through transformers' tower on the same weights where PyTorch is.
+  ENCODER=$(ls "$BIN/encoder_bench" "$BIN/bench/encoder_bench" 2>/dev/null | head -1)
+  if [ -z "$MAKE_MODEL" ] || [ -z "$ENCODER" ]; then
+    echo "gpu_check: encoder_bench or iris-make-model missing: no encoder bench" >&2
+    FAILED+=(encoder_bench)
+  elif ! "$MAKE_MODEL" --preset 3b --vision-only --out "$OUT_DIR/models/vision-3b" >>"$OUT_DIR/make_model.log" 2>&1; then
+    echo "gpu_check: iris-make-model --preset 3b --vision-only failed (see $OUT_DIR/make_model.log)" >&2
+    FAILED+=(encoder_bench)
+  else
+    echo "gpu_check: === encoder_bench --device cuda"
+    "$ENCODER" --model "$OUT_DIR/models/vision-3b" --device cuda --min_seconds "${BENCH_MIN_SECONDS:-1}" \
+      --rounds 5 --slice_gflop= 2>&1 | tee "$OUT_DIR/encoder_bench.log" || FAILED+=(encoder_bench)
+    if python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
+      echo "gpu_check: === transformers' vision tower, same weights and inputs"
+      python3 bench/hf_vision_tower.py --model "$OUT_DIR/models/vision-3b" --min-seconds "${BENCH_MIN_SECONDS:-1}" \
+        2>&1 | tee "$OUT_DIR/hf_vision_tower.log" || FAILED+=(hf_vision_tower)
+    else
+      echo "gpu_check: no PyTorch with CUDA here: no transformers comparison"
+    fi
+  fi
+fi
+
+if [ "$SANITIZE" = 1 ]; then
+  # The kernel suites only (the model suite's minutes under the sanitizer buy nothing the kernel
+  # suites do not cover); each run is bounded so one slow tool cannot eat the machine's lease.
+  SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+  if [ -z "$SANITIZER" ]; then
+    echo "gpu_check: compute-sanitizer is not on PATH" >&2
+    FAILED+=(compute-sanitizer)
+  else
+    for t in $TESTS; do
+      case "$(basename "$t")" in cuda_model_test|cuda_device_test) continue ;; esac
+      # SANITIZE_SUITES (a regular expression) narrows the sanitized suites for a short lease.
+      [[ "$(basename "$t")" =~ ${SANITIZE_SUITES:-.} ]] || continue
+      for tool in memcheck racecheck; do
+        name="$(basename "$t").$tool"
+        echo "gpu_check: === $name"
+        # Death tests fork and re-run under the tool (minutes for nothing the others miss), and the
+        # peak-rate test times work the tool slows down by design.
+        timeout "${SANITIZE_TIMEOUT_S:-240}" "$SANITIZER" --tool "$tool" --error-exitcode 3 "$t" \
+          --gtest_filter='-*DeathTest*:*PeakRates*' >"$OUT_DIR/$name.log" 2>&1
+        rc=$?
+        tail -3 "$OUT_DIR/$name.log"
+        # Where a hazard or an error is, its first report names the kernel.
+        grep -m3 -A4 -E '^========= (Invalid|Error|Race|Warning)' "$OUT_DIR/$name.log" | cut -c1-300
+        [ $rc -eq 124 ] && echo "gpu_check: $name stopped after ${SANITIZE_TIMEOUT_S:-240} s"
+        [ $rc -eq 0 ] || FAILED+=("$name")
+      done
+    done
   fi
 fi
 

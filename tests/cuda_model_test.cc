@@ -1,9 +1,10 @@
 // The tiny model on a GPU (label gpu) against the Hugging Face goldens and the CPU: the vision
 // encoder's output for every golden case (f32 rel L2 <= 1e-4, bf16 <= 2e-2), the decoder's
 // last-position logits of every golden prompt (same bounds), and greedy decoding on the GPU
-// giving the CPU's tokens. (Data and models come from IRIS_TEST_DATA / IRIS_TEST_MODELS when those
+// giving the CPU's tokens; the encoder's layer loop captured whole in a CUDA graph (no host sync). (Data and models come from IRIS_TEST_DATA / IRIS_TEST_MODELS when those
 // are set: scripts/gpu_check.sh makes the tiny model on the GPU machine.)
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,6 +89,59 @@ TEST_P(CudaTinyEncoder, MatchesEveryGoldenCase) {
                 f32 ? "f32" : "bf16", err);
     EXPECT_LE(err, f32 ? 1e-4 : 2e-2) << c["case"];
   }
+  EXPECT_TRUE(gpu->status().ok()) << gpu->status();
+}
+
+// The layer loop issues stream work only: no device-to-host copy or synchronisation, no host
+// read of device memory. Proven by capturing every piece of a forward (window and full-attention
+// blocks, two images) in one CUDA graph, which any host synchronisation would break, then
+// replaying it and checking the result against the golden. Begin (the pixel upload) and Finish (the
+// copy back) stay outside; the plan is cached by a first, ordinary forward.
+TEST_P(CudaTinyEncoder, EveryLayerIsCapturedInOneGraphWithoutHostSync) {
+  const bool f32 = GetParam() == ComputeType::kF32;
+  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  const std::string dir = testing::ModelPath("tiny");
+  auto config = core::LoadModelConfig(dir);
+  auto pp = core::LoadPreprocessorConfig(dir);
+  auto ckpt = core::Checkpoint::Open(dir);
+  ASSERT_TRUE(config.ok() && pp.ok() && ckpt.ok());
+  vision::EncoderOptions options;
+  options.compute = GetParam();
+  auto encoder = vision::VisionEncoder::Load(*gpu, *ckpt, config->vision, options);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  const nlohmann::json manifest = testing::LoadDataJson("vision/manifest_tiny.json");
+  const nlohmann::json* batch = nullptr;
+  for (const auto& c : manifest["cases"]) {
+    if (c["preprocess_cases"].size() > 1) batch = &c;
+  }
+  ASSERT_NE(batch, nullptr) << "no golden case with two images";
+  std::vector<vision::GridThw> grids;
+  const core::Tensor pixels = PixelsOf(*batch, *pp, &grids);
+  ASSERT_TRUE((*encoder)->Forward(pixels, grids).ok());  // warm-up: plan cached, buffers sized
+
+  ASSERT_TRUE((*encoder)->Begin(pixels, grids).ok());
+  gpu->Synchronize();
+  ASSERT_TRUE(gpu->BeginCapture().ok());
+  int pieces = 0;
+  while (!(*encoder)->done()) {
+    absl::StatusOr<double> ran = (*encoder)->Advance(std::numeric_limits<double>::infinity());
+    ASSERT_TRUE(ran.ok()) << ran.status();
+    ++pieces;
+  }
+  absl::StatusOr<std::unique_ptr<kernels::DeviceGraph>> graph = gpu->EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status() << " (a host synchronisation inside the layer loop breaks the capture)";
+  ASSERT_TRUE(gpu->status().ok()) << gpu->status();
+  EXPECT_GE(pieces, 1);
+  ASSERT_TRUE((*graph)->Replay().ok());
+  auto out = (*encoder)->Finish();
+  ASSERT_TRUE(out.ok()) << out.status();
+  const core::Tensor golden = LoadGolden((*batch)["arrays"]["file"].get<std::string>(), "output");
+  ASSERT_EQ(out->numel(), golden.numel());
+  const double err = RelativeL2(out->data<float>(), golden.data<float>(), golden.numel());
+  std::printf("  %s %s replayed from one graph: relative L2 %.3g\n", (*batch)["case"].get<std::string>().c_str(),
+              f32 ? "f32" : "bf16", err);
+  EXPECT_LE(err, f32 ? 1e-4 : 2e-2);
   EXPECT_TRUE(gpu->status().ok()) << gpu->status();
 }
 

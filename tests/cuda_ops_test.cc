@@ -75,7 +75,7 @@ TEST(CudaOpsTest, ElementwiseOpsMatchTheCpu) {
   ExpectCloseRel(g->Down(dy, n), want, 4e-6f, "QuickGelu");
   Add(cpu, x.data(), b.data(), n, want.data());
   Add(gpu, dx, db, n, dy);
-  ExpectSameBits(g->Down(dy, n), want, "Add");
+  testing::ExpectSameValues(g->Down(dy, n), want, "Add");
 
   // In place, where the ops allow it: y aliasing x.
   float* inplace = g->Up(normal);
@@ -85,7 +85,7 @@ TEST(CudaOpsTest, ElementwiseOpsMatchTheCpu) {
   inplace = g->Up(x);
   Add(cpu, x.data(), b.data(), n, want.data());
   Add(gpu, inplace, db, n, inplace);
-  ExpectSameBits(g->Down(inplace, n), want, "Add in place");
+  testing::ExpectSameValues(g->Down(inplace, n), want, "Add in place");
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
 }
 

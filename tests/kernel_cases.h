@@ -62,6 +62,16 @@ void ExpectSameBits(const std::vector<T>& got, const std::vector<T>& want, const
   }
 }
 
+// The same bits, except that any NaN equals any NaN: a GPU's arithmetic returns its canonical NaN
+// (0x7fffffff) where the CPU's keeps the operand's payload, so bits match only for copies.
+inline void ExpectSameValues(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i]) && std::isnan(want[i])) continue;
+    ASSERT_EQ(Bits(got[i]), Bits(want[i])) << what << " at " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
 // n activation inputs: N(0, 3^2) with the edge cases first (signed zeros, a tiny and a subnormal
 // value, where exp saturates, infinities, NaN).
 inline std::vector<float> ActivationInputs(int64_t n, uint32_t seed) {
