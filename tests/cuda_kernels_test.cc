@@ -268,11 +268,12 @@ TEST(CudaKernelsTest, ArgmaxPicksTheCpuSamplersToken) {
 }
 
 
-// Decodes and a prefill chunk over shuffled pages, f32 and bf16 pools, GQA, head_dim 80 and 128.
+// Decodes and a prefill chunk over shuffled pages, f32 and bf16 pools, GQA, head_dim 80 and 128
+// (16-byte K loads) and 77 (element loads).
 TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuKernel) {
   auto g = MakeGpu();
   ASSERT_NE(g, nullptr);
-  for (const int hd : {80, 128}) {
+  for (const int hd : {77, 80, 128}) {
     const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/12, hd, /*num_blocks=*/200,
                                {{1, 1}, {17, 1}, {300, 7}, {1000, 1}, {32, 1}, {513, 1}}, /*block_step=*/37,
                                /*block_offset=*/3);

@@ -363,12 +363,13 @@ TEST(CudaKernelsOnSimtTest, ArgmaxPicksTheSameIdAsTheCpuSamplerWithTiesNansAndIn
 }
 
 
-// A step of decodes and a prefill over shuffled pages, f32 and bf16 pools, GQA, head_dim 80:
-// decodes over 1, 17 and 70 tokens, a 3-row prefill chunk over 40, a decode over exactly two blocks.
+// A step of decodes and a prefill over shuffled pages, f32 and bf16 pools, GQA, head_dim 80 (K
+// read 16 bytes at a time) and 77 (element by element): decodes over 1, 17 and 70 tokens (tiles of
+// 32 keys: partial last tiles), a 3-row prefill chunk over 40, a decode over exactly two blocks.
 template <typename T>
-void CheckPagedAttention() {
+void CheckPagedAttention(int head_dim) {
   constexpr bool kBf16 = sizeof(T) == 2;
-  const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/4, /*head_dim=*/80, /*num_blocks=*/40,
+  const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/4, head_dim, /*num_blocks=*/40,
                              {{1, 1}, {17, 1}, {40, 3}, {70, 1}, {32, 1}}, /*block_step=*/17, /*block_offset=*/5);
   std::vector<float> got(c.q.size(), NAN);
   Launch(Dim3(c.rows, c.heads), Dim3(kPagedWarps * kWarpSize), PagedAttentionKernel<T>, c.q.data(), c.row_stride(),
@@ -378,10 +379,14 @@ void CheckPagedAttention() {
   ExpectCloseRel(got, c.Reference(kBf16), 2e-5f, "paged_attention");
 }
 
-TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnF32Pages) { CheckPagedAttention<float>(); }
+TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnF32Pages) {
+  CheckPagedAttention<float>(80);
+  CheckPagedAttention<float>(77);
+}
 
 TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnBf16Pages) {
-  CheckPagedAttention<uint16_t>();
+  CheckPagedAttention<uint16_t>(80);
+  CheckPagedAttention<uint16_t>(77);
 }
 
 }  // namespace

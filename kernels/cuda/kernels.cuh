@@ -319,21 +319,60 @@ IRIS_GLOBAL void WritePagedKvKernel(const float* k, int64_t k_stride, const floa
   }
 }
 
-constexpr int kPagedWarps = 4;        // a block: 4 warps (128 threads)
+constexpr int kPagedWarps = 8;        // a block: 8 warps (256 threads)
 constexpr int kPagedMaxHeadDim = 256;
 constexpr int kPagedDimsPerLane = kPagedMaxHeadDim / 32;
 
+// 16 bytes of a K row: 8 bf16 or 4 f32 values, loaded at once where the row allows it.
+struct alignas(16) KvChunk {
+  uint32_t w[4];
+};
+
+// q·k of one key, computed whole by one lane (q in shared memory). Rows whose address and length
+// allow it are read 16 bytes at a time; four partial sums keep the loads independent.
+IRIS_DEVICE float KeyDot(const uint16_t* kr, const float* qs, int head_dim) {
+  float s[4] = {0.f, 0.f, 0.f, 0.f};
+  int d = 0;
+  if (reinterpret_cast<uintptr_t>(kr) % 16 == 0) {
+    for (; d + 8 <= head_dim; d += 8) {
+      const KvChunk c = *reinterpret_cast<const KvChunk*>(kr + d);
+      for (int i = 0; i < 4; ++i) {
+        s[i] += qs[d + 2 * i] * BitsToFloat(c.w[i] << 16) + qs[d + 2 * i + 1] * BitsToFloat(c.w[i] & 0xffff0000u);
+      }
+    }
+  }
+  for (; d < head_dim; ++d) s[d % 4] += qs[d] * Bf16ToFloat(kr[d]);
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+IRIS_DEVICE float KeyDot(const float* kr, const float* qs, int head_dim) {
+  float s[4] = {0.f, 0.f, 0.f, 0.f};
+  int d = 0;
+  if (reinterpret_cast<uintptr_t>(kr) % 16 == 0) {
+    for (; d + 4 <= head_dim; d += 4) {
+      const KvChunk c = *reinterpret_cast<const KvChunk*>(kr + d);
+      for (int i = 0; i < 4; ++i) s[i] += qs[d + i] * BitsToFloat(c.w[i]);
+    }
+  }
+  for (; d < head_dim; ++d) s[d % 4] += qs[d] * kr[d];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 // One block per (query row, q head) of a step (grid (row_end - row_begin, num_heads)), the layout and metadata of
 // kernels/paged_attention.h: the row's sequence is found in query_start; it attends causally to
-// keys 0 .. its position, read through the block table. Each warp takes every 4th key — lanes
-// split head_dim, a warp reduction gives the score — with its own online softmax; the four
-// warps' partial results are merged at the end.
+// keys 0 .. its position, read through the block table. The keys go in tiles of 32, the warps
+// taking every 8th tile: a lane computes one key's score whole (so the 32 keys' loads are in
+// flight at once, rather than one key per warp reduction), the warp updates its online softmax
+// by the tile's maximum, then the lanes, each owning head dims, accumulate the tile's 32 V rows.
+// The eight warps' partial results are merged at the end.
 template <typename T>
 IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                                       int num_heads, float scale, const T* k_pool, const T* v_pool, int block_size,
                                       int num_kv_heads, int head_dim, const int32_t* query_start,
                                       const int32_t* context_lens, const int32_t* block_tables,
                                       int max_blocks_per_seq, int num_seqs, int64_t row_begin) {
+  IRIS_SHARED float q_shared[kPagedMaxHeadDim];
+  IRIS_SHARED float tile_p[kPagedWarps][kWarpSize];
+  IRIS_SHARED int64_t tile_slot[kPagedWarps][kWarpSize];
   IRIS_SHARED float warp_m[kPagedWarps];
   IRIS_SHARED float warp_l[kPagedWarps];
   IRIS_SHARED float warp_acc[kPagedWarps][kPagedMaxHeadDim];
@@ -352,33 +391,41 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   const int64_t row_elems = static_cast<int64_t>(num_kv_heads) * head_dim;
   const float* qr = q + row * q_row_stride + static_cast<int64_t>(h) * head_dim;
   const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
+  for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) q_shared[d] = qr[d];
+  SyncThreads();
 
-  float qd[kPagedDimsPerLane], acc[kPagedDimsPerLane];
-  for (int i = 0; i < kPagedDimsPerLane; ++i) {
-    const int d = lane + i * kWarpSize;
-    qd[i] = d < head_dim ? qr[d] : 0.f;
-    acc[i] = 0.f;
-  }
+  float acc[kPagedDimsPerLane];
+  for (int i = 0; i < kPagedDimsPerLane; ++i) acc[i] = 0.f;
   float m = -INFINITY, l = 0.f;
-  for (int64_t j = warp; j < keys; j += kPagedWarps) {
-    const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
-    const T* kr = k_pool + slot * row_elems + static_cast<int64_t>(g) * head_dim;
-    const T* vr = v_pool + slot * row_elems + static_cast<int64_t>(g) * head_dim;
-    float dot = 0.f;
-    for (int i = 0; i < kPagedDimsPerLane; ++i) {
-      const int d = lane + i * kWarpSize;
-      if (d < head_dim) dot += qd[i] * LoadKv(kr + d);
+  for (int64_t t0 = static_cast<int64_t>(warp) * kWarpSize; t0 < keys; t0 += kPagedWarps * kWarpSize) {
+    const int64_t j = t0 + lane;
+    const bool valid = j < keys;
+    int64_t slot = 0;
+    float score = -INFINITY;
+    if (valid) {
+      slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+      score = KeyDot(k_pool + slot * row_elems + static_cast<int64_t>(g) * head_dim, q_shared, head_dim) * scale;
     }
-    const float score = WarpSum(dot) * scale;
-    const float m_new = score > m ? score : m;
-    const float correction = expf(m - m_new);  // 0 on the first key (m = -inf)
-    const float p = expf(score - m_new);
-    l = l * correction + p;
-    for (int i = 0; i < kPagedDimsPerLane; ++i) {
-      const int d = lane + i * kWarpSize;
-      acc[i] = acc[i] * correction + (d < head_dim ? p * LoadKv(vr + d) : 0.f);
-    }
+    const float tile_max = WarpMax(score);  // finite: the tile's first key is valid
+    const float m_new = tile_max > m ? tile_max : m;
+    const float p = valid ? expf(score - m_new) : 0.f;
+    const float correction = expf(m - m_new);  // 0 on the first tile (m = -inf)
+    l = l * correction + WarpSum(p);
+    for (int i = 0; i < kPagedDimsPerLane; ++i) acc[i] *= correction;
     m = m_new;
+    tile_p[warp][lane] = p;
+    tile_slot[warp][lane] = slot;
+    SyncWarp();
+    const int n = keys - t0 < kWarpSize ? static_cast<int>(keys - t0) : kWarpSize;
+    for (int u = 0; u < n; ++u) {
+      const float pu = tile_p[warp][u];
+      const T* vr = v_pool + tile_slot[warp][u] * row_elems + static_cast<int64_t>(g) * head_dim;
+      for (int i = 0; i < kPagedDimsPerLane; ++i) {
+        const int d = lane + i * kWarpSize;
+        if (d < head_dim) acc[i] += pu * LoadKv(vr + d);
+      }
+    }
+    SyncWarp();  // the tile's p and slots are read before the next tile writes them
   }
   if (lane == 0) {
     warp_m[warp] = m;

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Where a GPU decode step's time goes: Nsight Compute times every kernel of a short decode_bench
+# run (GPU time per launch, the kernels serialised), and the last decode step's launches are
+# printed in order with their durations, then summed by kernel. Compare the sum with the step's
+# wall time from decode_bench: the difference is host time (launch overhead, synchronisation).
+#   scripts/gpu_profile_decode.sh --bundle .gpu/bundle.tar.xz [--batch 1] [--context 512] [--out DIR]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUNDLE=""
+BATCH=1
+CONTEXT=512
+OUT_DIR=$(mktemp -d)
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) BUNDLE=$2; shift 2 ;;
+    --batch) BATCH=$2; shift 2 ;;
+    --context) CONTEXT=$2; shift 2 ;;
+    --out) OUT_DIR=$2; shift 2 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    *) echo "gpu_profile_decode: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT_DIR"
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+[ -n "$NCU" ] || { echo "gpu_profile_decode: ncu not found" >&2; exit 1; }
+if [ -n "$BUNDLE" ]; then
+  ROOT=$(mktemp -d)
+  tar -C "$ROOT" -xJf "$BUNDLE" || exit 1
+  export LD_LIBRARY_PATH="$ROOT/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  BIN=$ROOT/bin
+else
+  BIN=build/bench
+  [ -x "$BIN/decode_bench" ] || BIN=build
+fi
+MAKE_MODEL=$(ls "$BIN/iris-make-model" build/tools/iris-make-model/iris-make-model 2>/dev/null | head -1)
+"$MAKE_MODEL" --preset small --out "$OUT_DIR/small" >"$OUT_DIR/make_model.log" 2>&1 || { echo "iris-make-model failed" >&2; exit 1; }
+# 2 warm-up + 2 timed steps; nothing else timed.
+"$NCU" --metrics gpu__time_duration.sum --csv --log-file "$OUT_DIR/ncu.csv" \
+  "$BIN/decode_bench" --model "$OUT_DIR/small" --device cuda --batches "$BATCH" --context "$CONTEXT" --steps 2 \
+  --linears=false --kv_compare_contexts= --prompt 16 --prompt_repeats 1 >"$OUT_DIR/decode_bench.log" 2>&1 \
+  || { tail -20 "$OUT_DIR/decode_bench.log"; exit 1; }
+python3 - "$OUT_DIR/ncu.csv" <<'EOF'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+head = rows[0]
+name_i, value_i, unit_i = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
+launches = []
+for r in rows[1:]:
+    us = float(r[value_i].replace(",", "")) / (1000.0 if r[unit_i] in ("nsecond", "ns") else 1.0)
+    if r[unit_i] in ("msecond", "ms"):
+        us = float(r[value_i].replace(",", "")) * 1000.0
+    launches.append((r[name_i].split("(")[0][:70], us))
+# The last decode step: from the last embedding lookup to the end (the step starts with it).
+start = max(i for i, (n, _) in enumerate(launches) if "Embedding" in n)
+step = launches[start:]
+print(f"last decode step: {len(step)} kernels, {sum(u for _, u in step):.1f} us of GPU time")
+by = collections.OrderedDict()
+for n, u in step:
+    c, t = by.get(n, (0, 0.0))
+    by[n] = (c + 1, t + u)
+print("| kernel | launches | us total | us each |\n| --- | ---: | ---: | ---: |")
+for n, (c, t) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+    print(f"| {n} | {c} | {t:.1f} | {t / c:.2f} |")
+EOF
+grep -E '^\| +[0-9]+ \|' "$OUT_DIR/decode_bench.log" | head -3
