@@ -58,12 +58,23 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
       if (md.num_seqs <= 0) return;
       cpu::CheckPagedAttentionArgs(args);
       cuda::CudaDevice& gpu = cuda::AsCuda(device);
+      // A small step (a few decodes) splits each row's keys over several blocks to fill the GPU;
+      // their partials live in the activation scratch, which nothing else uses between this
+      // launch and its merge (stream order).
+      const int64_t rows = md.row_end - md.row_begin;
+      const int splits = cuda::PagedAttentionSplits(rows, args.num_heads, gpu.sm_count());
+      float* partials = nullptr;
+      if (splits > 1) {
+        partials = static_cast<float*>(
+            gpu.ActivationScratch(cuda::PagedAttentionPartialBytes(rows, args.num_heads, L.head_dim, splits)));
+        if (partials == nullptr) return;  // the device keeps the error
+      }
       return gpu.Check(cuda::LaunchPagedAttention(gpu.stream(), args.q, args.q_row_stride, args.out,
                                                   args.out_row_stride, args.num_heads, args.scale, L.k, L.v,
                                                   L.dtype == core::DType::kBF16, L.block_size, L.num_kv_heads,
                                                   L.head_dim, md.query_start.data(), md.context_lens.data(),
                                                   md.block_tables.data(), md.max_blocks_per_seq, md.num_seqs,
-                                                  md.row_begin, md.row_end),
+                                                  md.row_begin, md.row_end, splits, partials),
                        "PagedAttention");
 #else
       break;

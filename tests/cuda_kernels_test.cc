@@ -269,7 +269,8 @@ TEST(CudaKernelsTest, ArgmaxPicksTheCpuSamplersToken) {
 
 
 // Decodes and a prefill chunk over shuffled pages, f32 and bf16 pools, GQA, head_dim 80 and 128
-// (16-byte K loads) and 77 (element loads).
+// (16-byte K loads) and 77 (element loads); whole and with each row's keys split over 5 and 16
+// blocks (merged by the second launch).
 TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuKernel) {
   auto g = MakeGpu();
   ASSERT_NE(g, nullptr);
@@ -281,14 +282,20 @@ TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuKernel) {
     const std::vector<int32_t> cl(c.meta.context_lens.begin(), c.meta.context_lens.end());
     const std::vector<int32_t> bt(c.meta.block_tables.begin(), c.meta.block_tables.end());
     for (const bool bf16 : {false, true}) {
-      float* out = g->Up(std::vector<float>(c.q.size(), NAN));
-      const void* kd = bf16 ? static_cast<const void*>(g->Up(c.kb)) : static_cast<const void*>(g->Up(c.kf));
-      const void* vd = bf16 ? static_cast<const void*>(g->Up(c.vb)) : static_cast<const void*>(g->Up(c.vf));
-      ASSERT_EQ(cuda::LaunchPagedAttention(g->cuda().stream(), g->Up(c.q), c.row_stride(), out, c.row_stride(),
-                                           c.heads, c.scale(), kd, vd, bf16, c.block_size, c.kv_heads, hd, g->Up(qs),
-                                           g->Up(cl), g->Up(bt), c.meta.max_blocks_per_seq, c.meta.num_seqs, 0, c.rows),
-                0);
-      ExpectCloseRel(g->Down(out, c.q.size()), c.Reference(bf16), 2e-5f, bf16 ? "paged bf16" : "paged f32");
+      for (const int splits : {1, 5, 16}) {
+        SCOPED_TRACE(::testing::Message() << "head_dim " << hd << ", " << splits << " splits");
+        float* out = g->Up(std::vector<float>(c.q.size(), NAN));
+        float* partials = g->Up(std::vector<float>(
+            cuda::PagedAttentionPartialBytes(c.rows, c.heads, hd, splits) / sizeof(float), NAN));
+        const void* kd = bf16 ? static_cast<const void*>(g->Up(c.kb)) : static_cast<const void*>(g->Up(c.kf));
+        const void* vd = bf16 ? static_cast<const void*>(g->Up(c.vb)) : static_cast<const void*>(g->Up(c.vf));
+        ASSERT_EQ(cuda::LaunchPagedAttention(g->cuda().stream(), g->Up(c.q), c.row_stride(), out, c.row_stride(),
+                                             c.heads, c.scale(), kd, vd, bf16, c.block_size, c.kv_heads, hd,
+                                             g->Up(qs), g->Up(cl), g->Up(bt), c.meta.max_blocks_per_seq,
+                                             c.meta.num_seqs, 0, c.rows, splits, partials),
+                  0);
+        ExpectCloseRel(g->Down(out, c.q.size()), c.Reference(bf16), 2e-5f, bf16 ? "paged bf16" : "paged f32");
+      }
     }
   }
 }

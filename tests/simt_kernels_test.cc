@@ -365,28 +365,40 @@ TEST(CudaKernelsOnSimtTest, ArgmaxPicksTheSameIdAsTheCpuSamplerWithTiesNansAndIn
 
 // A step of decodes and a prefill over shuffled pages, f32 and bf16 pools, GQA, head_dim 80 (K
 // read 16 bytes at a time) and 77 (element by element): decodes over 1, 17 and 70 tokens (tiles of
-// 32 keys: partial last tiles), a 3-row prefill chunk over 40, a decode over exactly two blocks.
+// 32 keys: partial last tiles), a 3-row prefill chunk over 40, a decode over exactly two blocks;
+// whole, and with the keys split over 3 blocks (some of them empty) whose partials are merged.
 template <typename T>
-void CheckPagedAttention(int head_dim) {
+void CheckPagedAttention(int head_dim, int splits) {
+  SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << ", " << splits << " splits");
   constexpr bool kBf16 = sizeof(T) == 2;
   const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/4, head_dim, /*num_blocks=*/40,
                              {{1, 1}, {17, 1}, {40, 3}, {70, 1}, {32, 1}}, /*block_step=*/17, /*block_offset=*/5);
   std::vector<float> got(c.q.size(), NAN);
-  Launch(Dim3(c.rows, c.heads), Dim3(kPagedWarps * kWarpSize), PagedAttentionKernel<T>, c.q.data(), c.row_stride(),
-         got.data(), c.row_stride(), c.heads, c.scale(), static_cast<const T*>(c.k(kBf16)),
+  // The partials' end: the index row `rows` would start at.
+  std::vector<float> partials(splits > 1 ? PagedPartialIndex(c.rows, 0, c.heads, 0, splits, head_dim) : 0, NAN);
+  float* partials_or_null = splits > 1 ? partials.data() : nullptr;
+  Launch(Dim3(c.rows, c.heads, splits), Dim3(kPagedWarps * kWarpSize), PagedAttentionKernel<T>, c.q.data(),
+         c.row_stride(), got.data(), c.row_stride(), c.heads, c.scale(), static_cast<const T*>(c.k(kBf16)),
          static_cast<const T*>(c.v(kBf16)), c.block_size, c.kv_heads, c.head_dim, c.meta.query_start.data(),
-         c.meta.context_lens.data(), c.meta.block_tables.data(), c.meta.max_blocks_per_seq, c.meta.num_seqs, int64_t{0});
+         c.meta.context_lens.data(), c.meta.block_tables.data(), c.meta.max_blocks_per_seq, c.meta.num_seqs, int64_t{0},
+         partials_or_null);
+  if (splits > 1) {
+    Launch(Dim3(c.rows, c.heads), Dim3(64), PagedAttentionCombineKernel, static_cast<const float*>(partials.data()),
+           splits, c.heads, head_dim, got.data(), c.row_stride(), int64_t{0});
+  }
   ExpectCloseRel(got, c.Reference(kBf16), 2e-5f, "paged_attention");
 }
 
 TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnF32Pages) {
-  CheckPagedAttention<float>(80);
-  CheckPagedAttention<float>(77);
+  CheckPagedAttention<float>(80, 1);
+  CheckPagedAttention<float>(77, 1);
+  CheckPagedAttention<float>(80, 3);
 }
 
 TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnBf16Pages) {
-  CheckPagedAttention<uint16_t>(80);
-  CheckPagedAttention<uint16_t>(77);
+  CheckPagedAttention<uint16_t>(80, 1);
+  CheckPagedAttention<uint16_t>(77, 1);
+  CheckPagedAttention<uint16_t>(77, 3);
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ absl::StatusOr<int64_t> Bytes(core::DType dtype, const std::vector<int64_t>& sha
 
 struct CudaDevice::State {
   int ordinal = 0;
+  int sm_count = 0;
   cudaStream_t stream = nullptr;
   cudaMemPool_t pool = nullptr;
   cublasLtHandle_t lt = nullptr;
@@ -160,6 +161,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
     state->workspace = nullptr;
     return CudaStatus(e, "cudaMalloc(cuBLASLt matmul workspace)");
   }
+  state->sm_count = prop.multiProcessorCount;
   size_t free_bytes = 0, total_bytes = 0;
   cudaMemGetInfo(&free_bytes, &total_bytes);
   std::string description = absl::StrFormat(
@@ -174,6 +176,8 @@ CudaDevice::CudaDevice(int ordinal, std::shared_ptr<State> state, std::string de
 CudaDevice::~CudaDevice() = default;
 
 CUstream_st* CudaDevice::stream() const { return state_->stream; }
+
+int CudaDevice::sm_count() const { return state_->sm_count; }
 
 absl::Status CudaDevice::status() const {
   std::lock_guard<std::mutex> lock(state_->mu);

@@ -56,6 +56,7 @@ class CudaDevice final : public Device {
   void Report(absl::Status error);
 
   int ordinal() const { return ordinal_; }
+  int sm_count() const;  // streaming multiprocessors, for launch shapes that must fill the GPU
   CUstream_st* stream() const;
 
   // The cuBLASLt handle, created with the device (on its GPU); every matmul goes on stream().

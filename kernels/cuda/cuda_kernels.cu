@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/kernels.cuh"
 
 namespace iris::kernels::cuda {
@@ -171,25 +173,42 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
                          int num_heads, float scale, const void* k_pool, const void* v_pool, bool bf16_pool,
                          int block_size, int num_kv_heads, int head_dim, const int32_t* query_start,
                          const int32_t* context_lens, const int32_t* block_tables, int max_blocks_per_seq,
-                         int num_seqs, int64_t row_begin, int64_t row_end) {
-  if (head_dim > kPagedMaxHeadDim || num_kv_heads <= 0 || num_heads % num_kv_heads != 0) {
+                         int num_seqs, int64_t row_begin, int64_t row_end, int splits, float* partials) {
+  if (head_dim > kPagedMaxHeadDim || num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || splits < 1 ||
+      (splits > 1 && partials == nullptr)) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (row_end <= row_begin || num_seqs == 0) return 0;
-  const dim3 grid(static_cast<unsigned>(row_end - row_begin), static_cast<unsigned>(num_heads));
+  if (splits == 1) partials = nullptr;
+  const dim3 grid(static_cast<unsigned>(row_end - row_begin), static_cast<unsigned>(num_heads),
+                  static_cast<unsigned>(splits));
   const int threads = kPagedWarps * kWarpSize;
   if (bf16_pool) {
     PagedAttentionKernel<uint16_t><<<grid, threads, 0, stream>>>(
         q, q_row_stride, out, out_row_stride, num_heads, scale, static_cast<const uint16_t*>(k_pool),
         static_cast<const uint16_t*>(v_pool), block_size, num_kv_heads, head_dim, query_start, context_lens,
-        block_tables, max_blocks_per_seq, num_seqs, row_begin);
+        block_tables, max_blocks_per_seq, num_seqs, row_begin, partials);
   } else {
     PagedAttentionKernel<float><<<grid, threads, 0, stream>>>(
         q, q_row_stride, out, out_row_stride, num_heads, scale, static_cast<const float*>(k_pool),
         static_cast<const float*>(v_pool), block_size, num_kv_heads, head_dim, query_start, context_lens,
-        block_tables, max_blocks_per_seq, num_seqs, row_begin);
+        block_tables, max_blocks_per_seq, num_seqs, row_begin, partials);
+  }
+  if (splits > 1) {
+    PagedAttentionCombineKernel<<<dim3(grid.x, grid.y), 128, 0, stream>>>(partials, splits, num_heads, head_dim, out,
+                                                                         out_row_stride, row_begin);
   }
   return LastError();
+}
+
+int PagedAttentionSplits(int64_t rows, int num_heads, int sm_count) {
+  const int64_t pairs = rows * num_heads, want = 2 * static_cast<int64_t>(sm_count);
+  if (pairs <= 0 || pairs >= want) return 1;
+  return static_cast<int>(std::min<int64_t>(16, (want + pairs - 1) / pairs));
+}
+
+size_t PagedAttentionPartialBytes(int64_t rows, int num_heads, int head_dim, int splits) {
+  return static_cast<size_t>(PagedPartialIndex(rows, 0, num_heads, 0, splits, head_dim)) * sizeof(float);
 }
 
 }  // namespace iris::kernels::cuda

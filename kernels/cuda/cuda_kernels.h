@@ -59,11 +59,19 @@ int LaunchWritePagedKv(CUstream_st* stream, const float* k, int64_t k_row_stride
 
 // Paged attention over f32 or bf16 pools (f32 products), kernels/paged_attention.h's layout and
 // metadata (device arrays); the step's query rows are [row_begin, row_end). head_dim at most 256
-// (cudaErrorInvalidValue otherwise).
+// (cudaErrorInvalidValue otherwise). splits > 1: each row's keys go to that many blocks, whose
+// partials (`partials`, PagedAttentionPartialBytes) a second launch merges.
 int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                          int num_heads, float scale, const void* k_pool, const void* v_pool, bool bf16_pool,
                          int block_size, int num_kv_heads, int head_dim, const int32_t* query_start,
                          const int32_t* context_lens, const int32_t* block_tables, int max_blocks_per_seq,
-                         int num_seqs, int64_t row_begin, int64_t row_end);
+                         int num_seqs, int64_t row_begin, int64_t row_end, int splits = 1,
+                         float* partials = nullptr);
+
+// Paged attention's key splits for a step of `rows` query rows: 1 where rows x heads blocks fill
+// the GPU's `sm_count` SMs twice over, else enough blocks per (row, head) for that (at most 16).
+// Each split past the first needs PagedAttentionPartialBytes of device scratch in all.
+int PagedAttentionSplits(int64_t rows, int num_heads, int sm_count);
+size_t PagedAttentionPartialBytes(int64_t rows, int num_heads, int head_dim, int splits);
 
 }  // namespace iris::kernels::cuda

@@ -323,6 +323,11 @@ constexpr int kPagedWarps = 8;        // a block: 8 warps (256 threads)
 constexpr int kPagedMaxHeadDim = 256;
 constexpr int kPagedDimsPerLane = kPagedMaxHeadDim / 32;
 
+// Where split z of (step row r, head h) keeps its partial [m, l, acc[head_dim]].
+IRIS_HOST_DEVICE int64_t PagedPartialIndex(int64_t r, int h, int num_heads, int z, int splits, int head_dim) {
+  return ((r * num_heads + h) * splits + z) * (2 + static_cast<int64_t>(head_dim));
+}
+
 // 16 bytes of a K row: 8 bf16 or 4 f32 values, loaded at once where the row allows it.
 struct alignas(16) KvChunk {
   uint32_t w[4];
@@ -363,13 +368,15 @@ IRIS_DEVICE float KeyDot(const float* kr, const float* qs, int head_dim) {
 // taking every 8th tile: a lane computes one key's score whole (so the 32 keys' loads are in
 // flight at once, rather than one key per warp reduction), the warp updates its online softmax
 // by the tile's maximum, then the lanes, each owning head dims, accumulate the tile's 32 V rows.
-// The eight warps' partial results are merged at the end.
+// The eight warps' partial results are merged at the end. Where a step has too few (row, head)
+// pairs to fill the GPU (a small decode batch), gridDim.z > 1 splits each row's keys over that
+// many blocks, which write partials that PagedAttentionCombineKernel merges.
 template <typename T>
 IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                                       int num_heads, float scale, const T* k_pool, const T* v_pool, int block_size,
                                       int num_kv_heads, int head_dim, const int32_t* query_start,
                                       const int32_t* context_lens, const int32_t* block_tables,
-                                      int max_blocks_per_seq, int num_seqs, int64_t row_begin) {
+                                      int max_blocks_per_seq, int num_seqs, int64_t row_begin, float* partials) {
   IRIS_SHARED float q_shared[kPagedMaxHeadDim];
   IRIS_SHARED float tile_p[kPagedWarps][kWarpSize];
   IRIS_SHARED int64_t tile_slot[kPagedWarps][kWarpSize];
@@ -397,7 +404,11 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   float acc[kPagedDimsPerLane];
   for (int i = 0; i < kPagedDimsPerLane; ++i) acc[i] = 0.f;
   float m = -INFINITY, l = 0.f;
-  for (int64_t t0 = static_cast<int64_t>(warp) * kWarpSize; t0 < keys; t0 += kPagedWarps * kWarpSize) {
+  // Warp w of block z takes tile w * gridDim.z + z, then every (8 * gridDim.z)th: a short context's
+  // few tiles go to different blocks (SMs) before a block's second warp gets one.
+  const int64_t first_tile = static_cast<int64_t>(warp) * gridDim.z + blockIdx.z;
+  const int64_t tile_step = static_cast<int64_t>(gridDim.z) * kPagedWarps * kWarpSize;
+  for (int64_t t0 = first_tile * kWarpSize; t0 < keys; t0 += tile_step) {
     const int64_t j = t0 + lane;
     const bool valid = j < keys;
     int64_t slot = 0;
@@ -417,7 +428,24 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     tile_slot[warp][lane] = slot;
     SyncWarp();
     const int n = keys - t0 < kWarpSize ? static_cast<int>(keys - t0) : kWarpSize;
-    for (int u = 0; u < n; ++u) {
+    int u = 0;
+    // Eight V rows' loads issued before their products, so they are in flight together (one at
+    // a time, each key would wait a full memory latency).
+    for (; u + 8 <= n; u += 8) {
+      float vv[8][kPagedDimsPerLane];
+      for (int k = 0; k < 8; ++k) {
+        const T* vr = v_pool + tile_slot[warp][u + k] * row_elems + static_cast<int64_t>(g) * head_dim;
+        for (int i = 0; i < kPagedDimsPerLane; ++i) {
+          const int d = lane + i * kWarpSize;
+          vv[k][i] = d < head_dim ? LoadKv(vr + d) : 0.f;
+        }
+      }
+      for (int k = 0; k < 8; ++k) {
+        const float pu = tile_p[warp][u + k];
+        for (int i = 0; i < kPagedDimsPerLane; ++i) acc[i] += pu * vv[k][i];
+      }
+    }
+    for (; u < n; ++u) {
       const float pu = tile_p[warp][u];
       const T* vr = v_pool + tile_slot[warp][u] * row_elems + static_cast<int64_t>(g) * head_dim;
       for (int i = 0; i < kPagedDimsPerLane; ++i) {
@@ -440,15 +468,52 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   for (int w = 0; w < kPagedWarps; ++w) big = warp_m[w] > big ? warp_m[w] : big;
   float total = 0.f;
   for (int w = 0; w < kPagedWarps; ++w) total += warp_m[w] == -INFINITY ? 0.f : warp_l[w] * expf(warp_m[w] - big);
-  float* orow = out + row * out_row_stride + static_cast<int64_t>(h) * head_dim;
+  // One split: the row's output. Several: this block's unnormalised partial [m, l, acc...] for
+  // PagedAttentionCombineKernel (m = -inf where the block had no keys).
+  const bool whole = partials == nullptr;
+  float* orow = whole ? out + row * out_row_stride + static_cast<int64_t>(h) * head_dim
+                      : partials + PagedPartialIndex(blockIdx.x, h, num_heads, blockIdx.z, gridDim.z, head_dim);
+  if (!whole && threadIdx.x == 0) {
+    orow[0] = big;
+    orow[1] = total;
+  }
   for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
     float sum = 0.f;
     for (int w = 0; w < kPagedWarps; ++w) {
       if (warp_m[w] != -INFINITY) sum += warp_acc[w][d] * expf(warp_m[w] - big);
     }
-    orow[d] = sum / total;
+    if (whole) {
+      orow[d] = sum / total;
+    } else {
+      orow[2 + d] = sum;
+    }
   }
   SyncThreads();  // the shared partials are read before a next block (harness) reuses them
+}
+
+// Merges the splits' partials of each (row, head) into the output: grid (rows, heads), any
+// block size.
+IRIS_GLOBAL void PagedAttentionCombineKernel(const float* partials, int splits, int num_heads, int head_dim,
+                                             float* out, int64_t out_row_stride, int64_t row_begin) {
+  const int h = static_cast<int>(blockIdx.y);
+  const float* part = partials + PagedPartialIndex(blockIdx.x, h, num_heads, 0, splits, head_dim);
+  const int64_t part_stride = 2 + static_cast<int64_t>(head_dim);
+  float big = -INFINITY;
+  for (int z = 0; z < splits; ++z) big = part[z * part_stride] > big ? part[z * part_stride] : big;
+  float total = 0.f;
+  for (int z = 0; z < splits; ++z) {
+    const float mz = part[z * part_stride];
+    if (mz != -INFINITY) total += part[z * part_stride + 1] * expf(mz - big);
+  }
+  float* orow = out + (row_begin + blockIdx.x) * out_row_stride + static_cast<int64_t>(h) * head_dim;
+  for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
+    float sum = 0.f;
+    for (int z = 0; z < splits; ++z) {
+      const float mz = part[z * part_stride];
+      if (mz != -INFINITY) sum += part[z * part_stride + 2 + d] * expf(mz - big);
+    }
+    orow[d] = sum / total;
+  }
 }
 
 }  // namespace iris::kernels::cuda

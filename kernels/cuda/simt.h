@@ -6,7 +6,7 @@
 //     __syncthreads a barrier of the block's threads, __shared__ storage one static object
 //     (blocks never overlap, so one copy serves each block in turn), and warp shuffles through a
 //     per-warp exchange with a barrier of the warp's lanes.
-// Kernels use only what this header names: IRIS_GLOBAL, IRIS_DEVICE, IRIS_SHARED, SyncThreads(),
+// Kernels use only what this header names: IRIS_GLOBAL, IRIS_DEVICE, IRIS_HOST_DEVICE, IRIS_SHARED, SyncThreads(),
 // SyncWarp(), ShflXor(), threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch for the host side.
 // Every thread of a block must reach each SyncThreads (as CUDA requires), and a block's size is a
 // multiple of the warp size when it shuffles.
@@ -18,6 +18,7 @@
 
 #define IRIS_GLOBAL __global__
 #define IRIS_DEVICE __device__ __forceinline__
+#define IRIS_HOST_DEVICE __host__ __device__ __forceinline__
 #define IRIS_SHARED __shared__
 
 namespace iris::kernels::cuda {
@@ -47,6 +48,7 @@ __device__ __forceinline__ T ShflXor(T v, int lane_mask) {
 // stub in place of the harness's copy of the kernel.
 #define IRIS_GLOBAL static inline
 #define IRIS_DEVICE inline
+#define IRIS_HOST_DEVICE inline
 #define IRIS_SHARED static
 
 namespace iris::kernels::cuda {
