@@ -11,4 +11,4 @@ if [ ! -f "$MODEL_DIR/config.json" ]; then
 fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 "$BUILD_DIR/bench/preprocess_bench"
-"$BUILD_DIR/bench/encoder_bench" --model "$MODEL_DIR" --images tests/data/images "$@"
+"$BUILD_DIR/bench/encoder_bench" --model "$MODEL_DIR" "$@"
