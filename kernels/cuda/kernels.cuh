@@ -328,6 +328,26 @@ IRIS_HOST_DEVICE int64_t PagedPartialIndex(int64_t r, int h, int num_heads, int 
   return ((r * num_heads + h) * splits + z) * (2 + static_cast<int64_t>(head_dim));
 }
 
+// Merging online-softmax partials (the warps of a block, or the splits of a row): partial i has
+// maximum m[i * stride], sum l[i * stride] and unnormalised accumulator acc[i * acc_stride]
+// (m = -inf: no keys). The common maximum, and the sum rescaled to it:
+IRIS_DEVICE void MergedMaxAndSum(const float* m, const float* l, int64_t stride, int n, float* big, float* total) {
+  float b = -INFINITY;
+  for (int i = 0; i < n; ++i) b = m[i * stride] > b ? m[i * stride] : b;
+  float t = 0.f;
+  for (int i = 0; i < n; ++i) t += m[i * stride] == -INFINITY ? 0.f : l[i * stride] * expf(m[i * stride] - b);
+  *big = b;
+  *total = t;
+}
+// ... and one accumulator element rescaled to the common maximum `big`.
+IRIS_DEVICE float MergedAcc(const float* m, int64_t stride, const float* acc, int64_t acc_stride, int n, float big) {
+  float sum = 0.f;
+  for (int i = 0; i < n; ++i) {
+    if (m[i * stride] != -INFINITY) sum += acc[i * acc_stride] * expf(m[i * stride] - big);
+  }
+  return sum;
+}
+
 // 16 bytes of a K row: 8 bf16 or 4 f32 values, loaded at once where the row allows it.
 struct alignas(16) KvChunk {
   uint32_t w[4];
@@ -464,10 +484,8 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     if (d < head_dim) warp_acc[warp][d] = acc[i];
   }
   SyncThreads();
-  float big = -INFINITY;
-  for (int w = 0; w < kPagedWarps; ++w) big = warp_m[w] > big ? warp_m[w] : big;
-  float total = 0.f;
-  for (int w = 0; w < kPagedWarps; ++w) total += warp_m[w] == -INFINITY ? 0.f : warp_l[w] * expf(warp_m[w] - big);
+  float big, total;
+  MergedMaxAndSum(warp_m, warp_l, 1, kPagedWarps, &big, &total);
   // One split: the row's output. Several: this block's unnormalised partial [m, l, acc...] for
   // PagedAttentionCombineKernel (m = -inf where the block had no keys).
   const bool whole = partials == nullptr;
@@ -478,10 +496,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     orow[1] = total;
   }
   for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
-    float sum = 0.f;
-    for (int w = 0; w < kPagedWarps; ++w) {
-      if (warp_m[w] != -INFINITY) sum += warp_acc[w][d] * expf(warp_m[w] - big);
-    }
+    const float sum = MergedAcc(warp_m, 1, &warp_acc[0][d], kPagedMaxHeadDim, kPagedWarps, big);
     if (whole) {
       orow[d] = sum / total;
     } else {
@@ -498,21 +513,11 @@ IRIS_GLOBAL void PagedAttentionCombineKernel(const float* partials, int splits, 
   const int h = static_cast<int>(blockIdx.y);
   const float* part = partials + PagedPartialIndex(blockIdx.x, h, num_heads, 0, splits, head_dim);
   const int64_t part_stride = 2 + static_cast<int64_t>(head_dim);
-  float big = -INFINITY;
-  for (int z = 0; z < splits; ++z) big = part[z * part_stride] > big ? part[z * part_stride] : big;
-  float total = 0.f;
-  for (int z = 0; z < splits; ++z) {
-    const float mz = part[z * part_stride];
-    if (mz != -INFINITY) total += part[z * part_stride + 1] * expf(mz - big);
-  }
+  float big, total;
+  MergedMaxAndSum(part, part + 1, part_stride, splits, &big, &total);
   float* orow = out + (row_begin + blockIdx.x) * out_row_stride + static_cast<int64_t>(h) * head_dim;
   for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
-    float sum = 0.f;
-    for (int z = 0; z < splits; ++z) {
-      const float mz = part[z * part_stride];
-      if (mz != -INFINITY) sum += part[z * part_stride + 2 + d] * expf(mz - big);
-    }
-    orow[d] = sum / total;
+    orow[d] = MergedAcc(part, part_stride, part + 2 + d, part_stride, splits, big) / total;
   }
 }
 
