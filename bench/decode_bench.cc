@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_device.h"
 #include "bench/bench_machine.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -220,16 +221,10 @@ int main(int argc, char** argv) {
   // Room for the largest step below: a prompt or a context fill in one step, every sequence's logits.
   options.max_tokens = std::max({context, prompt, absl::GetFlag(FLAGS_chunk), max_batch});
   options.max_logit_rows = max_batch;
-  // The CPU device is the process's default one (its OpenMP team is this thread's); a GPU is made here.
   std::unique_ptr<kernels::Device> own_device;
-  if (absl::GetFlag(FLAGS_device) != "cpu") {
-    kernels::DeviceOptions device_options;
-    device_options.name = absl::GetFlag(FLAGS_device);
-    auto d = kernels::CreateDevice(device_options);
-    if (!d.ok()) Die(std::string(d.status().message()));
-    own_device = std::move(*d);
-  }
-  kernels::Device& dev = own_device != nullptr ? *own_device : kernels::DefaultCpuDevice();
+  absl::StatusOr<kernels::Device*> device = bench::DeviceNamed(absl::GetFlag(FLAGS_device), &own_device);
+  if (!device.ok()) Die(std::string(device.status().message()));
+  kernels::Device& dev = **device;
   auto loaded = llm::Decoder::Load(dev, *ckpt, tc, options);
   if (!loaded.ok()) Die(std::string(loaded.status().message()));
   llm::Decoder& dec = **loaded;

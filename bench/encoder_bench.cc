@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_device.h"
 #include "bench/bench_machine.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -111,18 +112,13 @@ int main(int argc, char** argv) {
   options.compute = bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
   // Room for the largest batched forward below (the buffers are virtual memory until touched).
   options.max_patches = int64_t{1} << 16;
-  std::unique_ptr<kernels::Device> own_device;  // a GPU is made here; the CPU is the process's default
-  if (absl::GetFlag(FLAGS_device) != "cpu") {
-    kernels::DeviceOptions device_options;
-    device_options.name = absl::GetFlag(FLAGS_device);
-    auto d = kernels::CreateDevice(device_options);
-    if (!d.ok()) {
-      std::fprintf(stderr, "encoder_bench: %s\n", std::string(d.status().message()).c_str());
-      return 1;
-    }
-    own_device = std::move(*d);
+  std::unique_ptr<kernels::Device> own_device;
+  absl::StatusOr<kernels::Device*> device = bench::DeviceNamed(absl::GetFlag(FLAGS_device), &own_device);
+  if (!device.ok()) {
+    std::fprintf(stderr, "encoder_bench: %s\n", std::string(device.status().message()).c_str());
+    return 1;
   }
-  kernels::Device& dev = own_device != nullptr ? *own_device : kernels::DefaultCpuDevice();
+  kernels::Device& dev = **device;
   const bool gpu = dev.kind() == kernels::DeviceKind::kCuda;
   auto encoder = vision::VisionEncoder::Load(dev, *ckpt, config->vision, options);
   if (!encoder.ok()) {

@@ -38,25 +38,12 @@ echo "gpu_check: host CPU $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head 
      "$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_tile)$' | tr '\n' ' ')"
 
 if [ -n "$BUNDLE" ]; then
-  ROOT=$(mktemp -d)
-  trap 'rm -rf "$ROOT"' EXIT
-  if command -v xz >/dev/null 2>&1; then
-    tar -C "$ROOT" -xJf "$BUNDLE" || exit 1
-  else
-    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$BUNDLE" "$ROOT" || exit 1
+  . scripts/gpu_bundle_unpack.sh
+  unpack_gpu_bundle "$BUNDLE" || exit 1
+  sed 's/^/gpu_check: bundle /' "$BUNDLE_ROOT/MANIFEST"
+  if ! grep -q '^march x86-64-v3' "$BUNDLE_ROOT/MANIFEST" && ! grep -q avx512 /proc/cpuinfo; then
+    echo "gpu_check: the bundle was built for $(sed -n 's/^march //p' "$BUNDLE_ROOT/MANIFEST"): it may not run on this CPU" >&2
   fi
-  sed 's/^/gpu_check: bundle /' "$ROOT/MANIFEST"
-  if ! grep -q '^march x86-64-v3' "$ROOT/MANIFEST" && ! grep -q avx512 /proc/cpuinfo; then
-    echo "gpu_check: the bundle was built for $(sed -n 's/^march //p' "$ROOT/MANIFEST"): it may not run on this CPU" >&2
-  fi
-  BIN=$ROOT/bin
-  # The toolkit's runtime libraries (cuBLASLt, cuDNN) are this machine's: the toolkit's folder,
-  # or the pip wheels PyTorch brings.
-  CUDA_LIBS=$(for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && echo -n "$d:"; done)
-  for d in $(python3 -c 'import glob, site; [print(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/lib")]' 2>/dev/null); do
-    CUDA_LIBS="$CUDA_LIBS$d:"
-  done
-  export LD_LIBRARY_PATH="$ROOT/lib:$CUDA_LIBS${LD_LIBRARY_PATH:-}"
   TESTS=$(ls "$BIN"/cuda_*_test 2>/dev/null)
 else
   BIN=$BUILD_DIR

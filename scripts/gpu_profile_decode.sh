@@ -24,10 +24,8 @@ mkdir -p "$OUT_DIR"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "gpu_profile_decode: ncu not found" >&2; exit 1; }
 if [ -n "$BUNDLE" ]; then
-  ROOT=$(mktemp -d)
-  tar -C "$ROOT" -xJf "$BUNDLE" || exit 1
-  export LD_LIBRARY_PATH="$ROOT/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-  BIN=$ROOT/bin
+  . scripts/gpu_bundle_unpack.sh
+  unpack_gpu_bundle "$BUNDLE" || exit 1
 else
   BIN=build/bench
   [ -x "$BIN/decode_bench" ] || BIN=build

@@ -60,36 +60,53 @@ core::Tensor PixelsOf(const nlohmann::json& c, const core::PreprocessorConfig& p
   return pixels;
 }
 
-class CudaTinyEncoder : public ::testing::TestWithParam<ComputeType> {};
+// The tiny encoder on a GPU in the suite's compute type, and the golden cases.
+class CudaTinyEncoder : public ::testing::TestWithParam<ComputeType> {
+ protected:
+  void SetUp() override {
+    gpu_ = testing::MakeGpuDevice();
+    ASSERT_NE(gpu_, nullptr);
+    const std::string dir = testing::ModelPath("tiny");
+    auto config = core::LoadModelConfig(dir);
+    auto pp = core::LoadPreprocessorConfig(dir);
+    auto ckpt = core::Checkpoint::Open(dir);
+    ASSERT_TRUE(config.ok() && pp.ok() && ckpt.ok());
+    pp_ = *pp;
+    vision::EncoderOptions options;
+    options.compute = GetParam();
+    auto encoder = vision::VisionEncoder::Load(*gpu_, *ckpt, config->vision, options);
+    ASSERT_TRUE(encoder.ok()) << encoder.status();
+    encoder_ = std::move(*encoder);
+    manifest_ = testing::LoadDataJson("vision/manifest_tiny.json");
+  }
 
-TEST_P(CudaTinyEncoder, MatchesEveryGoldenCase) {
-  const bool f32 = GetParam() == ComputeType::kF32;
-  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
-  ASSERT_NE(gpu, nullptr);
-  const std::string dir = testing::ModelPath("tiny");
-  auto config = core::LoadModelConfig(dir);
-  auto pp = core::LoadPreprocessorConfig(dir);
-  auto ckpt = core::Checkpoint::Open(dir);
-  ASSERT_TRUE(config.ok() && pp.ok() && ckpt.ok());
-  vision::EncoderOptions options;
-  options.compute = GetParam();
-  auto encoder = vision::VisionEncoder::Load(*gpu, *ckpt, config->vision, options);
-  ASSERT_TRUE(encoder.ok()) << encoder.status();
-  const nlohmann::json manifest = testing::LoadDataJson("vision/manifest_tiny.json");
-  for (const auto& c : manifest["cases"]) {
-    std::vector<vision::GridThw> grids;
-    const core::Tensor pixels = PixelsOf(c, *pp, &grids);
-    auto out = (*encoder)->Forward(pixels, grids);
-    ASSERT_TRUE(out.ok()) << out.status();
-    ASSERT_EQ(out->device(), core::Device::kCpu) << "the encoder returns host memory";
+  // The case's golden output against `out` (f32 rel L2 <= 1e-4, bf16 <= 2e-2), printed as `how`.
+  void ExpectGolden(const nlohmann::json& c, const core::Tensor& out, const char* how) {
+    const bool f32 = GetParam() == ComputeType::kF32;
     const core::Tensor golden = LoadGolden(c["arrays"]["file"].get<std::string>(), "output");
-    ASSERT_EQ(out->numel(), golden.numel());
-    const double err = RelativeL2(out->data<float>(), golden.data<float>(), golden.numel());
-    std::printf("  %s %s on the GPU: relative L2 %.3g\n", c["case"].get<std::string>().c_str(),
-                f32 ? "f32" : "bf16", err);
+    ASSERT_EQ(out.numel(), golden.numel());
+    const double err = RelativeL2(out.data<float>(), golden.data<float>(), golden.numel());
+    std::printf("  %s %s %s: relative L2 %.3g\n", c["case"].get<std::string>().c_str(), f32 ? "f32" : "bf16", how,
+                err);
     EXPECT_LE(err, f32 ? 1e-4 : 2e-2) << c["case"];
   }
-  EXPECT_TRUE(gpu->status().ok()) << gpu->status();
+
+  std::unique_ptr<kernels::Device> gpu_;
+  core::PreprocessorConfig pp_;
+  std::unique_ptr<vision::VisionEncoder> encoder_;
+  nlohmann::json manifest_;
+};
+
+TEST_P(CudaTinyEncoder, MatchesEveryGoldenCase) {
+  for (const auto& c : manifest_["cases"]) {
+    std::vector<vision::GridThw> grids;
+    const core::Tensor pixels = PixelsOf(c, pp_, &grids);
+    auto out = encoder_->Forward(pixels, grids);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->device(), core::Device::kCpu) << "the encoder returns host memory";
+    ExpectGolden(c, *out, "on the GPU");
+  }
+  EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
 }
 
 // The layer loop issues stream work only: no device-to-host copy or synchronisation, no host
@@ -98,51 +115,33 @@ TEST_P(CudaTinyEncoder, MatchesEveryGoldenCase) {
 // replaying it and checking the result against the golden. Begin (the pixel upload) and Finish (the
 // copy back) stay outside; the plan is cached by a first, ordinary forward.
 TEST_P(CudaTinyEncoder, EveryLayerIsCapturedInOneGraphWithoutHostSync) {
-  const bool f32 = GetParam() == ComputeType::kF32;
-  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
-  ASSERT_NE(gpu, nullptr);
-  const std::string dir = testing::ModelPath("tiny");
-  auto config = core::LoadModelConfig(dir);
-  auto pp = core::LoadPreprocessorConfig(dir);
-  auto ckpt = core::Checkpoint::Open(dir);
-  ASSERT_TRUE(config.ok() && pp.ok() && ckpt.ok());
-  vision::EncoderOptions options;
-  options.compute = GetParam();
-  auto encoder = vision::VisionEncoder::Load(*gpu, *ckpt, config->vision, options);
-  ASSERT_TRUE(encoder.ok()) << encoder.status();
-  const nlohmann::json manifest = testing::LoadDataJson("vision/manifest_tiny.json");
   const nlohmann::json* batch = nullptr;
-  for (const auto& c : manifest["cases"]) {
+  for (const auto& c : manifest_["cases"]) {
     if (c["preprocess_cases"].size() > 1) batch = &c;
   }
   ASSERT_NE(batch, nullptr) << "no golden case with two images";
   std::vector<vision::GridThw> grids;
-  const core::Tensor pixels = PixelsOf(*batch, *pp, &grids);
-  ASSERT_TRUE((*encoder)->Forward(pixels, grids).ok());  // warm-up: plan cached, buffers sized
+  const core::Tensor pixels = PixelsOf(*batch, pp_, &grids);
+  ASSERT_TRUE(encoder_->Forward(pixels, grids).ok());  // warm-up: plan cached, buffers sized
 
-  ASSERT_TRUE((*encoder)->Begin(pixels, grids).ok());
-  gpu->Synchronize();
-  ASSERT_TRUE(gpu->BeginCapture().ok());
+  ASSERT_TRUE(encoder_->Begin(pixels, grids).ok());
+  gpu_->Synchronize();
+  ASSERT_TRUE(gpu_->BeginCapture().ok());
   int pieces = 0;
-  while (!(*encoder)->done()) {
-    absl::StatusOr<double> ran = (*encoder)->Advance(std::numeric_limits<double>::infinity());
+  while (!encoder_->done()) {
+    absl::StatusOr<double> ran = encoder_->Advance(std::numeric_limits<double>::infinity());
     ASSERT_TRUE(ran.ok()) << ran.status();
     ++pieces;
   }
-  absl::StatusOr<std::unique_ptr<kernels::DeviceGraph>> graph = gpu->EndCapture();
+  absl::StatusOr<std::unique_ptr<kernels::DeviceGraph>> graph = gpu_->EndCapture();
   ASSERT_TRUE(graph.ok()) << graph.status() << " (a host synchronisation inside the layer loop breaks the capture)";
-  ASSERT_TRUE(gpu->status().ok()) << gpu->status();
+  ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
   EXPECT_GE(pieces, 1);
   ASSERT_TRUE((*graph)->Replay().ok());
-  auto out = (*encoder)->Finish();
+  auto out = encoder_->Finish();
   ASSERT_TRUE(out.ok()) << out.status();
-  const core::Tensor golden = LoadGolden((*batch)["arrays"]["file"].get<std::string>(), "output");
-  ASSERT_EQ(out->numel(), golden.numel());
-  const double err = RelativeL2(out->data<float>(), golden.data<float>(), golden.numel());
-  std::printf("  %s %s replayed from one graph: relative L2 %.3g\n", (*batch)["case"].get<std::string>().c_str(),
-              f32 ? "f32" : "bf16", err);
-  EXPECT_LE(err, f32 ? 1e-4 : 2e-2);
-  EXPECT_TRUE(gpu->status().ok()) << gpu->status();
+  ExpectGolden(*batch, *out, "replayed from one graph");
+  EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
 }
 
 INSTANTIATE_TEST_SUITE_P(Compute, CudaTinyEncoder, ::testing::Values(ComputeType::kF32, ComputeType::kBF16),
