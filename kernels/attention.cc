@@ -20,9 +20,12 @@ void VarlenAttention(Device& device, const AttentionArgs& args) {
     }
     case DeviceKind::kCuda: {
 #ifdef IRIS_HAVE_CUDA
-      // iris's flash kernel, f32 products (args.bf16 asks for bf16-rounded ones: within its bound).
+      // iris's flash kernels: on the tensor cores for the bf16 compute mode (bf16-rounded q, k, v and
+      // p, as the CPU's bf16 path), f32 products on CUDA cores otherwise.
       cuda::CudaDevice& gpu = cuda::AsCuda(device);
-      return gpu.Check(cuda::LaunchFlashVarlen(gpu.stream(), cuda::FlashVarlenParamsOf(args)), "VarlenAttention");
+      const cuda::FlashVarlenParams p = cuda::FlashVarlenParamsOf(args);
+      return gpu.Check(args.bf16 ? cuda::LaunchFlashVarlenMma(gpu.stream(), p) : cuda::LaunchFlashVarlen(gpu.stream(), p),
+                       "VarlenAttention");
 #else
       break;
 #endif

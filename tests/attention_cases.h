@@ -1,4 +1,4 @@
-// Varlen attention inputs and references shared by the suites that run iris's flash kernel: on
+// Varlen attention inputs and references shared by the suites that run iris's flash kernels: on
 // the SIMT harness (simt_attention_test) and on a GPU (cuda_attention_test).
 #pragma once
 
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/bf16.h"
 #include "kernels/attention.h"
 #include "kernels/device.h"
 #include "tests/test_util.h"
@@ -57,6 +58,14 @@ struct VarlenCase {
     a.q_end = q_end;
     kernels::VarlenAttention(kernels::DefaultCpuDevice(), a);
     return out;
+  }
+
+  // The same case with q, k and v rounded to bf16 (the bf16 compute mode's inputs): its
+  // DoubleReference is the bf16 kernels' definition, up to the rounding of the probabilities.
+  VarlenCase RoundedToBf16() const {
+    VarlenCase c = *this;
+    for (float& x : c.qkv) x = core::Bf16ToFloat(core::FloatToBf16(x));
+    return c;
   }
 
   // Softmax(q·kᵀ·scale)·v in double, straight from the definition.

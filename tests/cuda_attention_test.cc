@@ -24,7 +24,9 @@ using testing::ExpectCloseRel;
 using testing::VarlenCase;
 
 // The case's result on cuda:0 through kernels::VarlenAttention.
-std::vector<float> RunOnGpu(Device& gpu, const VarlenCase& c, int64_t q_begin = 0, int64_t q_end = -1) {
+// bf16: the bf16 compute mode's kernel (tensor cores).
+std::vector<float> RunOnGpu(Device& gpu, const VarlenCase& c, int64_t q_begin = 0, int64_t q_end = -1,
+                            bool bf16 = false) {
   auto up = [&](const void* host, core::DType dtype, int64_t n) {
     absl::StatusOr<core::Tensor> t = gpu.Allocate(dtype, {n});
     EXPECT_TRUE(t.ok()) << t.status();
@@ -38,6 +40,7 @@ std::vector<float> RunOnGpu(Device& gpu, const VarlenCase& c, int64_t q_begin = 
   AttentionArgs a = c.Args(qkv.data<float>(), cu.data<int32_t>(), dout.data<float>());
   a.q_begin = q_begin;
   a.q_end = q_end;
+  a.bf16 = bf16;
   VarlenAttention(gpu, a);
   gpu.CopyToHost(dout.data<float>(), out.data(), out.size() * sizeof(float));
   return out;
@@ -67,20 +70,48 @@ TEST(CudaAttentionTest, VarlenMatchesTheCpuKernelAndTheDefinition) {
   }
 }
 
+// The tensor-core kernel (the bf16 compute mode) against the definition on the same bf16-rounded
+// inputs; what is left is the probabilities' rounding before P·V and the order of sums.
+TEST(CudaAttentionTest, Bf16VarlenOnTensorCoresMatchesTheDefinitionOnBf16Inputs) {
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  struct Shape {
+    std::vector<int> lengths;
+    int heads, kv_heads, head_dim, head_stride;
+    bool causal;
+  };
+  const Shape shapes[] = {
+      {{64, 64, 64, 64, 1, 333}, 16, 16, 80, 80, false},  // windows of the 3b vision tower
+      {{1024}, 16, 16, 80, 80, false},                    // one of its full-attention blocks
+      {{1, 77, 300}, 16, 2, 128, 128, true},              // a decoder prefill, GQA
+      {{50, 3}, 4, 4, 23, 32, false},                     // odd head dim in a padded stride
+  };
+  for (const Shape& s : shapes) {
+    const VarlenCase c(s.lengths, s.heads, s.kv_heads, s.head_dim, s.head_stride, s.causal);
+    const std::vector<float> got = RunOnGpu(*gpu, c, 0, -1, /*bf16=*/true);
+    ASSERT_TRUE(cuda::AsCuda(*gpu).status().ok()) << cuda::AsCuda(*gpu).status();
+    ExpectCloseRel(got, c.RoundedToBf16().DoubleReference(), 4e-3f, "mma flash vs bf16-input definition");
+    const std::vector<float> exact = c.DoubleReference();
+    EXPECT_LE(testing::RelativeL2(got.data(), exact.data(), static_cast<int64_t>(got.size())), 1e-2);
+  }
+}
+
 TEST(CudaAttentionTest, ClippedRowsEqualTheWholeCall) {
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   const VarlenCase c({100, 257, 31}, 8, 8, 80, 80, false);
-  const std::vector<float> whole = RunOnGpu(*gpu, c);
-  const std::vector<float> piece = RunOnGpu(*gpu, c, 60, 300);
-  ASSERT_TRUE(cuda::AsCuda(*gpu).status().ok()) << cuda::AsCuda(*gpu).status();
-  for (int64_t r = 0; r < c.rows; ++r) {
-    for (int64_t i = 0; i < c.out_stride(); ++i) {
-      const float v = piece[r * c.out_stride() + i];
-      if (r >= 60 && r < 300) {
-        ASSERT_EQ(v, whole[r * c.out_stride() + i]) << "row " << r;
-      } else {
-        ASSERT_TRUE(std::isnan(v)) << "row " << r;
+  for (const bool bf16 : {false, true}) {
+    const std::vector<float> whole = RunOnGpu(*gpu, c, 0, -1, bf16);
+    const std::vector<float> piece = RunOnGpu(*gpu, c, 60, 300, bf16);
+    ASSERT_TRUE(cuda::AsCuda(*gpu).status().ok()) << cuda::AsCuda(*gpu).status();
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t i = 0; i < c.out_stride(); ++i) {
+        const float v = piece[r * c.out_stride() + i];
+        if (r >= 60 && r < 300) {
+          ASSERT_EQ(v, whole[r * c.out_stride() + i]) << "row " << r;
+        } else {
+          ASSERT_TRUE(std::isnan(v)) << "row " << r;
+        }
       }
     }
   }

@@ -1,15 +1,21 @@
-// iris's flash varlen-attention kernel (kernels/cuda/attention_kernels.cuh) on the SIMT harness,
-// against the CPU kernel and a double-precision reference: sequences shorter than, equal to and
-// longer than a block's rows and a key tile, GQA, odd and padded head dims, causal or not, and
-// query rows clipped to a range (the encoder's resumable pieces). Runs in CI without a GPU.
+// iris's flash varlen-attention kernels on the SIMT harness: the f32 one
+// (kernels/cuda/attention_kernels.cuh) against the CPU kernel and a double-precision reference,
+// the tensor-core one (flash_mma.cuh) against the definition on bf16-rounded inputs, and the
+// tensor-core product's scalar twin against its documented fragment layout. Sequences shorter
+// than, equal to and longer than a block's rows and a key tile, GQA, odd and padded head dims,
+// causal or not, and query rows clipped to a range (the encoder's resumable pieces). Runs in CI
+// without a GPU.
 #include "kernels/cuda/attention_kernels.cuh"
+#include "kernels/cuda/flash_mma.cuh"
 #include "kernels/cuda/flash_varlen_args.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
+#include "core/bf16.h"
 #include "tests/attention_cases.h"
 #include "tests/kernel_cases.h"
 
@@ -29,6 +35,101 @@ std::vector<float> RunOnHarness(const VarlenCase& c, int64_t q_begin = 0, int64_
   Launch(Dim3(p.num_seqs, (p.max_seqlen + kFlashRows - 1) / kFlashRows, p.num_heads), Dim3(kFlashWarps * kWarpSize),
          FlashVarlenKernel, p);
   return out;
+}
+
+// The tensor-core kernel as LaunchFlashVarlenMma runs it.
+std::vector<float> RunMmaOnHarness(const VarlenCase& c, int64_t q_begin = 0, int64_t q_end = -1) {
+  std::vector<float> out(static_cast<size_t>(c.rows) * c.out_stride(), NAN);
+  AttentionArgs a = c.Args(c.qkv.data(), c.cu.data(), out.data());
+  a.q_begin = q_begin;
+  a.q_end = q_end;
+  a.bf16 = true;
+  const FlashVarlenParams p = FlashVarlenParamsOf(a);
+  const Dim3 grid(p.num_seqs, (p.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows, p.num_heads);
+  WithMmaFlashDim(p.head_dim, [&](auto dim) {
+    Launch(grid, Dim3(kMmaFlashWarps * kWarpSize), FlashVarlenMmaKernel<decltype(dim)::value>, p);
+  });
+  return out;
+}
+
+// One warp: A (16x16) and B (16x8) packed into fragments by the layout MmaBf16 documents, D = A·B
+// written back by the same layout.
+IRIS_GLOBAL void MmaLayoutKernel(const float* a, const float* b, float* d) {
+  const int lane = static_cast<int>(threadIdx.x), group = lane / 4, t = lane % 4;
+  const auto pack = [](float lo, float hi) { return PackBf16x2(lo, hi); };
+  const uint32_t af[4] = {pack(a[group * 16 + 2 * t], a[group * 16 + 2 * t + 1]),
+                          pack(a[(group + 8) * 16 + 2 * t], a[(group + 8) * 16 + 2 * t + 1]),
+                          pack(a[group * 16 + 2 * t + 8], a[group * 16 + 2 * t + 9]),
+                          pack(a[(group + 8) * 16 + 2 * t + 8], a[(group + 8) * 16 + 2 * t + 9])};
+  const uint32_t bf[2] = {pack(b[(2 * t) * 8 + group], b[(2 * t + 1) * 8 + group]),
+                          pack(b[(2 * t + 8) * 8 + group], b[(2 * t + 9) * 8 + group])};
+  float acc[4] = {1.f, 2.f, 3.f, 4.f};  // accumulates onto what is there
+  MmaBf16(acc, af, bf);
+  d[group * 8 + 2 * t] = acc[0];
+  d[group * 8 + 2 * t + 1] = acc[1];
+  d[(group + 8) * 8 + 2 * t] = acc[2];
+  d[(group + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+TEST(MmaBf16OnSimtTest, TheTwinMultipliesTheDocumentedFragments) {
+  std::vector<float> a = testing::RandomNormal(16 * 16, 5), b = testing::RandomNormal(16 * 8, 6);
+  for (float& x : a) x = core::Bf16ToFloat(core::FloatToBf16(x));  // exact in the fragments
+  for (float& x : b) x = core::Bf16ToFloat(core::FloatToBf16(x));
+  std::vector<float> d(16 * 8, NAN);
+  Launch(Dim3(1), Dim3(kWarpSize), MmaLayoutKernel, a.data(), b.data(), d.data());
+  for (int r = 0; r < 16; ++r) {
+    for (int c = 0; c < 8; ++c) {
+      double want = 1 + (r >= 8 ? 2 : 0) + c % 2;
+      for (int k = 0; k < 16; ++k) want += double{a[r * 16 + k]} * b[k * 8 + c];
+      ASSERT_NEAR(d[r * 8 + c], want, 1e-5 * (1 + std::fabs(want))) << "D[" << r << "][" << c << "]";
+    }
+  }
+}
+
+TEST(FlashVarlenMmaOnSimtTest, MatchesTheDefinitionOnBf16Inputs) {
+  struct Shape {
+    std::vector<int> lengths;
+    int heads, kv_heads, head_dim, head_stride;
+    bool causal;
+  };
+  const Shape shapes[] = {
+      {{1, 5, 16, 17, 63, 64, 65, 130}, 4, 2, 80, 80, false},  // the vision tower's head dim, GQA, tile edges
+      {{1, 17, 64, 65, 130}, 4, 2, 80, 80, true},
+      {{33, 2}, 2, 2, 17, 24, false},  // an odd head dim inside a padded head stride (instantiated at 32)
+      {{70}, 2, 1, 128, 128, true},    // the largest head dim, several key tiles
+      {{9, 40}, 3, 3, 8, 8, false},    // the smallest instantiation
+  };
+  for (const Shape& s : shapes) {
+    const VarlenCase c(s.lengths, s.heads, s.kv_heads, s.head_dim, s.head_stride, s.causal);
+    const std::vector<float> got = RunMmaOnHarness(c);
+    // Against the definition on the same bf16 inputs: what is left is the probabilities' rounding
+    // to bf16 before P·V (2^-9 relative each) and the order of f32 sums.
+    ExpectCloseRel(got, c.RoundedToBf16().DoubleReference(), 4e-3f, "mma flash vs bf16-input definition");
+    // And the bf16 path really ran: f32 inputs differ by more than f32 rounding.
+    const std::vector<float> exact = c.DoubleReference();
+    const double l2 = testing::RelativeL2(got.data(), exact.data(), static_cast<int64_t>(got.size()));
+    EXPECT_LE(l2, 1e-2);
+    EXPECT_GE(l2, 1e-5);
+  }
+}
+
+TEST(FlashVarlenMmaOnSimtTest, ClippedRowsEqualTheWholeCallAndLeaveTheRestUntouched) {
+  for (const bool causal : {false, true}) {
+    const VarlenCase c({9, 70, 20}, 2, 1, 80, 80, causal);
+    const std::vector<float> whole = RunMmaOnHarness(c);
+    const int64_t q_begin = 7, q_end = 75;  // from inside the first sequence into the third
+    const std::vector<float> piece = RunMmaOnHarness(c, q_begin, q_end);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t i = 0; i < c.out_stride(); ++i) {
+        const float v = piece[r * c.out_stride() + i];
+        if (r >= q_begin && r < q_end) {
+          ASSERT_EQ(v, whole[r * c.out_stride() + i]) << "row " << r;
+        } else {
+          ASSERT_TRUE(std::isnan(v)) << "row " << r << " outside the range was written";
+        }
+      }
+    }
+  }
 }
 
 TEST(FlashVarlenOnSimtTest, MatchesTheCpuKernelAndTheDefinition) {

@@ -1,19 +1,39 @@
-// nvcc's side of attention_kernels.cuh: the launch configuration.
+// nvcc's side of attention_kernels.cuh and flash_mma.cuh: the launch configurations.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/attention_kernels.cuh"
+#include "kernels/cuda/flash_mma.cuh"
 
 namespace iris::kernels::cuda {
 
+namespace {
+
+bool ValidHeads(const FlashVarlenParams& p, int max_head_dim) {
+  return p.head_dim > 0 && p.head_dim <= max_head_dim && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0;
+}
+
+}  // namespace
+
 int LaunchFlashVarlen(CUstream_st* stream, const FlashVarlenParams& p) {
-  if (p.head_dim <= 0 || p.head_dim > kFlashMaxHeadDim || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
-    return static_cast<int>(cudaErrorInvalidValue);
-  }
+  if (!ValidHeads(p, kFlashMaxHeadDim)) return static_cast<int>(cudaErrorInvalidValue);
   if (p.num_seqs <= 0 || p.max_seqlen <= 0) return 0;
   if ((p.max_seqlen + kFlashRows - 1) / kFlashRows > 65535) return static_cast<int>(cudaErrorInvalidValue);  // grid y
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>((p.max_seqlen + kFlashRows - 1) / kFlashRows),
                   static_cast<unsigned>(p.num_heads));
   FlashVarlenKernel<<<grid, kFlashWarps * kWarpSize, 0, stream>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p) {
+  if (!ValidHeads(p, kMmaFlashMaxHeadDim)) return static_cast<int>(cudaErrorInvalidValue);
+  if (p.num_seqs <= 0 || p.max_seqlen <= 0) return 0;
+  const int row_blocks = (p.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows;
+  if (row_blocks > 65535 || p.num_heads > 65535) return static_cast<int>(cudaErrorInvalidValue);  // grid y, z
+  const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(row_blocks),
+                  static_cast<unsigned>(p.num_heads));
+  WithMmaFlashDim(p.head_dim, [&](auto dim) {
+    FlashVarlenMmaKernel<decltype(dim)::value><<<grid, kMmaFlashWarps * kWarpSize, 0, stream>>>(p);
+  });
   return static_cast<int>(cudaGetLastError());
 }
 

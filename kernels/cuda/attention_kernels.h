@@ -33,4 +33,8 @@ struct FlashVarlenParams {
 // Head dims up to kFlashMaxHeadDim (128); cudaErrorInvalidValue (as int) otherwise.
 int LaunchFlashVarlen(CUstream_st* stream, const FlashVarlenParams& p);
 
+// The tensor-core kernel (flash_mma.cuh: bf16-rounded q, k, v and probabilities, f32 softmax and
+// sums; AttentionArgs::bf16's numerics). Head dims up to 128; cudaErrorInvalidValue otherwise.
+int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p);
+
 }  // namespace iris::kernels::cuda

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cuda/bf16_bits.cuh"
 #include "kernels/cuda/simt.h"
 #include "kernels/cuda/warp_reduce.cuh"
 
@@ -212,21 +213,7 @@ IRIS_GLOBAL void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) 
   }
 }
 
-// --- bf16 and f16 bits, converted by hand (the harness has no cuda_fp16.h) ---
-
-IRIS_DEVICE float BitsToFloat(uint32_t bits) {
-  float f;
-  memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-IRIS_DEVICE uint32_t FloatToBits(float f) {
-  uint32_t bits;
-  memcpy(&bits, &f, sizeof(bits));
-  return bits;
-}
-
-// bf16 bits: the top half of an f32.
-IRIS_DEVICE float Bf16ToFloat(uint16_t h) { return BitsToFloat(static_cast<uint32_t>(h) << 16); }
+// --- f16 bits, converted by hand (the harness has no cuda_fp16.h; bf16: bf16_bits.cuh) ---
 
 // IEEE half bits -> f32, exact (as core::F16ToFloat): every half is an f32, subnormals included;
 // inf stays inf, NaN keeps its payload.
@@ -239,14 +226,6 @@ IRIS_DEVICE float F16ToFloat(uint16_t h) {
   }
   if (exp == 0x1Fu) return BitsToFloat(sign | 0x7F800000u | (mant << 13));
   return BitsToFloat(sign | ((exp + 127 - 15) << 23) | (mant << 13));
-}
-
-// f32 -> bf16 bits, rounded to nearest even on the bit pattern (as core::FloatToBf16): NaN stays
-// a (quiet) NaN, finite values past bf16's range round to inf.
-IRIS_DEVICE uint16_t FloatToBf16(float f) {
-  const uint32_t u = FloatToBits(f);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
 // --- Rows: gathers, scatters, the embedding lookup ---

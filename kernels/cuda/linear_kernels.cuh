@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cuda/bf16_bits.cuh"
 #include "kernels/cuda/simt.h"
 
 namespace iris::kernels::cuda {
@@ -27,17 +28,6 @@ struct alignas(16) Float4 {
 };
 #endif
 
-// core::FloatToBf16's rounding: round to nearest even on the bit pattern (adding 0x7FFF plus the
-// lowest kept bit carries into the kept half exactly when the dropped half is above the halfway
-// point, or at it with an odd kept half); a NaN keeps its top bits and is made quiet, so that a
-// payload only in the dropped bits does not become an infinity.
-IRIS_DEVICE uint16_t RoundToBf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof(u));
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
 // out[r * ld + c] = bf16(x[r * cols + c]) for r < rows, c < cols; out's padding columns
 // [cols, ld) are left as they are. Any grid: rows strided over blockIdx.y, columns over the x
 // threads (no per-element division).
@@ -45,7 +35,7 @@ IRIS_GLOBAL void ToBf16RowsKernel(const float* x, int64_t rows, int64_t cols, in
   const int64_t col_stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += col_stride) {
-      out[r * ld + c] = RoundToBf16(x[r * cols + c]);
+      out[r * ld + c] = FloatToBf16(x[r * cols + c]);
     }
   }
 }

@@ -6,8 +6,9 @@
 //     __syncthreads a barrier of the block's threads, __shared__ storage one static object
 //     (blocks never overlap, so one copy serves each block in turn), and warp shuffles through a
 //     per-warp exchange with a barrier of the warp's lanes.
-// Kernels use only what this header names: IRIS_GLOBAL, IRIS_DEVICE, IRIS_HOST_DEVICE, IRIS_SHARED, SyncThreads(),
-// SyncWarp(), ShflXor(), threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch for the host side.
+// Kernels use only what this header names: IRIS_GLOBAL, IRIS_DEVICE, IRIS_HOST_DEVICE, IRIS_SHARED, IRIS_UNROLL, SyncThreads(),
+// SyncWarp(), ShflXor(), MmaBf16() (a warp's tensor-core product, with a scalar twin here),
+// threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch for the host side.
 // Every thread of a block must reach each SyncThreads (as CUDA requires), and a block's size is a
 // multiple of the warp size when it shuffles.
 #pragma once
@@ -20,6 +21,7 @@
 #define IRIS_DEVICE __device__ __forceinline__
 #define IRIS_HOST_DEVICE __host__ __device__ __forceinline__
 #define IRIS_SHARED __shared__
+#define IRIS_UNROLL _Pragma("unroll")
 
 namespace iris::kernels::cuda {
 
@@ -29,6 +31,23 @@ __device__ __forceinline__ void SyncWarp() { __syncwarp(); }
 template <typename T>
 __device__ __forceinline__ T ShflXor(T v, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+}
+
+// d += A·B for one warp on the tensor cores: A a 16x16 bf16 tile, B 16x8 bf16, D 16x8 f32, in
+// PTX's mma.m16n8k16 fragment layout. With lane = 4 * group + t:
+//   a[0] = A[group][2t, 2t+1]    a[1] = A[group+8][2t, 2t+1]
+//   a[2] = A[group][2t+8, 2t+9]  a[3] = A[group+8][2t+8, 2t+9]
+//   b[0] = B[2t, 2t+1][group]    b[1] = B[2t+8, 2t+9][group]
+//   d[0], d[1] = D[group][2t, 2t+1]    d[2], d[3] = D[group+8][2t, 2t+1]
+// each 32-bit register holding its lower-index element in the low half (PackBf16x2). Every lane
+// of a full warp takes part. sm_80 and later.
+__device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__)
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 
 }  // namespace iris::kernels::cuda
@@ -50,6 +69,7 @@ __device__ __forceinline__ T ShflXor(T v, int lane_mask) {
 #define IRIS_DEVICE inline
 #define IRIS_HOST_DEVICE inline
 #define IRIS_SHARED static
+#define IRIS_UNROLL
 
 namespace iris::kernels::cuda {
 
@@ -69,6 +89,8 @@ struct Warp {
   explicit Warp(int lanes) : sync(lanes) {}
   std::barrier<> sync;
   alignas(8) unsigned char slot[kWarpSize][8];
+  uint32_t mma_a[kWarpSize][4];  // MmaBf16's fragments, posted by each lane
+  uint32_t mma_b[kWarpSize][2];
 };
 
 struct Block {
@@ -110,6 +132,36 @@ T ShflXor(T v, int lane_mask) {
   std::memcpy(&out, w.slot[lane ^ lane_mask], sizeof(T));
   w.sync.arrive_and_wait();  // every lane has read before the slots are reused
   return out;
+}
+
+// MmaBf16's scalar twin (the layout is documented with the CUDA one above): the lanes post their
+// fragments, each lane rebuilds A and B from the posted registers exactly as the hardware reads
+// them and computes its own four results (bf16 products are exact in f32; f32 sums over k in
+// order, then added to d), then waits until every lane has read before the slots are reused.
+inline void MmaBf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  simt::Warp& w = *simt::tls.warp;
+  const int lane = simt::tls.lane;
+  std::memcpy(w.mma_a[lane], a, sizeof(a));
+  std::memcpy(w.mma_b[lane], b, sizeof(b));
+  w.sync.arrive_and_wait();
+  const auto element = [](uint32_t reg, int high) {
+    const uint32_t bits = (high ? reg >> 16 : reg & 0xFFFFu) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  };
+  const auto a_at = [&](int r, int k) {
+    return element(w.mma_a[4 * (r % 8) + (k % 8) / 2][(r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k % 2);
+  };
+  const auto b_at = [&](int k, int n) { return element(w.mma_b[4 * n + (k % 8) / 2][k >= 8 ? 1 : 0], k % 2); };
+  const int group = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int r = group + 8 * (i / 2), n = 2 * t + i % 2;
+    float sum = 0.f;
+    for (int k = 0; k < 16; ++k) sum += a_at(r, k) * b_at(k, n);
+    d[i] += sum;
+  }
+  w.sync.arrive_and_wait();
 }
 
 // kernel<<<grid, block>>>(args...), on the host: returns when every block has run.

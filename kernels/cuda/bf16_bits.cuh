@@ -1,0 +1,44 @@
+// bf16 as raw bits in iris's device code (simt.h: nvcc and the SIMT harness, which has no
+// cuda_bf16.h): conversions rounded exactly as core::FloatToBf16 rounds, so that a GPU kernel's
+// bf16 inputs are the CPU path's bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cuda/simt.h"
+
+namespace iris::kernels::cuda {
+
+IRIS_DEVICE float BitsToFloat(uint32_t bits) {
+  float f;
+  memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+IRIS_DEVICE uint32_t FloatToBits(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, sizeof(bits));
+  return bits;
+}
+
+// bf16 bits: the top half of an f32.
+IRIS_DEVICE float Bf16ToFloat(uint16_t h) { return BitsToFloat(static_cast<uint32_t>(h) << 16); }
+
+// f32 -> bf16 bits, rounded to nearest even on the bit pattern (adding 0x7FFF plus the lowest kept
+// bit carries into the kept half exactly when the dropped half is above the halfway point, or at
+// it with an odd kept half); a NaN keeps its top bits and is made quiet, so that a payload only in
+// the dropped bits does not become an infinity; finite values past bf16's range round to inf,
+// subnormals are rounded rather than flushed.
+IRIS_DEVICE uint16_t FloatToBf16(float f) {
+  const uint32_t u = FloatToBits(f);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// Two values as the 32-bit register a tensor-core fragment holds them in: `lo` (the lower column
+// or key) in the low half.
+IRIS_DEVICE uint32_t PackBf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(FloatToBf16(lo)) | (static_cast<uint32_t>(FloatToBf16(hi)) << 16);
+}
+
+}  // namespace iris::kernels::cuda

@@ -1,0 +1,228 @@
+// iris's tensor-core flash attention for varlen attention in the bf16 compute mode (device code
+// against simt.h: nvcc builds it in attention_kernels.cu, the SIMT harness runs it in CI, the
+// tensor-core product through MmaBf16's scalar twin). The numerics of the CPU's bf16 path
+// (AttentionArgs::bf16): q, k, v and the probabilities rounded to bf16, products exact, softmax
+// and every sum in f32.
+//
+// A block owns kMmaFlashRows = 64 query rows of one (sequence, q head): grid (num_seqs,
+// ceil(max_seqlen / 64), num_heads), 4 warps of 16 rows each. The warp's q rows live in
+// registers as mma A fragments for the whole block. Keys come in tiles of 64: the block converts
+// K (row-major) and V (transposed, so that two keys of one head dim are one 32-bit word, as the B
+// fragment wants them) from the f32 activations to bf16 in shared memory; each warp then computes
+// S = q·kᵀ (8 n-tiles of 8 keys), the online-softmax update on S's accumulator fragments (a row's
+// values sit in the 4 lanes of a group: two shuffles reduce them), and O += P·V with P's
+// accumulator fragments reused as A fragments (two 16x8 S tiles are one 16x16 A tile). The head
+// dim is a template parameter (rounded up to 16: the padding dims are zeros), so every fragment
+// array is indexed with constants and stays in registers.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/bf16_bits.cuh"
+#include "kernels/cuda/simt.h"
+
+namespace iris::kernels::cuda {
+
+constexpr int kMmaFlashWarps = 4;
+constexpr int kMmaFlashRows = kMmaFlashWarps * 16;
+constexpr int kMmaFlashKeys = 64;
+constexpr int kMmaFlashMaxHeadDim = 128;
+
+// The head dim the kernel is instantiated for: head_dim rounded up to the mma's k (16).
+constexpr int MmaFlashDim(int head_dim) { return (head_dim + 15) / 16 * 16; }
+
+template <int kDim>
+struct MmaFlashDimTag {
+  static constexpr int value = kDim;
+};
+
+// f(MmaFlashDimTag<MmaFlashDim(head_dim)>{}) for head dims 1..128 (the launch and the harness
+// tests pick the instantiation the same way).
+template <typename F>
+void WithMmaFlashDim(int head_dim, F&& f) {
+  switch (MmaFlashDim(head_dim)) {
+    case 16: return f(MmaFlashDimTag<16>{});
+    case 32: return f(MmaFlashDimTag<32>{});
+    case 48: return f(MmaFlashDimTag<48>{});
+    case 64: return f(MmaFlashDimTag<64>{});
+    case 80: return f(MmaFlashDimTag<80>{});
+    case 96: return f(MmaFlashDimTag<96>{});
+    case 112: return f(MmaFlashDimTag<112>{});
+    default: return f(MmaFlashDimTag<128>{});
+  }
+}
+
+template <int kDim>
+IRIS_GLOBAL void FlashVarlenMmaKernel(FlashVarlenParams p) {
+  static_assert(kDim % 16 == 0 && kDim <= kMmaFlashMaxHeadDim);
+  // Row strides in 32-bit words (two bf16), padded by 4 words so that the 8 groups of a warp
+  // reading 8 rows at the same column hit 8 different bank quadruples.
+  constexpr int kKWords = kDim / 2 + 4;
+  constexpr int kVWords = kMmaFlashKeys / 2 + 4;
+  IRIS_SHARED uint32_t ks[kMmaFlashKeys * kKWords];  // ks[key][dim pair]
+  IRIS_SHARED uint32_t vt[kDim * kVWords];           // vt[dim][key pair]
+
+  const int s = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.z);
+  const int64_t start = p.cu_seqlens[s];
+  const int n = p.cu_seqlens[s + 1] - p.cu_seqlens[s];
+  const int row0 = static_cast<int>(blockIdx.y) * kMmaFlashRows;  // relative to the sequence
+  // The rows asked for: [q_begin, q_end) clipped to this sequence, then to this block.
+  const int64_t q_end = p.q_end < 0 ? start + n : p.q_end;
+  const int64_t lo = p.q_begin - start < 0 ? 0 : (p.q_begin - start > n ? n : p.q_begin - start);
+  const int64_t hi = q_end - start < 0 ? 0 : (q_end - start > n ? n : q_end - start);
+  const int r_lo = static_cast<int>(lo > row0 ? lo : row0);
+  const int r_hi = static_cast<int>(hi < row0 + kMmaFlashRows ? hi : row0 + kMmaFlashRows);
+  if (r_lo >= r_hi) return;  // the whole block: no thread reaches a barrier
+  const int hd = p.head_dim;
+  const int g = h / (p.num_heads / p.num_kv_heads);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int group = lane / 4, t = lane % 4;
+  const int warp_row0 = row0 + warp * 16;  // this warp's rows: warp_row0 + [0, 16)
+  // A warp whose rows are all outside [r_lo, r_hi) only helps load the tiles (warp-uniform).
+  const bool warp_active = warp_row0 < r_hi && warp_row0 + 16 > r_lo;
+  const int key_end = p.causal ? (n < r_hi ? n : r_hi) : n;  // the last row sees keys [0, r_hi)
+
+  // q as A fragments: qa[c] covers head dims [16c, 16c + 16); rows past the sequence and dims past
+  // head_dim are zeros.
+  uint32_t qa[kDim / 16][4];
+  {
+    const auto q_at = [&](int r, int d) {
+      return r < n && d < hd ? p.q[(start + r) * p.q_row_stride + h * p.q_head_stride + d] : 0.f;
+    };
+    const int ra = warp_row0 + group, rb = ra + 8;
+IRIS_UNROLL
+    for (int c = 0; c < kDim / 16; ++c) {
+      const int d = 16 * c + 2 * t;
+      qa[c][0] = PackBf16x2(q_at(ra, d), q_at(ra, d + 1));
+      qa[c][1] = PackBf16x2(q_at(rb, d), q_at(rb, d + 1));
+      qa[c][2] = PackBf16x2(q_at(ra, d + 8), q_at(ra, d + 9));
+      qa[c][3] = PackBf16x2(q_at(rb, d + 8), q_at(rb, d + 9));
+    }
+  }
+  // Per lane: rows warp_row0 + group (index 0) and + group + 8 (index 1).
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};  // this lane's share of the row sums; the group's 4 lanes add up at the end
+  float acc[kDim / 8][4];   // O's accumulator fragments: acc[c] covers head dims [8c, 8c + 8)
+IRIS_UNROLL
+  for (int c = 0; c < kDim / 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
+  const int row_a = warp_row0 + group;
+  const int visible_a = p.causal ? (n < row_a + 1 ? n : row_a + 1) : n;
+  const int visible_b = p.causal ? (n < row_a + 9 ? n : row_a + 9) : n;
+  const int threads = static_cast<int>(blockDim.x);
+
+  for (int kb = 0; kb < key_end; kb += kMmaFlashKeys) {
+    SyncThreads();  // the previous tile is read
+    // Keys past key_end are zeros, not garbage: P·V multiplies them by p = 0.
+    for (int e = tid; e < kMmaFlashKeys * (kDim / 2); e += threads) {
+      const int j = e / (kDim / 2), d = 2 * (e % (kDim / 2));
+      const int key = kb + j;
+      const float* src = p.k + (start + key) * p.k_row_stride + g * p.k_head_stride;
+      const bool ok = key < key_end;
+      ks[j * kKWords + d / 2] = PackBf16x2(ok && d < hd ? src[d] : 0.f, ok && d + 1 < hd ? src[d + 1] : 0.f);
+    }
+    for (int e = tid; e < (kMmaFlashKeys / 2) * kDim; e += threads) {
+      const int pair = e / kDim, d = e % kDim;  // consecutive threads: consecutive dims of a row
+      const int key = kb + 2 * pair;
+      const float* src = p.v + (start + key) * p.v_row_stride + g * p.v_head_stride + d;
+      const float v0 = key < key_end && d < hd ? src[0] : 0.f;
+      const float v1 = key + 1 < key_end && d < hd ? src[p.v_row_stride] : 0.f;
+      vt[d * kVWords + pair] = PackBf16x2(v0, v1);
+    }
+    SyncThreads();
+    // A causal tile wholly after the warp's last row adds nothing to it.
+    if (!warp_active || (p.causal && kb > warp_row0 + 15)) continue;
+
+    float sc[kMmaFlashKeys / 8][4];  // S's fragments: sc[j] covers keys kb + [8j, 8j + 8)
+IRIS_UNROLL
+    for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
+      sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+      const uint32_t* krow = ks + (8 * j + group) * kKWords + t;
+IRIS_UNROLL
+      for (int c = 0; c < kDim / 16; ++c) {
+        const uint32_t b[2] = {krow[8 * c], krow[8 * c + 4]};
+        MmaBf16(sc[j], qa[c], b);
+      }
+    }
+    // Scale and mask, then the online-softmax update for the lane's two rows.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+IRIS_UNROLL
+    for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
+IRIS_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int key = kb + 8 * j + 2 * t + (i & 1);
+        const bool seen = key < (i < 2 ? visible_a : visible_b);
+        sc[j][i] = seen ? sc[j][i] * p.scale : -INFINITY;
+        tile_max[i / 2] = sc[j][i] > tile_max[i / 2] ? sc[j][i] : tile_max[i / 2];
+      }
+    }
+    float correction[2];
+IRIS_UNROLL
+    for (int x = 0; x < 2; ++x) {
+      float v = tile_max[x];
+      float o = ShflXor(v, 1);
+      v = o > v ? o : v;
+      o = ShflXor(v, 2);
+      v = o > v ? o : v;
+      const float m_new = v > m[x] ? v : m[x];
+      // Nothing visible yet (a causal row before this tile's first key): the state stays.
+      correction[x] = m_new == -INFINITY ? 1.f : expf(m[x] - m_new);  // 0 after m = -inf
+      m[x] = m_new;
+      l[x] *= correction[x];
+    }
+IRIS_UNROLL
+    for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
+IRIS_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const float mx = m[i / 2];
+        const float prob = sc[j][i] == -INFINITY ? 0.f : expf(sc[j][i] - mx);
+        sc[j][i] = prob;
+        l[i / 2] += prob;
+      }
+    }
+IRIS_UNROLL
+    for (int c = 0; c < kDim / 8; ++c) {
+      acc[c][0] *= correction[0];
+      acc[c][1] *= correction[0];
+      acc[c][2] *= correction[1];
+      acc[c][3] *= correction[1];
+    }
+    // O += P·V, 16 keys at a time: S tiles 2kk and 2kk + 1 form P's A fragment.
+IRIS_UNROLL
+    for (int kk = 0; kk < kMmaFlashKeys / 16; ++kk) {
+      const uint32_t pa[4] = {PackBf16x2(sc[2 * kk][0], sc[2 * kk][1]), PackBf16x2(sc[2 * kk][2], sc[2 * kk][3]),
+                              PackBf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              PackBf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+IRIS_UNROLL
+      for (int c = 0; c < kDim / 8; ++c) {
+        const uint32_t* vrow = vt + (8 * c + group) * kVWords + 8 * kk + t;
+        const uint32_t b[2] = {vrow[0], vrow[4]};
+        MmaBf16(acc[c], pa, b);
+      }
+    }
+  }
+  if (warp_active) {
+IRIS_UNROLL
+    for (int x = 0; x < 2; ++x) {
+      l[x] += ShflXor(l[x], 1);
+      l[x] += ShflXor(l[x], 2);
+    }
+IRIS_UNROLL
+    for (int x = 0; x < 2; ++x) {
+      const int r = row_a + 8 * x;
+      if (r < r_lo || r >= r_hi) continue;
+      float* o = p.out + (start + r) * p.out_row_stride + static_cast<int64_t>(h) * hd;
+IRIS_UNROLL
+      for (int c = 0; c < kDim / 8; ++c) {
+        const int d = 8 * c + 2 * t;
+        if (d < hd) o[d] = acc[c][2 * x] / l[x];
+        if (d + 1 < hd) o[d + 1] = acc[c][2 * x + 1] / l[x];
+      }
+    }
+  }
+  SyncThreads();  // the shared tiles are read before a next block (harness) reuses them
+}
+
+}  // namespace iris::kernels::cuda
