@@ -93,14 +93,15 @@ std::vector<float> RandomEmbeddings(int64_t rows, int64_t hidden, uint32_t seed)
 }
 
 // One step over `tables` (each already holding its new tokens): token ids spread over the
-// vocabulary, text positions (the same on the three M-RoPE axes), logits for every sequence's
-// last new token.
+// vocabulary, text positions (the same on the three M-RoPE axes), a greedy pick from every
+// sequence's last new token's logits, made on the device as the engine does for greedy requests.
 double RunStep(llm::Decoder& dec, llm::KvCache& cache, const std::vector<llm::BlockTable*>& tables,
                const std::vector<int64_t>& num_new) {
   static llm::DecoderBatch batch;  // reused, as the engine reuses its own
   size_t max_blocks = 0;
   for (const llm::BlockTable* t : tables) max_blocks = std::max(max_blocks, t->blocks.size());
   batch.Clear(static_cast<int>(max_blocks));
+  batch.argmax_only = true;
   for (size_t i = 0; i < tables.size(); ++i) {
     for (int64_t j = 0; j < num_new[i]; ++j) {
       const int64_t pos = tables[i]->num_tokens - num_new[i] + j;

@@ -313,14 +313,20 @@ void Engine::ProcessOutputs(const StepPlan& plan, StepResult& result, Outbox& ou
     s.num_computed += w.num_tokens;
     scheduler_.BlocksComputed(&s);
     if (!w.samples) continue;  // a prefill chunk
-    float* lg = result.logits.data<float>() + (row++) * vocab;
     if (s.prompt_done == absl::InfinitePast()) s.prompt_done = now;
     RequestOutput& out = outbox.For(s);
-    if (s.req.capture_prompt_logits && !s.logits_captured) {
-      out.prompt_logits.assign(lg, lg + vocab);
-      s.logits_captured = true;
+    int32_t id;
+    if (result.logits.dtype() == core::DType::kI32) {  // the decoder's greedy picks
+      id = result.logits.data<int32_t>()[row++];
+      s.sampler->Accept(id);
+    } else {
+      float* lg = result.logits.data<float>() + (row++) * vocab;
+      if (s.req.capture_prompt_logits && !s.logits_captured) {
+        out.prompt_logits.assign(lg, lg + vocab);
+        s.logits_captured = true;
+      }
+      id = s.sampler->Sample(lg, vocab);
     }
-    const int32_t id = s.sampler->Sample(lg, vocab);
     s.tokens.push_back(id);
     ++s.num_generated;
     ++counters.tokens_generated;

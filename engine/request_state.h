@@ -37,6 +37,12 @@ struct RequestState : Sequence {
   // Makes `pending` the final output: finish reason, status, held-back text (on length and
   // cancel), usage and timings.
   void SetFinal(llm::FinishReason reason, const absl::Status& status);
+
+  // Its next token is the argmax of its logits and nobody asked for the logits themselves, so the
+  // decoder may pick it where the logits are (DecoderBatch::argmax_only).
+  bool PicksGreedily() const {
+    return sampler->ArgmaxSuffices() && !(req.capture_prompt_logits && !logits_captured);
+  }
 };
 
 // The engine only gives the scheduler RequestStates.

@@ -259,6 +259,7 @@ absl::StatusOr<Tensor> StepRunner::RunDecoder(const std::vector<ScheduledWork>& 
   for (const ScheduledWork& w : work) max_blocks = std::max(max_blocks, w.seq->table.blocks.size());
   llm::DecoderBatch& batch = batch_;
   batch.Clear(static_cast<int>(max_blocks));
+  bool sampled_rows_pick_greedily = true;
   for (const ScheduledWork& w : work) {
     const RequestState& s = AsRequest(w.seq);
     const int64_t row = batch.num_rows();
@@ -284,7 +285,11 @@ absl::StatusOr<Tensor> StepRunner::RunDecoder(const std::vector<ScheduledWork>& 
       }
     }
     IRIS_RETURN_IF_ERROR(batch.AddSequence(s.table, block_size, w.num_tokens, w.samples));
+    if (w.samples) sampled_rows_pick_greedily = sampled_rows_pick_greedily && s.PicksGreedily();
   }
+  // Every sampled row greedy: the decoder picks the ids where the logits are (on a GPU, one int
+  // per row comes back instead of the vocabulary's floats).
+  batch.argmax_only = sampled_rows_pick_greedily && !batch.logit_rows.empty();
   return dec.Forward(batch, cache_);
 }
 

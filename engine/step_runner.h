@@ -34,7 +34,9 @@ struct StepResult {
   absl::flat_hash_map<const Sequence*, absl::Status> image_errors;
   // The decoder forward failed: every sequence in it ends with this.
   absl::Status decoder_status;
-  // float32 [rows that sample, vocab]: one row per sampling work item that ran, in plan order.
+  // float32 [rows that sample, vocab]: one row per sampling work item that ran, in plan order; or,
+  // when every one of them picks greedily (RequestState::PicksGreedily), int32 [rows that sample]:
+  // the picks themselves.
   core::Tensor logits;
 
   // Interleaved: waiting sequences (by id) whose encode job failed, with why.

@@ -49,6 +49,22 @@ void GatherRows(Device& device, const float* src, int64_t width, std::span<const
   NoKernelFor(device, "GatherRows");
 }
 
+void ArgmaxRows(Device& device, const float* logits, int64_t rows, int64_t vocab, int32_t* out) {
+  switch (device.kind()) {
+    case DeviceKind::kCpu:
+      return cpu::ArgmaxRows(cpu::AsCpu(device), logits, rows, vocab, out);
+    case DeviceKind::kCuda: {
+#ifdef IRIS_HAVE_CUDA
+      cuda::CudaDevice& gpu = cuda::AsCuda(device);
+      return gpu.Check(cuda::LaunchArgmax(gpu.stream(), logits, rows, vocab, out), "ArgmaxRows");
+#else
+      break;
+#endif
+    }
+  }
+  NoKernelFor(device, "ArgmaxRows");
+}
+
 void ScatterRows(Device& device, const float* src, int64_t width, std::span<const int32_t> index, float* dst) {
   switch (device.kind()) {
     case DeviceKind::kCpu:

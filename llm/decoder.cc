@@ -40,7 +40,9 @@ struct Decoder::Activations {
   Tensor logit_hidden; // [R, hidden]
   Tensor logits;       // [R, vocab]
   Tensor embeds;       // [T, hidden] given input embeddings (image rows), device copy
+  Tensor picks;        // I32 [R] the greedy picks of an argmax_only step
   Tensor host_logits;  // [R, vocab] pinned host copy of logits, where the device's memory is not the host's
+  Tensor host_picks;   // I32 [R] pinned host copy of picks (likewise)
   bool logits_to_host = false;
 };
 
@@ -55,6 +57,7 @@ void DecoderBatch::Clear(int max_blocks) {
   logit_rows.clear();
   embed_rows.clear();
   embeds.clear();
+  argmax_only = false;
 }
 
 absl::Status DecoderBatch::AddSequence(const BlockTable& table, int block_size, int64_t num_new, bool want_logits) {
@@ -206,8 +209,10 @@ absl::Status Decoder::ReserveActivations(int64_t max_tokens, int64_t max_logit_r
   IRIS_RETURN_IF_ERROR(alloc(&act->logit_hidden, R * h));
   IRIS_RETURN_IF_ERROR(alloc(&act->logits, R * c.vocab_size));
   IRIS_RETURN_IF_ERROR(alloc(&act->embeds, T * h));
+  IRIS_ASSIGN_OR_RETURN(act->picks, device_.Allocate(DType::kI32, {R}));
   if (device_.kind() != kernels::DeviceKind::kCpu) {
     IRIS_ASSIGN_OR_RETURN(act->host_logits, device_.AllocateStaging(DType::kF32, {R * c.vocab_size}));
+    IRIS_ASSIGN_OR_RETURN(act->host_picks, device_.AllocateStaging(DType::kI32, {R}));
     act->logits_to_host = true;
   }
   act_ = std::move(act);
@@ -294,7 +299,9 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
   const int64_t rows = batch.num_rows();
   const int64_t logit_rows = static_cast<int64_t>(batch.logit_rows.size());
   Activations& A = *act_;
-  if (rows == 0) return A.logits.Reshaped({A.max_logit_rows, c.vocab_size}).Rows(0, 0);
+  if (rows == 0) {
+    return batch.argmax_only ? A.picks.Rows(0, 0) : A.logits.Reshaped({A.max_logit_rows, c.vocab_size}).Rows(0, 0);
+  }
 
   // The step's flat arrays as the device reads them (the same memory on the CPU).
   auto i32 = [](const std::vector<int32_t>& v) {
@@ -389,6 +396,18 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
     kernels::GatherRows(device_, x, h, span32(logit_index), last);
     kernels::RmsNorm(device_, last, final_norm_.data<float>(), logit_rows, h, c.rms_norm_eps, last);
     lm_head_->Forward(last, logit_rows, logits.data<float>());
+  }
+  if (batch.argmax_only) {
+    // Greedy rows are picked where the logits are: only the ids come back.
+    Tensor picks = A.picks.Rows(0, logit_rows);
+    kernels::ArgmaxRows(device_, logits.data<float>(), logit_rows, c.vocab_size, picks.data<int32_t>());
+    if (A.logits_to_host) {
+      Tensor host = A.host_picks.Rows(0, logit_rows);
+      device_.CopyToHost(picks.data<int32_t>(), host.data<int32_t>(), host.nbytes());
+      picks = host;
+    }
+    IRIS_RETURN_IF_ERROR(device_.status());
+    return picks;
   }
   if (A.logits_to_host) {
     // The sampler runs on the host: the logits come back (the copy waits for the step's work).

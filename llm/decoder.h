@@ -46,6 +46,9 @@ struct DecoderBatch {
   // Rows whose input embedding is given here (image tokens) instead of looked up by token id.
   std::vector<int32_t> embed_rows;
   std::vector<float> embeds;           // [embed_rows.size(), hidden]
+  // Every logit row is picked greedily (llm::Sampler::ArgmaxSuffices): Forward returns the picks,
+  // int32 [logit_rows.size()], instead of the logits, which then never leave the device.
+  bool argmax_only = false;
 
   int64_t num_rows() const { return static_cast<int64_t>(token_ids.size()); }
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
@@ -85,8 +88,9 @@ class Decoder {
   KvCacheShape CacheShape(int64_t num_blocks, int block_size, core::DType dtype = core::DType::kF32) const;
 
   // Runs one step: writes the new tokens' k/v into `cache` and returns float32
-  // [logit_rows.size(), vocab] logits in the batch's logit_rows order, in the decoder's own host
-  // buffer (a GPU's come back into pinned memory): valid until the next Forward. INVALID_ARGUMENT
+  // [logit_rows.size(), vocab] logits in the batch's logit_rows order (with argmax_only: int32
+  // [logit_rows.size()] greedy picks), in the decoder's own host buffer (a GPU's come back into
+  // pinned memory): valid until the next Forward. INVALID_ARGUMENT
   // for an inconsistent batch or one over capacity; a device's failed op (status()) is returned.
   absl::StatusOr<core::Tensor> Forward(const DecoderBatch& batch, KvCache* cache);
 

@@ -163,6 +163,16 @@ Sampler::Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt_
 
 double Sampler::Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
+bool Sampler::ArgmaxSuffices() const {
+  return params_.greedy() && params_.repetition_penalty == 1.f &&
+         (masked_before_min_.empty() || generated_ >= params_.min_tokens);
+}
+
+void Sampler::Accept(int32_t id) {
+  ++generated_;
+  if (params_.repetition_penalty != 1.f) seen_.insert(id);
+}
+
 int32_t Sampler::Sample(float* logits, int64_t vocab) {
   assert(vocab > 0);
   if (generated_++ < params_.min_tokens) {

@@ -63,6 +63,13 @@ class Sampler {
   // u = (rng() >> 11) * 2^-53 from the request's generator. NaN logits count as -inf.
   int32_t Sample(float* logits, int64_t vocab);
 
+  // True when Sample's next pick is the plain argmax of the logits as they come (greedy, no
+  // repetition penalty, no end id masked for min_tokens), so a device can pick it
+  // (kernels::ArgmaxRows) without the logits leaving it.
+  bool ArgmaxSuffices() const;
+  // Records `id`, the argmax picked elsewhere while ArgmaxSuffices(), as Sample would have.
+  void Accept(int32_t id);
+
   const SamplingParams& params() const { return params_; }
 
  private:

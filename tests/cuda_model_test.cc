@@ -166,9 +166,25 @@ struct DecoderOn {
   // One step of `n` rows of one sequence; rows given as embeddings (prefill) or ids (decode).
   std::vector<float> Step(int64_t n, const float* embeds, const std::vector<int32_t>& ids,
                           const std::vector<int64_t>& positions_axis_major) {
+    auto logits = Forward(n, embeds, ids, positions_axis_major, /*argmax_only=*/false);
+    if (!logits.ok()) return {};
+    return std::vector<float>(logits->data<float>(), logits->data<float>() + logits->numel());
+  }
+  // The same step with the greedy pick made on the decoder's device (DecoderBatch::argmax_only).
+  int32_t PickStep(int64_t n, const float* embeds, const std::vector<int32_t>& ids,
+                   const std::vector<int64_t>& positions_axis_major) {
+    auto picks = Forward(n, embeds, ids, positions_axis_major, /*argmax_only=*/true);
+    if (!picks.ok()) return -1;
+    EXPECT_EQ(picks->dtype(), core::DType::kI32);
+    EXPECT_EQ(picks->numel(), 1);
+    return picks->data<int32_t>()[0];
+  }
+  absl::StatusOr<core::Tensor> Forward(int64_t n, const float* embeds, const std::vector<int32_t>& ids,
+                                       const std::vector<int64_t>& positions_axis_major, bool argmax_only) {
     EXPECT_TRUE(cache->Reserve(&table, table.num_tokens + n).ok());
     llm::DecoderBatch batch;
     batch.Clear(static_cast<int>(table.blocks.size()));
+    batch.argmax_only = argmax_only;
     EXPECT_TRUE(batch.AddSequence(table, cache->shape().block_size, n, true).ok());
     batch.token_ids = ids.empty() ? std::vector<int32_t>(n, 0) : ids;
     for (int a = 0; a < 3; ++a) {
@@ -178,11 +194,10 @@ struct DecoderOn {
       for (int64_t r = 0; r < n; ++r) batch.embed_rows.push_back(static_cast<int32_t>(r));
       batch.embeds.assign(embeds, embeds + n * decoder->hidden_size());
     }
-    auto logits = decoder->Forward(batch, cache.get());
-    EXPECT_TRUE(logits.ok()) << logits.status();
-    if (!logits.ok()) return {};
-    EXPECT_EQ(logits->device(), core::Device::kCpu);
-    return std::vector<float>(logits->data<float>(), logits->data<float>() + logits->numel());
+    auto out = decoder->Forward(batch, cache.get());
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (out.ok()) EXPECT_EQ(out->device(), core::Device::kCpu);
+    return out;
   }
   std::unique_ptr<llm::Decoder> decoder;
   std::unique_ptr<llm::KvCache> cache;
@@ -220,6 +235,32 @@ TEST(CudaTinyDecoder, PrefillLogitsMatchTheGoldensAndGreedyTokensTheCpus) {
         logits = on_gpu.Step(1, nullptr, {token}, {pos, pos, pos});
         cpu_logits = on_cpu.Step(1, nullptr, {cpu_token}, {pos, pos, pos});
         ++pos;
+      }
+    }
+  }
+  EXPECT_TRUE(gpu->status().ok()) << gpu->status();
+}
+
+// Greedy picks made on the GPU (only the ids come back) against the host's argmax of the same
+// GPU's logits, step after step from each golden prompt's prefill.
+TEST(CudaTinyDecoder, GreedyPicksOnTheDeviceAreTheArgmaxOfItsLogits) {
+  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  for (const ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
+    for (const char* c : kPrompts) {
+      const core::Tensor embeds = LoadGolden(GoldenFile(c), "inputs_embeds");
+      const std::vector<int64_t> positions = Int64Values(LoadGolden(GoldenFile(c), "position_ids"));
+      const int64_t L = embeds.dim(0);
+      DecoderOn with_logits(*gpu, compute), picking(*gpu, compute);
+      std::vector<float> logits = with_logits.Step(L, embeds.data<float>(), {}, positions);
+      int32_t pick = picking.PickStep(L, embeds.data<float>(), {}, positions);
+      int64_t pos = 0;
+      for (int64_t v : positions) pos = std::max(pos, v + 1);
+      for (int step = 0; step < 12; ++step, ++pos) {
+        const int32_t token = testing::CpuGreedyToken(logits.data(), with_logits.decoder->vocab_size());
+        ASSERT_EQ(pick, token) << c << " step " << step;
+        logits = with_logits.Step(1, nullptr, {token}, {pos, pos, pos});
+        pick = picking.PickStep(1, nullptr, {pick}, {pos, pos, pos});
       }
     }
   }

@@ -70,7 +70,7 @@ std::vector<int64_t> TextPositions(int64_t pos, int64_t n) {
 // embedding is given (as the reference's inputs_embeds), positions axis-major [3, rows]. Returns
 // a copy of the logits (the decoder's own buffer is reused by the next step).
 absl::StatusOr<Tensor> Step(Decoder& dec, KvCache& cache, const std::vector<std::pair<BlockTable*, int64_t>>& seqs,
-                            const float* embeds, const std::vector<int64_t>& pos) {
+                            const float* embeds, const std::vector<int64_t>& pos, bool argmax_only = false) {
   DecoderBatch batch;
   size_t max_blocks = 0;
   for (const auto& [t, n] : seqs) max_blocks = std::max(max_blocks, t->blocks.size());
@@ -88,6 +88,7 @@ absl::StatusOr<Tensor> Step(Decoder& dec, KvCache& cache, const std::vector<std:
   }
   for (int64_t r = 0; r < rows; ++r) batch.embed_rows.push_back(static_cast<int32_t>(r));
   batch.embeds.assign(embeds, embeds + rows * dec.hidden_size());
+  batch.argmax_only = argmax_only;
   auto logits = dec.Forward(batch, &cache);
   if (!logits.ok()) return logits.status();
   return logits->Clone();
@@ -300,6 +301,16 @@ TEST(DecoderTest, BatchedStepEqualsSequential) {
   ASSERT_EQ(logits->dim(0), 3);
   for (int s = 0; s < 3; ++s) {
     EXPECT_LE(RelativeL2(logits->data<float>() + s * vocab, alone[s].data<float>(), vocab), 1e-5) << kCases[s];
+  }
+  // The same step again (it writes the same k/v to the same slots) with the greedy picks made by
+  // the decoder: each is the argmax of its row of logits.
+  auto picks = Step(*m.decoder, cache, seqs, packed.data(), pos, /*argmax_only=*/true);
+  ASSERT_TRUE(picks.ok()) << picks.status();
+  ASSERT_EQ(picks->dtype(), core::DType::kI32);
+  ASSERT_EQ(picks->numel(), 3);
+  for (int s = 0; s < 3; ++s) {
+    const float* row = logits->data<float>() + s * vocab;
+    EXPECT_EQ(picks->data<int32_t>()[s], std::max_element(row, row + vocab) - row) << kCases[s];
   }
 }
 

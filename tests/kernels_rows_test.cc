@@ -1,9 +1,11 @@
 // The row ops and the device seam: GatherRows / ScatterRows against direct indexing (and as each
-// other's inverse), EmbeddingLookup against the dtype conversions, UnpadHeads as the inverse of
-// the padding layout; CreateDevice's answers for names it does not serve.
+// other's inverse), EmbeddingLookup against the dtype conversions, ArgmaxRows against greedy
+// decoding's rule, UnpadHeads as the inverse of the padding layout; CreateDevice's answers for
+// names it does not serve.
 #include "kernels/rows.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -84,6 +86,34 @@ TEST(RowsTest, EmbeddingLookupConvertsEachDtype) {
         ASSERT_EQ(out[i * width + j], want) << core::DTypeName(table->dtype()) << " id " << ids[i];
       }
     }
+  }
+}
+
+// Greedy decoding's rule (llm::Sampler's): the lowest id among equal maxima, NaN never wins, 0 for
+// a row with nothing but NaN and -inf; +inf wins.
+TEST(RowsTest, ArgmaxRowsPicksTheFirstLargestAndSkipsNan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const int64_t vocab = 5;
+  const std::vector<float> logits = {
+      1.f, 3.f, 3.f, 2.f, -5.f,     // tie: 1
+      nan, -1.f, 4.f, nan, 4.f,     // NaN first, tie after it: 2
+      nan, nan, nan, nan, nan,      // 0
+      -inf, -inf, -inf, -inf, -inf, // 0
+      -inf, nan, 2.f, inf, inf,     // +inf: 3
+      -7.f, -7.f, -7.f, -7.f, -6.f, // the last: 4
+  };
+  const int64_t rows = static_cast<int64_t>(logits.size()) / vocab;
+  std::vector<int32_t> out(rows, -1);
+  ArgmaxRows(dev, logits.data(), rows, vocab, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 0, 0, 3, 4}));
+  // Large rows (the parallel path): against std::max_element, which keeps the first maximum.
+  const int64_t big_vocab = 151936;
+  const std::vector<float> big = Random(static_cast<size_t>(4 * big_vocab), 9);
+  std::vector<int32_t> picks(4, -1);
+  ArgmaxRows(dev, big.data(), 4, big_vocab, picks.data());
+  for (int64_t r = 0; r < 4; ++r) {
+    const float* row = big.data() + r * big_vocab;
+    EXPECT_EQ(picks[r], std::max_element(row, row + big_vocab) - row) << "row " << r;
   }
 }
 

@@ -586,6 +586,33 @@ TEST(SamplerTest, MinTokensMasksEndIdsUntilReached) {
   EXPECT_EQ(with_min.Sample(a.data(), 5), 1);  // the third token may end
 }
 
+// When the plain argmax is the whole pick, a device may make it (Accept records it); a penalty, a
+// temperature, or end ids still masked by min_tokens need the logits.
+TEST(SamplerTest, ArgmaxSufficesOnlyForPlainGreedyPicks) {
+  EXPECT_TRUE(Sampler(SamplingParams{}, {}).ArgmaxSuffices());
+  SamplingParams warm;
+  warm.temperature = 0.7f;
+  EXPECT_FALSE(Sampler(warm, {}).ArgmaxSuffices());
+  warm.top_k = 1;
+  EXPECT_TRUE(Sampler(warm, {}).ArgmaxSuffices());
+  SamplingParams penalty;
+  penalty.repetition_penalty = 1.2f;
+  EXPECT_FALSE(Sampler(penalty, {}).ArgmaxSuffices());
+  SamplingParams min;
+  min.min_tokens = 2;
+  Sampler s(min, {}, std::vector<int32_t>{1});
+  EXPECT_FALSE(s.ArgmaxSuffices());
+  s.Accept(4);
+  EXPECT_FALSE(s.ArgmaxSuffices());
+  std::vector<float> logits = {0.f, 9.f, 1.f, 8.f, 2.f};
+  EXPECT_EQ(s.Sample(logits.data(), 5), 3);  // the second token: EOS still masked, so Accept counted
+  EXPECT_TRUE(s.ArgmaxSuffices());
+  SamplingParams min_ignore_eos;  // nothing to mask: the argmax is the pick from the start
+  min_ignore_eos.min_tokens = 2;
+  min_ignore_eos.ignore_eos = true;
+  EXPECT_TRUE(Sampler(min_ignore_eos, {}, std::vector<int32_t>{1}).ArgmaxSuffices());
+}
+
 TEST(SamplerTest, MinTokensKeepsEosWhenIgnoreEos) {
   SamplingParams p;
   p.min_tokens = 1;

@@ -1,10 +1,12 @@
-// Row copies (gather, scatter, the paged KV cache's writes) and the embedding lookup on the CPU:
-// memcpy and conversion loops, parallel over rows when there are enough bytes to share.
+// Row copies (gather, scatter, the paged KV cache's writes), the embedding lookup and the greedy
+// argmax on the CPU: memcpy, conversion and scan loops, parallel over rows when there are enough
+// bytes to share.
 #include <omp.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "core/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -23,6 +25,22 @@ void GatherRows(CpuDevice& dev, const float* src, int64_t width, std::span<const
   const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
 #pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * width * 4 > kParallelBytes)
   for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * width, src + int64_t{index[i]} * width, row_bytes);
+}
+
+void ArgmaxRows(CpuDevice& dev, const float* logits, int64_t rows, int64_t vocab, int32_t* out) {
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (rows * vocab * 4 > kParallelBytes)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * vocab;
+    int64_t best = 0;
+    float best_value = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (row[i] > best_value) {  // false for NaN: it never wins
+        best_value = row[i];
+        best = i;
+      }
+    }
+    out[r] = static_cast<int32_t>(best);
+  }
 }
 
 void ScatterRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst) {
