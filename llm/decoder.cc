@@ -10,6 +10,7 @@
 #include "kernels/paged_attention.h"
 #include "kernels/rotary.h"
 #include "kernels/rows.h"
+#include "kernels/staged_upload.h"
 #include "llm/mrope.h"
 
 namespace iris::llm {
@@ -43,6 +44,7 @@ struct Decoder::Activations {
   Tensor picks;        // I32 [R] the greedy picks of an argmax_only step
   Tensor host_logits;  // [R, vocab] pinned host copy of logits, where the device's memory is not the host's
   Tensor host_picks;   // I32 [R] pinned host copy of picks (likewise)
+  std::unique_ptr<kernels::StagedUpload> upload;  // the step's ids, metadata and rotary tables
   bool logits_to_host = false;
 };
 
@@ -210,6 +212,7 @@ absl::Status Decoder::ReserveActivations(int64_t max_tokens, int64_t max_logit_r
   IRIS_RETURN_IF_ERROR(alloc(&act->logits, R * c.vocab_size));
   IRIS_RETURN_IF_ERROR(alloc(&act->embeds, T * h));
   IRIS_ASSIGN_OR_RETURN(act->picks, device_.Allocate(DType::kI32, {R}));
+  act->upload = std::make_unique<kernels::StagedUpload>(device_);
   if (device_.kind() != kernels::DeviceKind::kCpu) {
     IRIS_ASSIGN_OR_RETURN(act->host_logits, device_.AllocateStaging(DType::kF32, {R * c.vocab_size}));
     IRIS_ASSIGN_OR_RETURN(act->host_picks, device_.AllocateStaging(DType::kI32, {R}));
@@ -303,19 +306,29 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
     return batch.argmax_only ? A.picks.Rows(0, 0) : A.logits.Reshaped({A.max_logit_rows, c.vocab_size}).Rows(0, 0);
   }
 
-  // The step's flat arrays as the device reads them (the same memory on the CPU).
-  auto i32 = [](const std::vector<int32_t>& v) {
-    return Tensor::View(const_cast<int32_t*>(v.data()), DType::kI32, {static_cast<int64_t>(v.size())}, nullptr);
+  // One cos/sin table per step, built on the host from the positions and shared by every layer.
+  std::vector<int64_t> positions;
+  positions.reserve(3 * rows);
+  for (const auto& axis : batch.positions) positions.insert(positions.end(), axis.begin(), axis.end());
+  IRIS_ASSIGN_OR_RETURN(RotaryTable rope, BuildMropeTable(positions, rows, static_cast<int>(d),
+                                                          c.mrope_section, c.rope_theta));
+
+  // The step's flat arrays and tables, sent to the device in one transfer (on the CPU: copied
+  // into the buffer the ops read); each is then read at its device address.
+  kernels::StagedUpload& up = *A.upload;
+  up.Clear();
+  struct Array32 {
+    size_t offset;
+    size_t size;
   };
-  auto span32 = [](const Tensor& t) { return std::span<const int32_t>(t.data<int32_t>(), t.numel()); };
-  IRIS_ASSIGN_OR_RETURN(const Tensor ids, device_.Mirror(i32(batch.token_ids)));
-  IRIS_ASSIGN_OR_RETURN(const Tensor query_start, device_.Mirror(i32(batch.query_start)));
-  IRIS_ASSIGN_OR_RETURN(const Tensor context_lens, device_.Mirror(i32(batch.context_lens)));
-  IRIS_ASSIGN_OR_RETURN(const Tensor block_tables, device_.Mirror(i32(batch.block_tables)));
-  IRIS_ASSIGN_OR_RETURN(const Tensor logit_index, device_.Mirror(i32(batch.logit_rows)));
-  IRIS_ASSIGN_OR_RETURN(const Tensor embed_index, device_.Mirror(i32(batch.embed_rows)));
-  IRIS_ASSIGN_OR_RETURN(const Tensor slots, device_.Mirror(Tensor::View(const_cast<int64_t*>(batch.slot_mapping.data()),
-                                                                         DType::kI64, {rows}, nullptr)));
+  auto add32 = [&up](const std::vector<int32_t>& v) { return Array32{up.Add(std::span<const int32_t>(v)), v.size()}; };
+  const Array32 ids = add32(batch.token_ids), query_start = add32(batch.query_start),
+                context_lens = add32(batch.context_lens), block_tables = add32(batch.block_tables),
+                logit_index = add32(batch.logit_rows), embed_index = add32(batch.embed_rows);
+  const size_t slots = up.Add(std::span<const int64_t>(batch.slot_mapping));
+  const size_t cos = up.Add(std::span<const float>(rope.cos)), sin = up.Add(std::span<const float>(rope.sin));
+  IRIS_RETURN_IF_ERROR(up.Upload());
+  auto span32 = [&up](const Array32& a) { return std::span<const int32_t>(up.At<int32_t>(a.offset), a.size); };
   kernels::PagedMetadata md;
   md.num_seqs = batch.num_seqs();
   md.query_start = span32(query_start);
@@ -328,16 +341,6 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
     md.max_query_len = std::max(md.max_query_len, batch.query_start[s + 1] - batch.query_start[s]);
     md.max_context_len = std::max<int64_t>(md.max_context_len, batch.context_lens[s]);
   }
-
-  // One cos/sin table per step, built on the host from the positions and shared by every layer.
-  std::vector<int64_t> positions;
-  positions.reserve(3 * rows);
-  for (const auto& axis : batch.positions) positions.insert(positions.end(), axis.begin(), axis.end());
-  IRIS_ASSIGN_OR_RETURN(RotaryTable rope, BuildMropeTable(positions, rows, static_cast<int>(d),
-                                                          c.mrope_section, c.rope_theta));
-  const int64_t half = d / 2;
-  IRIS_ASSIGN_OR_RETURN(const Tensor cos, device_.Mirror(Tensor::View(rope.cos.data(), DType::kF32, {rows, half}, nullptr)));
-  IRIS_ASSIGN_OR_RETURN(const Tensor sin, device_.Mirror(Tensor::View(rope.sin.data(), DType::kF32, {rows, half}, nullptr)));
 
   // Input rows: embeddings looked up by id, then the given (image) rows placed over theirs.
   float* x = A.hidden.data<float>();
@@ -354,14 +357,14 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
   float* act = A.act.data<float>();
   const bool bf16 = options_.compute == kernels::ComputeType::kBF16;
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
-  const std::span<const int64_t> slot_span(slots.data<int64_t>(), static_cast<size_t>(rows));
+  const std::span<const int64_t> slot_span(up.At<int64_t>(slots), static_cast<size_t>(rows));
 
   for (int li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
     kernels::RmsNorm(device_, x, l.input_norm.data<float>(), rows, h, c.rms_norm_eps, normed);
     l.qkv->Forward(normed, rows, qkv);
     kernels::RotaryQK(device_, {qkv, qkv_width, nh}, {qkv + nh * d, qkv_width, nkv}, rows, static_cast<int>(d),
-                      cos.data<float>(), sin.data<float>());
+                      up.At<float>(cos), up.At<float>(sin));
     kernels::PagedKvLayer kv = cache->layer(li);
     kernels::WritePagedKv(device_, kv, qkv + nh * d, qkv_width, qkv + (nh + nkv) * d, qkv_width, slot_span);
     kernels::PagedAttentionArgs a;
