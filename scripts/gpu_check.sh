@@ -120,7 +120,7 @@ if [ "$SANITIZE" = 1 ]; then
     FAILED+=(compute-sanitizer)
   else
     for t in $TESTS; do
-      case "$(basename "$t")" in cuda_model_test|cuda_device_test) continue ;; esac
+      case "$(basename "$t")" in cuda_model_test|cuda_device_test|cuda_engine_test) continue ;; esac
       # SANITIZE_SUITES (a regular expression) narrows the sanitized suites for a short lease.
       [[ "$(basename "$t")" =~ ${SANITIZE_SUITES:-.} ]] || continue
       for tool in memcheck racecheck; do

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -415,6 +416,28 @@ TEST(ImageDecodeConcurrencyTest, ThreadsDecodeIndependently) {
   }
   for (auto& th : threads) th.join();
   EXPECT_THAT(mismatches, ::testing::Each(0));
+}
+
+// WebP, BMP and TIFF go through the OpenCV plugin, loaded on first use: where it cannot be
+// loaded, those formats get a clear UNIMPLEMENTED naming the plugin and where it was looked for,
+// while JPEG and PNG (iris's own decoders) are unaffected. In a fresh process (the loader keeps
+// its first answer), with IRIS_OPENCV_PLUGIN naming a file that is not there.
+TEST(ImageDecodePluginDeathTest, WithoutThePluginOnlyItsFormatsAreRefusedClearly) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::vector<uint8_t> bmp = ReadFile(DataPath("decode/bmp_gray8_23x11.bmp"));
+  const std::vector<uint8_t> png = ReadFile(DataPath("images/rgb_300x200.png"));
+  EXPECT_EXIT(
+      {
+        setenv("IRIS_OPENCV_PLUGIN", "/nonexistent/libiris_opencv_plugin.so", 1);
+        const absl::Status refused = DecodeStatus(bmp);
+        const bool clear = refused.code() == absl::StatusCode::kUnimplemented &&
+                           refused.message().find("libiris_opencv_plugin.so") != std::string_view::npos &&
+                           refused.message().find("/nonexistent/libiris_opencv_plugin.so: not there") !=
+                               std::string_view::npos;
+        std::fprintf(stderr, "%s\n", refused.ToString().c_str());
+        std::exit(clear && DecodeStatus(png).ok() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "OpenCV plugin");
 }
 
 }  // namespace

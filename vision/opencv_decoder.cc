@@ -5,12 +5,10 @@
 #include <new>
 #include <string>
 
-#include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "vision/exif_orientation.h"
 #include "vision/image_header.h"
+#include "vision/opencv_plugin_loader.h"
 
 namespace iris::vision::detail {
 namespace {
@@ -54,43 +52,35 @@ void BgrToRgbInPlace(RgbImage& im) {
   for (size_t i = 0; i < n; ++i, p += 3) std::swap(p[0], p[2]);
 }
 
-// cv::imdecode with its exceptions and empty results turned into statuses. OpenCV writes into
-// *dst when its size and type already match what the decoder reports.
-absl::StatusOr<cv::Mat> Imdecode(std::span<const uint8_t> bytes, int flags, cv::Mat* dst, const char* name) {
-  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " data over 2 GiB"));
-  }
-  cv::Mat decoded;
-  std::string error;
-  try {
-    const cv::Mat buf(1, static_cast<int>(bytes.size()), CV_8UC1, const_cast<uint8_t*>(bytes.data()));
-    decoded = cv::imdecode(buf, flags | cv::IMREAD_IGNORE_ORIENTATION, dst);
-  } catch (const cv::Exception& e) {
-    error = e.what();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!error.empty()) return absl::InvalidArgumentError(absl::StrCat("invalid ", name, " data (OpenCV: ", error, ")"));
-  if (decoded.empty()) return absl::InvalidArgumentError(absl::StrCat("invalid ", name, " data (OpenCV could not decode it)"));
-  return decoded;
+// The plugin's imdecode into *pixels (sized for the expected image: decoded in place when the
+// file agrees), its error as INVALID_ARGUMENT naming the format.
+absl::Status Imdecode(std::span<const uint8_t> bytes, opencv_plugin::Samples samples, opencv_plugin::Decoded* pixels,
+                      const char* name) {
+  absl::StatusOr<opencv_plugin::ImdecodeFn> imdecode = OpenCvImdecode();
+  if (!imdecode.ok()) return imdecode.status();
+  (*imdecode)(bytes.data(), bytes.size(), samples, pixels);
+  if (!pixels->error.empty()) return absl::InvalidArgumentError(absl::StrCat("invalid ", name, " data (", pixels->error, ")"));
+  return absl::OkStatus();
 }
 
 // Pillow opens a 16-bit grayscale TIFF as mode I;16, and convert("RGB") clips it at 255; OpenCV's
 // 8-bit conversion would keep the high byte instead, so read the 16-bit samples and clip.
 absl::StatusOr<RgbImage> DecodeGray16Tiff(std::span<const uint8_t> bytes, const DecodeLimits& limits) {
-  cv::Mat gray;
-  absl::StatusOr<cv::Mat> decoded = Imdecode(bytes, cv::IMREAD_ANYDEPTH | cv::IMREAD_GRAYSCALE, &gray, "TIFF");
-  if (!decoded.ok()) return decoded.status();
-  if (decoded->type() != CV_16UC1) return absl::InternalError("OpenCV did not return 16-bit samples for a 16-bit TIFF");
-  if (absl::Status s = CheckDimensions(ImageFormat::kTiff, decoded->cols, decoded->rows, limits); !s.ok()) return s;
+  opencv_plugin::Decoded gray;
+  if (absl::Status s = Imdecode(bytes, opencv_plugin::Samples::kGray16, &gray, "TIFF"); !s.ok()) return s;
+  if (absl::Status s = CheckDimensions(ImageFormat::kTiff, gray.width, gray.height, limits); !s.ok()) return s;
   RgbImage image;
-  image.width = decoded->cols;
-  image.height = decoded->rows;
+  image.width = gray.width;
+  image.height = gray.height;
   image.pixels.resize(static_cast<size_t>(image.width) * image.height * 3);
   for (int y = 0; y < image.height; ++y) {
-    const uint16_t* in = decoded->ptr<uint16_t>(y);
+    const uint8_t* in = gray.data.data() + static_cast<size_t>(y) * image.width * 2;
     uint8_t* out = image.row(y);
-    for (int x = 0; x < image.width; ++x, out += 3) out[0] = out[1] = out[2] = in[x] > 255 ? 255 : static_cast<uint8_t>(in[x]);
+    for (int x = 0; x < image.width; ++x, out += 3) {
+      uint16_t v;
+      std::memcpy(&v, in + 2 * x, sizeof(v));
+      out[0] = out[1] = out[2] = v > 255 ? 255 : static_cast<uint8_t>(v);
+    }
   }
   return image;
 }
@@ -120,33 +110,23 @@ absl::StatusOr<RgbImage> DecodeWithOpenCv(std::span<const uint8_t> bytes, ImageF
     }
   }
 
-  RgbImage image;
+  opencv_plugin::Decoded pixels;
   try {
-    image.width = static_cast<int>(dims->width);
-    image.height = static_cast<int>(dims->height);
-    image.pixels.resize(static_cast<size_t>(image.width) * image.height * 3);
+    pixels.width = static_cast<int>(dims->width);
+    pixels.height = static_cast<int>(dims->height);
+    pixels.data.resize(static_cast<size_t>(pixels.width) * pixels.height * 3);
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat("out of memory for a ", image.width, "x", image.height, " ", name));
+    return absl::ResourceExhaustedError(absl::StrCat("out of memory for a ", pixels.width, "x", pixels.height, " ", name));
   }
-
-  // OpenCV decodes into `dst` when the size and type agree with what its decoder reports, so the
-  // pixels land in image.pixels directly. Its own EXIF rotation is off: the orientation Pillow
-  // would apply is worked out below.
-  cv::Mat dst(image.height, image.width, CV_8UC3, image.pixels.data());
-  absl::StatusOr<cv::Mat> result = Imdecode(bytes, cv::IMREAD_COLOR, &dst, name);
-  if (!result.ok()) return result.status();
-  const cv::Mat& decoded = *result;
-  if (decoded.type() != CV_8UC3) return absl::InternalError("OpenCV returned a non-8-bit-BGR image");
-
-  if (decoded.data != image.pixels.data()) {
-    // The decoder's size differed from our header reading; OpenCV already allocated, so only
-    // check and copy.
-    if (absl::Status s = CheckDimensions(format, decoded.cols, decoded.rows, limits); !s.ok()) return s;
-    image.width = decoded.cols;
-    image.height = decoded.rows;
-    image.pixels.assign(static_cast<size_t>(image.width) * image.height * 3, 0);
-    for (int y = 0; y < image.height; ++y) std::memcpy(image.row(y), decoded.ptr(y), static_cast<size_t>(image.width) * 3);
-  }
+  // The plugin decodes into pixels.data when the size agrees with the header's; OpenCV's own
+  // EXIF rotation is off: the orientation Pillow would apply is worked out below.
+  if (absl::Status s = Imdecode(bytes, opencv_plugin::Samples::kBgr8, &pixels, name); !s.ok()) return s;
+  // The decoder's size may differ from our header reading.
+  if (absl::Status s = CheckDimensions(format, pixels.width, pixels.height, limits); !s.ok()) return s;
+  RgbImage image;
+  image.width = pixels.width;
+  image.height = pixels.height;
+  image.pixels = std::move(pixels.data);
   BgrToRgbInPlace(image);
 
   if (format == ImageFormat::kWebp) *orientation = WebpOrientation(bytes);

@@ -1,5 +1,6 @@
-// WebP, BMP and TIFF -> RGB8 through OpenCV's imdecode (its own EXIF handling off), with the
-// orientation Pillow 9.4's load_image would apply worked out from the file's metadata.
+// WebP, BMP and TIFF -> RGB8 through OpenCV's imdecode (its own EXIF handling off), in iris's
+// OpenCV plugin loaded on first use (opencv_plugin_loader.h), with the orientation Pillow 9.4's
+// load_image would apply worked out from the file's metadata.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,78 @@
+// The engine on a GPU (label gpu): the 32-request mixed workload (text only, one and two images,
+// repeated images, short and long prompts) submitted at once gives each request the greedy tokens
+// it gives alone on the same GPU, with the default budgets and with a KV cache too small for all
+// of them at once (preemption and recompute); and the CPU's tokens where the tiny model's f32
+// logits leave no near-tie.
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/device.h"
+#include "tests/engine_cases.h"
+
+namespace iris::engine {
+namespace {
+
+#ifdef IRIS_HAVE_CUDA
+
+using namespace testing_engine;  // NOLINT: the shared workload and drivers
+
+const kernels::DeviceOptions kGpu{"cuda"};
+
+class CudaEngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!kernels::CreateDevice(kGpu).ok()) return;  // each test then fails, saying so
+    specs_ = new std::vector<Spec>(MixedWorkload(32));
+    alone_ = new std::vector<std::vector<int32_t>>(RunAlone(*specs_, kGpu));
+  }
+  static void TearDownTestSuite() {
+    delete specs_;
+    delete alone_;
+  }
+  void SetUp() override { ASSERT_NE(alone_, nullptr) << "no usable GPU: " << kernels::CreateDevice(kGpu).status(); }
+  static std::vector<Spec>* specs_;
+  static std::vector<std::vector<int32_t>>* alone_;
+};
+std::vector<Spec>* CudaEngineTest::specs_ = nullptr;
+std::vector<std::vector<int32_t>>* CudaEngineTest::alone_ = nullptr;
+
+TEST_F(CudaEngineTest, ConcurrentEqualsAlone) {
+  EngineStats stats;
+  RunConcurrent(*specs_, EngineOptions{}, *alone_, &stats, kGpu);
+  EXPECT_EQ(stats.requests_finished, 32);
+  EXPECT_EQ(stats.images_encoded, 4);  // 4 distinct images: the rest are encoder cache hits
+}
+
+TEST_F(CudaEngineTest, ConcurrentWithPreemptionEqualsAlone) {
+  EngineOptions o;
+  o.max_num_batched_tokens = 512;
+  o.kv_block_size = 16;
+  // 40 blocks of 16 tokens: the largest request fits alone, 32 at once never do.
+  o.kv_cache_bytes = 40 * 16 * 2 /*layers*/ * 2 /*k,v*/ * 2 /*kv heads*/ * 16 /*head_dim*/ * 4;
+  EngineStats stats;
+  RunConcurrent(*specs_, o, *alone_, &stats, kGpu);
+  EXPECT_EQ(stats.kv_blocks_total, 40);
+  EXPECT_GT(stats.preemptions, 0) << "the cache was meant to be too small";
+  EXPECT_EQ(stats.requests_finished, 32);
+}
+
+// The same requests alone on the CPU: f32 on both devices, so the tokens agree unless two logits
+// tie within f32 rounding; at most a few requests may part, and only after their first tokens.
+TEST_F(CudaEngineTest, AloneMatchesTheCpu) {
+  const std::vector<std::vector<int32_t>> cpu = RunAlone(*specs_);
+  int parted = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (cpu[i] == (*alone_)[i]) continue;
+    ++parted;
+    ASSERT_FALSE(cpu[i].empty());
+    EXPECT_EQ(cpu[i][0], (*alone_)[i][0]) << "request " << i << " parts at its first token";
+  }
+  EXPECT_LE(parted, 2) << "requests whose GPU tokens differ from the CPU's";
+}
+
+#else
+TEST(CudaEngineTest, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
+#endif
+
+}  // namespace
+}  // namespace iris::engine
