@@ -19,6 +19,12 @@ size_t StagedUpload::Add(const void* host, size_t bytes) {
 }
 
 absl::Status StagedUpload::Upload() {
+  if (device_.kind() != DeviceKind::kCpu && uploaded_) {
+    // The previous upload's copy may still be queued behind earlier work (a step that returned no
+    // results waited for nothing): it must have read the staging buffer before it is rewritten.
+    // Usually the stream is idle by now and this costs a few microseconds.
+    device_.Synchronize();
+  }
   if (size_ > capacity_) {
     // Room for half again as much, so that a slowly growing step does not reallocate every time.
     const size_t capacity = (size_ + size_ / 2 + 4095) / 4096 * 4096;
@@ -37,6 +43,7 @@ absl::Status StagedUpload::Upload() {
   }
   if (pack != device_buffer_.data<uint8_t>() && size_ > 0) {
     device_.CopyToDevice(pack, device_buffer_.data<uint8_t>(), size_);
+    uploaded_ = true;
   }
   return device_.status();
 }

@@ -6,8 +6,8 @@
 //
 // Use: Clear(); Add() each array (returns its offset); Upload(); then At<T>(offset) is the
 // array's device address. Add() only records the source: the arrays must stay as they are until
-// Upload() returns. The staging buffer is rewritten by the next Upload(): the device must have
-// consumed the previous one (the decoder's step ends with a host wait on its results).
+// Upload() returns. The next Upload() waits for the device's queue before it rewrites the staging
+// buffer (the previous copy may still be queued), so one upload is in flight at a time.
 #pragma once
 
 #include <cstddef>
@@ -54,6 +54,7 @@ class StagedUpload {
   std::vector<Piece> pieces_;
   size_t size_ = 0;
   size_t capacity_ = 0;
+  bool uploaded_ = false;       // a copy from staging_ was issued (and may still be queued)
   core::Tensor staging_;        // host, pinned where that matters (AllocateStaging)
   core::Tensor device_buffer_;  // device
 };
