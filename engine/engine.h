@@ -11,6 +11,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,10 @@ struct EngineOptions {
   double step_budget_ms = 0;
   std::string step_trace_path;  // non-empty: one JSON line per step written here (StepTrace)
   bool enable_prefix_caching = true;    // share the KV blocks of common prompt prefixes (images by content)
+  // One decoder step at the step budget and one encoder forward at its largest before taking
+  // requests (engine/warm_up.h), so that device memory for them is taken, and found short, at
+  // start. Unset: on where the model runs on an accelerator, off on the CPU (nothing to take).
+  std::optional<bool> warm_up;
   // Non-empty: the engine thread runs only on these CPUs, and so does its compute team (the
   // OpenMP threads it starts inherit its mask). Empty: the creating thread's CPUs.
   std::vector<int> cpus;

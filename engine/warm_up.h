@@ -1,0 +1,22 @@
+// The engine's start-up forward on an accelerator: one decoder step at the step budget and one
+// encoder forward at its largest size, run before the engine takes requests. Whatever a forward
+// allocates or loads on first use (a GPU's activation scratch at its largest, the kernels' modules,
+// the matmul algorithms of the largest shapes) then happens at start, where running out of device
+// memory is a clear error from Engine::Create, never in the middle of a request. It leaves no
+// trace: its KV blocks are released and no prefix or encoder cache entry is made.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/model.h"
+#include "llm/kv_cache.h"
+
+namespace iris::engine {
+
+// One decoder step of min(max_tokens, what the cache holds) rows of one sequence (its last row's
+// logits computed), and, for a model with vision, one encoder forward of about `encoder_patches`
+// patches (one image's grid, zero pixels). The device's first error is returned.
+absl::Status WarmUp(Model& model, llm::KvCache& cache, int64_t max_tokens, int64_t encoder_patches);
+
+}  // namespace iris::engine
