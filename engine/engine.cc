@@ -69,8 +69,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   IRIS_RETURN_IF_ERROR(model->decoder->ReserveActivations(options.max_num_batched_tokens, options.max_num_seqs));
   if (options.warm_up.value_or(model->device->kind() != kernels::DeviceKind::kCpu)) {
     model->device->AttachThread();  // this thread issues the warm-up; the engine thread attaches itself below
-    IRIS_RETURN_IF_ERROR(WarmUp(*model, cache, options.max_num_batched_tokens,
-                                std::max(options.max_encoder_patches_per_step, largest_image)));
+    IRIS_RETURN_IF_ERROR(WarmUp(*model, cache));  // at the sizes just reserved
   }
   std::unique_ptr<StepTrace> trace;
   if (!options.step_trace_path.empty()) {

@@ -13,9 +13,9 @@
 namespace iris::engine {
 namespace {
 
-absl::Status WarmUpDecoder(llm::Decoder& decoder, llm::KvCache& cache, int64_t max_tokens) {
+absl::Status WarmUpDecoder(llm::Decoder& decoder, llm::KvCache& cache) {
   const int block_size = cache.shape().block_size;
-  const int64_t rows = std::min(max_tokens, cache.shape().num_blocks * block_size);
+  const int64_t rows = std::min(decoder.max_tokens(), cache.shape().num_blocks * block_size);
   if (rows <= 0) return absl::OkStatus();
   llm::BlockTable table;
   IRIS_RETURN_IF_ERROR(cache.Reserve(&table, rows));
@@ -34,11 +34,11 @@ absl::Status WarmUpDecoder(llm::Decoder& decoder, llm::KvCache& cache, int64_t m
   return status;
 }
 
-absl::Status WarmUpEncoder(vision::VisionEncoder& encoder, const core::VisionConfig& config, int64_t patches) {
-  // One image: a grid of whole merge units (and, where it fits, whole windows) with at most
-  // `patches` patches, as square as it can be.
+absl::Status WarmUpEncoder(vision::VisionEncoder& encoder, const core::VisionConfig& config) {
+  // One image: a grid of whole merge units with at most max_patches() patches, as square as it
+  // can be.
   const int64_t merge = config.spatial_merge_size;
-  const int64_t units = std::max<int64_t>(1, std::min(patches, encoder.max_patches()) / (merge * merge));
+  const int64_t units = std::max<int64_t>(1, encoder.max_patches() / (merge * merge));
   const int64_t side = std::max<int64_t>(1, static_cast<int64_t>(std::sqrt(static_cast<double>(units))));
   const vision::GridThw grid = {1, side * merge, (units / side) * merge};
   const int64_t n = grid[1] * grid[2];
@@ -49,13 +49,13 @@ absl::Status WarmUpEncoder(vision::VisionEncoder& encoder, const core::VisionCon
 
 }  // namespace
 
-absl::Status WarmUp(Model& model, llm::KvCache& cache, int64_t max_tokens, int64_t encoder_patches) {
+absl::Status WarmUp(Model& model, llm::KvCache& cache) {
   if (model.encoder != nullptr) {
-    if (absl::Status s = WarmUpEncoder(*model.encoder, model.config.vision, encoder_patches); !s.ok()) {
+    if (absl::Status s = WarmUpEncoder(*model.encoder, model.config.vision); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("warm-up encoder forward: ", s.message()));
     }
   }
-  if (absl::Status s = WarmUpDecoder(*model.decoder, cache, max_tokens); !s.ok()) {
+  if (absl::Status s = WarmUpDecoder(*model.decoder, cache); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("warm-up decoder step: ", s.message()));
   }
   return model.device->status();

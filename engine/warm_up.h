@@ -14,9 +14,10 @@
 
 namespace iris::engine {
 
-// One decoder step of min(max_tokens, what the cache holds) rows of one sequence (its last row's
-// logits computed), and, for a model with vision, one encoder forward of about `encoder_patches`
-// patches (one image's grid, zero pixels). The device's first error is returned.
-absl::Status WarmUp(Model& model, llm::KvCache& cache, int64_t max_tokens, int64_t encoder_patches);
+// One decoder step of min(its max_tokens(), what the cache holds) rows of one sequence (its last
+// row's logits computed), and, for a model with vision, one encoder forward of about its
+// max_patches() patches (one image's grid, zero pixels): the sizes their activations were
+// reserved for. The device's first error is returned.
+absl::Status WarmUp(Model& model, llm::KvCache& cache);
 
 }  // namespace iris::engine

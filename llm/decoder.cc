@@ -222,6 +222,8 @@ absl::Status Decoder::ReserveActivations(int64_t max_tokens, int64_t max_logit_r
   return absl::OkStatus();
 }
 
+int64_t Decoder::max_tokens() const { return act_->max_tokens; }
+
 KvCacheShape Decoder::CacheShape(int64_t num_blocks, int block_size, core::DType dtype) const {
   KvCacheShape s;
   s.dtype = dtype;

@@ -82,6 +82,8 @@ class Decoder {
   // Re-allocates the activation buffers for steps of up to `max_tokens` rows and
   // `max_logit_rows` logit rows (at setup, e.g. from the engine's budgets; never in a step).
   absl::Status ReserveActivations(int64_t max_tokens, int64_t max_logit_rows);
+  // The rows a step may have: the activations' capacity.
+  int64_t max_tokens() const;
 
   // The KV cache shape this decoder needs for `num_blocks` blocks of `block_size` tokens, its pools
   // of `dtype` (kF32 or kBF16; Forward reads and writes either).

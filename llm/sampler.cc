@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/device.h"
+#include "kernels/rows.h"
 
 namespace iris::llm {
 namespace {
@@ -25,17 +27,12 @@ bool Before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>&
   return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
-// The first index of the largest value; NaN never wins. 0 when every value is NaN or -inf.
+// The first index of the largest value; NaN never wins. 0 when every value is NaN or -inf. The
+// op a device runs for greedy picks (DecoderBatch::argmax_only), so both paths pick by one rule.
 int32_t Argmax(const float* logits, int64_t vocab) {
-  int64_t best = 0;
-  float best_value = kNegInf;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (logits[i] > best_value) {
-      best_value = logits[i];
-      best = i;
-    }
-  }
-  return static_cast<int32_t>(best);
+  int32_t id = 0;
+  kernels::ArgmaxRows(kernels::DefaultCpuDevice(), logits, 1, vocab, &id);
+  return id;
 }
 
 float NanToNegInf(float v) { return std::isnan(v) ? kNegInf : v; }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "gtest/gtest.h"
 #include "kernels/attention.h"
 #include "kernels/device.h"
 #include "tests/test_util.h"
@@ -109,5 +110,30 @@ struct VarlenCase {
   int rows = 0;
   std::vector<float> qkv;
 };
+
+// A case's shape, for the suites' tables: packed sequence lengths, q heads, kv heads, head dim,
+// head stride, causal.
+struct VarlenShape {
+  std::vector<int> lengths;
+  int heads, kv_heads, head_dim, head_stride;
+  bool causal;
+  VarlenCase Case() const { return VarlenCase(lengths, heads, kv_heads, head_dim, head_stride, causal); }
+};
+
+// `piece`, computed for rows [q_begin, q_end) only into a NaN-filled output, equals `whole` bit for
+// bit on those rows (the same arithmetic) and left every other row unwritten.
+inline void ExpectRowsOfWholeAndRestUntouched(const VarlenCase& c, const std::vector<float>& whole,
+                                              const std::vector<float>& piece, int64_t q_begin, int64_t q_end) {
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t i = 0; i < c.out_stride(); ++i) {
+      const float v = piece[r * c.out_stride() + i];
+      if (r >= q_begin && r < q_end) {
+        ASSERT_EQ(v, whole[r * c.out_stride() + i]) << "row " << r;
+      } else {
+        ASSERT_TRUE(std::isnan(v)) << "row " << r << " outside the range was written";
+      }
+    }
+  }
+}
 
 }  // namespace iris::testing

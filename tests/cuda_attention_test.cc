@@ -21,7 +21,9 @@ namespace {
 #ifdef IRIS_HAVE_CUDA
 
 using testing::ExpectCloseRel;
+using testing::ExpectRowsOfWholeAndRestUntouched;
 using testing::VarlenCase;
+using testing::VarlenShape;
 
 // The case's result on cuda:0 through kernels::VarlenAttention.
 // bf16: the bf16 compute mode's kernel (tensor cores).
@@ -46,23 +48,19 @@ std::vector<float> RunOnGpu(Device& gpu, const VarlenCase& c, int64_t q_begin = 
   return out;
 }
 
+// The shapes both kernels are checked on.
+const VarlenShape kShapes[] = {
+    {{64, 64, 64, 64, 1, 333}, 16, 16, 80, 80, false},  // windows of the 3b vision tower
+    {{1024}, 16, 16, 80, 80, false},                    // one of its full-attention blocks
+    {{1, 77, 300}, 16, 2, 128, 128, true},              // a decoder prefill, GQA
+    {{50, 3}, 4, 4, 23, 32, false},                     // odd head dim in a padded stride
+};
 
 TEST(CudaAttentionTest, VarlenMatchesTheCpuKernelAndTheDefinition) {
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
-  struct Shape {
-    std::vector<int> lengths;
-    int heads, kv_heads, head_dim, head_stride;
-    bool causal;
-  };
-  const Shape shapes[] = {
-      {{64, 64, 64, 64, 1, 333}, 16, 16, 80, 80, false},  // windows of the 3b vision tower
-      {{1024}, 16, 16, 80, 80, false},                    // one of its full-attention blocks
-      {{1, 77, 300}, 16, 2, 128, 128, true},              // a decoder prefill, GQA
-      {{50, 3}, 4, 4, 23, 32, false},                     // odd head dim in a padded stride
-  };
-  for (const Shape& s : shapes) {
-    const VarlenCase c(s.lengths, s.heads, s.kv_heads, s.head_dim, s.head_stride, s.causal);
+  for (const VarlenShape& s : kShapes) {
+    const VarlenCase c = s.Case();
     const std::vector<float> got = RunOnGpu(*gpu, c);
     ASSERT_TRUE(cuda::AsCuda(*gpu).status().ok()) << cuda::AsCuda(*gpu).status();
     ExpectCloseRel(got, c.CpuReference(), 1e-5f, "flash vs cpu");
@@ -75,19 +73,8 @@ TEST(CudaAttentionTest, VarlenMatchesTheCpuKernelAndTheDefinition) {
 TEST(CudaAttentionTest, Bf16VarlenOnTensorCoresMatchesTheDefinitionOnBf16Inputs) {
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
-  struct Shape {
-    std::vector<int> lengths;
-    int heads, kv_heads, head_dim, head_stride;
-    bool causal;
-  };
-  const Shape shapes[] = {
-      {{64, 64, 64, 64, 1, 333}, 16, 16, 80, 80, false},  // windows of the 3b vision tower
-      {{1024}, 16, 16, 80, 80, false},                    // one of its full-attention blocks
-      {{1, 77, 300}, 16, 2, 128, 128, true},              // a decoder prefill, GQA
-      {{50, 3}, 4, 4, 23, 32, false},                     // odd head dim in a padded stride
-  };
-  for (const Shape& s : shapes) {
-    const VarlenCase c(s.lengths, s.heads, s.kv_heads, s.head_dim, s.head_stride, s.causal);
+  for (const VarlenShape& s : kShapes) {
+    const VarlenCase c = s.Case();
     const std::vector<float> got = RunOnGpu(*gpu, c, 0, -1, /*bf16=*/true);
     ASSERT_TRUE(cuda::AsCuda(*gpu).status().ok()) << cuda::AsCuda(*gpu).status();
     ExpectCloseRel(got, c.RoundedToBf16().DoubleReference(), 4e-3f, "mma flash vs bf16-input definition");
@@ -104,16 +91,7 @@ TEST(CudaAttentionTest, ClippedRowsEqualTheWholeCall) {
     const std::vector<float> whole = RunOnGpu(*gpu, c, 0, -1, bf16);
     const std::vector<float> piece = RunOnGpu(*gpu, c, 60, 300, bf16);
     ASSERT_TRUE(cuda::AsCuda(*gpu).status().ok()) << cuda::AsCuda(*gpu).status();
-    for (int64_t r = 0; r < c.rows; ++r) {
-      for (int64_t i = 0; i < c.out_stride(); ++i) {
-        const float v = piece[r * c.out_stride() + i];
-        if (r >= 60 && r < 300) {
-          ASSERT_EQ(v, whole[r * c.out_stride() + i]) << "row " << r;
-        } else {
-          ASSERT_TRUE(std::isnan(v)) << "row " << r;
-        }
-      }
-    }
+    ExpectRowsOfWholeAndRestUntouched(c, whole, piece, 60, 300);
   }
 }
 

@@ -18,23 +18,7 @@ using namespace testing_engine;  // NOLINT: the shared workload and drivers
 
 const kernels::DeviceOptions kGpu{"cuda"};
 
-class CudaEngineTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!kernels::CreateDevice(kGpu).ok()) return;  // each test then fails, saying so
-    specs_ = new std::vector<Spec>(MixedWorkload(32));
-    alone_ = new std::vector<std::vector<int32_t>>(RunAlone(*specs_, kGpu));
-  }
-  static void TearDownTestSuite() {
-    delete specs_;
-    delete alone_;
-  }
-  void SetUp() override { ASSERT_NE(alone_, nullptr) << "no usable GPU: " << kernels::CreateDevice(kGpu).status(); }
-  static std::vector<Spec>* specs_;
-  static std::vector<std::vector<int32_t>>* alone_;
-};
-std::vector<Spec>* CudaEngineTest::specs_ = nullptr;
-std::vector<std::vector<int32_t>>* CudaEngineTest::alone_ = nullptr;
+class CudaEngineTest : public MixedWorkloadTest<kGpu> {};
 
 TEST_F(CudaEngineTest, ConcurrentEqualsAlone) {
   EngineStats stats;

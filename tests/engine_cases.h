@@ -147,6 +147,16 @@ inline std::vector<std::vector<int32_t>> RunAlone(const std::vector<Spec>& specs
   return out;
 }
 
+// Request i of `specs` (id "req-i") submitted with its outputs going to `col`, all at once.
+inline void SubmitAll(Engine& engine, const std::vector<Spec>& specs, Collector& col) {
+  std::vector<Request> requests;
+  for (int i = 0; i < static_cast<int>(specs.size()); ++i) {
+    requests.push_back(MakeRequest(engine, specs[i], i));
+    requests.back().on_output = col.Callback(i);
+  }
+  for (Request& r : requests) ASSERT_TRUE(engine.Submit(std::move(r)).ok());
+}
+
 // All of them submitted at once: each must give what it gave alone.
 inline void RunConcurrent(const std::vector<Spec>& specs, const EngineOptions& options,
                           const std::vector<std::vector<int32_t>>& alone, EngineStats* stats_out,
@@ -154,12 +164,7 @@ inline void RunConcurrent(const std::vector<Spec>& specs, const EngineOptions& o
   auto engine = MakeEngine(options, kernels::ComputeType::kF32, device);
   const int n = static_cast<int>(specs.size());
   Collector col(n);
-  std::vector<Request> requests;
-  for (int i = 0; i < n; ++i) {
-    requests.push_back(MakeRequest(*engine, specs[i], i));
-    requests.back().on_output = col.Callback(i);
-  }
-  for (Request& r : requests) ASSERT_TRUE(engine->Submit(std::move(r)).ok());
+  SubmitAll(*engine, specs, col);
   col.WaitAll();
   for (int i = 0; i < n; ++i) {
     RequestOutput out = col.Get(i);
@@ -170,5 +175,30 @@ inline void RunConcurrent(const std::vector<Spec>& specs, const EngineOptions& o
   EXPECT_EQ(stats_out->kv_blocks_used, 0);
   EXPECT_EQ(stats_out->running + stats_out->waiting, 0);
 }
+
+inline const kernels::DeviceOptions kCpuDevice{};
+
+// A suite over the 32-request mixed workload on `kDevice`: the workload and each request's tokens
+// alone, made once for the suite. Where the device cannot be made, every test fails saying why.
+template <const kernels::DeviceOptions& kDevice>
+class MixedWorkloadTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!kernels::CreateDevice(kDevice).ok()) return;
+    specs_ = new std::vector<Spec>(MixedWorkload(32));
+    alone_ = new std::vector<std::vector<int32_t>>(RunAlone(*specs_, kDevice));
+  }
+  static void TearDownTestSuite() {
+    delete specs_;
+    delete alone_;
+    specs_ = nullptr;
+    alone_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(alone_, nullptr) << "no usable device " << kDevice.name << ": " << kernels::CreateDevice(kDevice).status();
+  }
+  static inline std::vector<Spec>* specs_ = nullptr;
+  static inline std::vector<std::vector<int32_t>>* alone_ = nullptr;
+};
 
 }  // namespace iris::engine::testing_engine

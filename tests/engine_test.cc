@@ -26,21 +26,7 @@ using testing::Int64Values;
 using testing::LoadGolden;
 using namespace testing_engine;  // NOLINT: the shared workload and drivers
 
-class EngineMixedTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    specs_ = new std::vector<Spec>(MixedWorkload(32));
-    alone_ = new std::vector<std::vector<int32_t>>(RunAlone(*specs_));
-  }
-  static void TearDownTestSuite() {
-    delete specs_;
-    delete alone_;
-  }
-  static std::vector<Spec>* specs_;
-  static std::vector<std::vector<int32_t>>* alone_;
-};
-std::vector<Spec>* EngineMixedTest::specs_ = nullptr;
-std::vector<std::vector<int32_t>>* EngineMixedTest::alone_ = nullptr;
+class EngineMixedTest : public MixedWorkloadTest<kCpuDevice> {};
 
 TEST_F(EngineMixedTest, ConcurrentEqualsAlone) {
   EngineOptions o;
@@ -204,12 +190,7 @@ TEST_F(EngineMixedTest, CancellingHalfFreesEveryBlock) {
       e->Cancel(absl::StrCat("req-", i));
     }
   };
-  std::vector<Request> requests;
-  for (int i = 0; i < n; ++i) {
-    requests.push_back(MakeRequest(*engine, specs[i], i));
-    requests.back().on_output = col.Callback(i);
-  }
-  for (Request& r : requests) ASSERT_TRUE(engine->Submit(std::move(r)).ok());
+  SubmitAll(*engine, specs, col);
   col.WaitAll();
   for (int i = 0; i < n; ++i) {
     RequestOutput out = col.Get(i);
@@ -232,12 +213,8 @@ TEST(EngineTest, CancelAllReturnsBlocksAtOnce) {
   const int n = 8;
   Collector col(n);
   std::vector<Spec> specs = MixedWorkload(n);
-  for (int i = 0; i < n; ++i) {
-    specs[i].max_tokens = 1000;
-    Request r = MakeRequest(*engine, specs[i], i);
-    r.on_output = col.Callback(i);
-    ASSERT_TRUE(engine->Submit(std::move(r)).ok());
-  }
+  for (Spec& spec : specs) spec.max_tokens = 1000;
+  SubmitAll(*engine, specs, col);
   // Wait until every request has produced a token, then cancel them all.
   for (;;) {
     bool all = true;
@@ -551,12 +528,8 @@ TEST(EngineTest, ShutdownFinishesEverything) {
   const int n = 6;
   Collector col(n);
   std::vector<Spec> specs = MixedWorkload(n);
-  for (int i = 0; i < n; ++i) {
-    specs[i].max_tokens = 2000;
-    Request r = MakeRequest(*engine, specs[i], i);
-    r.on_output = col.Callback(i);
-    ASSERT_TRUE(engine->Submit(std::move(r)).ok());
-  }
+  for (Spec& spec : specs) spec.max_tokens = 2000;
+  SubmitAll(*engine, specs, col);
   engine->Shutdown();
   col.WaitAll();
   for (int i = 0; i < n; ++i) EXPECT_EQ(col.Get(i).finish_reason, llm::FinishReason::kCancelled);

@@ -23,15 +23,25 @@ namespace iris::kernels::cuda {
 namespace {
 
 using testing::ExpectCloseRel;
+using testing::ExpectRowsOfWholeAndRestUntouched;
 using testing::VarlenCase;
+using testing::VarlenShape;
 
-// The kernel as LaunchFlashVarlen runs it, on the harness.
-std::vector<float> RunOnHarness(const VarlenCase& c, int64_t q_begin = 0, int64_t q_end = -1) {
-  std::vector<float> out(static_cast<size_t>(c.rows) * c.out_stride(), NAN);
+// The case's kernel parameters for query rows [q_begin, q_end), into `out`.
+FlashVarlenParams HarnessParams(const VarlenCase& c, std::vector<float>& out, int64_t q_begin, int64_t q_end,
+                                bool bf16) {
+  out.assign(static_cast<size_t>(c.rows) * c.out_stride(), NAN);
   AttentionArgs a = c.Args(c.qkv.data(), c.cu.data(), out.data());
   a.q_begin = q_begin;
   a.q_end = q_end;
-  const FlashVarlenParams p = FlashVarlenParamsOf(a);
+  a.bf16 = bf16;
+  return FlashVarlenParamsOf(a);
+}
+
+// The kernel as LaunchFlashVarlen runs it, on the harness.
+std::vector<float> RunOnHarness(const VarlenCase& c, int64_t q_begin = 0, int64_t q_end = -1) {
+  std::vector<float> out;
+  const FlashVarlenParams p = HarnessParams(c, out, q_begin, q_end, /*bf16=*/false);
   Launch(Dim3(p.num_seqs, (p.max_seqlen + kFlashRows - 1) / kFlashRows, p.num_heads), Dim3(kFlashWarps * kWarpSize),
          FlashVarlenKernel, p);
   return out;
@@ -39,12 +49,8 @@ std::vector<float> RunOnHarness(const VarlenCase& c, int64_t q_begin = 0, int64_
 
 // The tensor-core kernel as LaunchFlashVarlenMma runs it.
 std::vector<float> RunMmaOnHarness(const VarlenCase& c, int64_t q_begin = 0, int64_t q_end = -1) {
-  std::vector<float> out(static_cast<size_t>(c.rows) * c.out_stride(), NAN);
-  AttentionArgs a = c.Args(c.qkv.data(), c.cu.data(), out.data());
-  a.q_begin = q_begin;
-  a.q_end = q_end;
-  a.bf16 = true;
-  const FlashVarlenParams p = FlashVarlenParamsOf(a);
+  std::vector<float> out;
+  const FlashVarlenParams p = HarnessParams(c, out, q_begin, q_end, /*bf16=*/true);
   const Dim3 grid(p.num_seqs, (p.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows, p.num_heads);
   WithMmaFlashDim(p.head_dim, [&](auto dim) {
     Launch(grid, Dim3(kMmaFlashWarps * kWarpSize), FlashVarlenMmaKernel<decltype(dim)::value>, p);
@@ -87,20 +93,15 @@ TEST(MmaBf16OnSimtTest, TheTwinMultipliesTheDocumentedFragments) {
 }
 
 TEST(FlashVarlenMmaOnSimtTest, MatchesTheDefinitionOnBf16Inputs) {
-  struct Shape {
-    std::vector<int> lengths;
-    int heads, kv_heads, head_dim, head_stride;
-    bool causal;
-  };
-  const Shape shapes[] = {
+  const VarlenShape shapes[] = {
       {{1, 5, 16, 17, 63, 64, 65, 130}, 4, 2, 80, 80, false},  // the vision tower's head dim, GQA, tile edges
       {{1, 17, 64, 65, 130}, 4, 2, 80, 80, true},
       {{33, 2}, 2, 2, 17, 24, false},  // an odd head dim inside a padded head stride (instantiated at 32)
       {{70}, 2, 1, 128, 128, true},    // the largest head dim, several key tiles
       {{9, 40}, 3, 3, 8, 8, false},    // the smallest instantiation
   };
-  for (const Shape& s : shapes) {
-    const VarlenCase c(s.lengths, s.heads, s.kv_heads, s.head_dim, s.head_stride, s.causal);
+  for (const VarlenShape& s : shapes) {
+    const VarlenCase c = s.Case();
     const std::vector<float> got = RunMmaOnHarness(c);
     // Against the definition on the same bf16 inputs: what is left is the probabilities' rounding
     // to bf16 before P·V (2^-9 relative each) and the order of f32 sums.
@@ -119,34 +120,19 @@ TEST(FlashVarlenMmaOnSimtTest, ClippedRowsEqualTheWholeCallAndLeaveTheRestUntouc
     const std::vector<float> whole = RunMmaOnHarness(c);
     const int64_t q_begin = 7, q_end = 75;  // from inside the first sequence into the third
     const std::vector<float> piece = RunMmaOnHarness(c, q_begin, q_end);
-    for (int64_t r = 0; r < c.rows; ++r) {
-      for (int64_t i = 0; i < c.out_stride(); ++i) {
-        const float v = piece[r * c.out_stride() + i];
-        if (r >= q_begin && r < q_end) {
-          ASSERT_EQ(v, whole[r * c.out_stride() + i]) << "row " << r;
-        } else {
-          ASSERT_TRUE(std::isnan(v)) << "row " << r << " outside the range was written";
-        }
-      }
-    }
+    ExpectRowsOfWholeAndRestUntouched(c, whole, piece, q_begin, q_end);
   }
 }
 
 TEST(FlashVarlenOnSimtTest, MatchesTheCpuKernelAndTheDefinition) {
-  // (lengths, heads, kv heads, head dim, head stride, causal)
-  struct Shape {
-    std::vector<int> lengths;
-    int heads, kv_heads, head_dim, head_stride;
-    bool causal;
-  };
-  const Shape shapes[] = {
+  const VarlenShape shapes[] = {
       {{1, 5, 16, 17, 40}, 4, 2, 80, 80, false},  // the vision tower's head dim, GQA
       {{1, 5, 16, 17, 40}, 4, 2, 80, 80, true},
       {{33, 2}, 2, 2, 17, 24, false},             // an odd head dim inside a padded head stride
       {{70}, 2, 1, 128, 128, true},               // the largest head dim, several key tiles
   };
-  for (const Shape& s : shapes) {
-    const VarlenCase c(s.lengths, s.heads, s.kv_heads, s.head_dim, s.head_stride, s.causal);
+  for (const VarlenShape& s : shapes) {
+    const VarlenCase c = s.Case();
     const std::vector<float> got = RunOnHarness(c);
     ExpectCloseRel(got, c.CpuReference(), 2e-5f, "flash vs cpu");
     ExpectCloseRel(got, c.DoubleReference(), 2e-5f, "flash vs double");
@@ -159,16 +145,7 @@ TEST(FlashVarlenOnSimtTest, ClippedRowsEqualTheWholeCallAndLeaveTheRestUntouched
     const std::vector<float> whole = RunOnHarness(c);
     const int64_t q_begin = 7, q_end = 41;  // from inside the first sequence into the third
     const std::vector<float> piece = RunOnHarness(c, q_begin, q_end);
-    for (int64_t r = 0; r < c.rows; ++r) {
-      for (int64_t i = 0; i < c.out_stride(); ++i) {
-        const float v = piece[r * c.out_stride() + i];
-        if (r >= q_begin && r < q_end) {
-          ASSERT_EQ(v, whole[r * c.out_stride() + i]) << "row " << r;  // the same arithmetic, bit for bit
-        } else {
-          ASSERT_TRUE(std::isnan(v)) << "row " << r << " outside the range was written";
-        }
-      }
-    }
+    ExpectRowsOfWholeAndRestUntouched(c, whole, piece, q_begin, q_end);
   }
 }
 

@@ -58,8 +58,8 @@ TEST(WarmUpTest, RunsAndLeavesNoTrace) {
   const std::vector<float> logits_before = PromptLogits(*m.decoder, *cache);
   const std::vector<float> rows_before = EncoderRows(*m.encoder, m.config.vision);
 
-  // The step budget (256 rows, within the cache's 640) and the encoder's whole reservation.
-  ASSERT_TRUE(WarmUp(m, *cache, 256, 1024).ok());
+  // The reserved step (256 rows, within the cache's 640) and the encoder's whole reservation.
+  ASSERT_TRUE(WarmUp(m, *cache).ok());
   EXPECT_EQ(cache->allocator().num_free(), 40);
   EXPECT_EQ(cache->allocator().num_cached(), 0);
   EXPECT_EQ(PromptLogits(*m.decoder, *cache), logits_before);
@@ -68,7 +68,7 @@ TEST(WarmUpTest, RunsAndLeavesNoTrace) {
   // A cache smaller than the step budget: the step shrinks to what it holds.
   auto small = llm::KvCache::Create(m.decoder->CacheShape(3, 16), *m.device);
   ASSERT_TRUE(small.ok()) << small.status();
-  ASSERT_TRUE(WarmUp(m, *small, 256, 64).ok());
+  ASSERT_TRUE(WarmUp(m, *small).ok());
   EXPECT_EQ(small->allocator().num_free(), 3);
 }
 

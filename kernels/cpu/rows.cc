@@ -28,7 +28,8 @@ void GatherRows(CpuDevice& dev, const float* src, int64_t width, std::span<const
 }
 
 void ArgmaxRows(CpuDevice& dev, const float* logits, int64_t rows, int64_t vocab, int32_t* out) {
-#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (rows * vocab * 4 > kParallelBytes)
+// Parallel over rows only: one row (a batch-1 pick) would wake the team for nothing.
+#pragma omp parallel for num_threads(dev.threads()) schedule(static) if (rows > 1 && rows * vocab * 4 > kParallelBytes)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = logits + r * vocab;
     int64_t best = 0;

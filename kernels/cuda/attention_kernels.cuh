@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/simt.h"
+#include "kernels/cuda/varlen_block_rows.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace iris::kernels::cuda {
@@ -33,17 +34,11 @@ IRIS_GLOBAL void FlashVarlenKernel(FlashVarlenParams p) {
   IRIS_SHARED float ks[kFlashKeys][kFlashMaxHeadDim + 1];  // +1: lanes read different rows, no bank conflicts
   IRIS_SHARED float vs[kFlashKeys][kFlashMaxHeadDim];
   IRIS_SHARED float ps[kFlashWarps][kFlashKeys];
-  const int s = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.z);
-  const int64_t start = p.cu_seqlens[s];
-  const int n = p.cu_seqlens[s + 1] - p.cu_seqlens[s];
-  const int row0 = static_cast<int>(blockIdx.y) * kFlashRows;  // relative to the sequence
-  // The rows asked for: [q_begin, q_end) clipped to this sequence, then to this block.
-  const int64_t q_end = p.q_end < 0 ? start + n : p.q_end;
-  const int64_t lo = p.q_begin - start < 0 ? 0 : (p.q_begin - start > n ? n : p.q_begin - start);
-  const int64_t hi = q_end - start < 0 ? 0 : (q_end - start > n ? n : q_end - start);
-  const int r_lo = static_cast<int>(lo > row0 ? lo : row0);
-  const int r_hi = static_cast<int>(hi < row0 + kFlashRows ? hi : row0 + kFlashRows);
-  if (r_lo >= r_hi) return;  // the whole block: no thread reaches a barrier
+  const int h = static_cast<int>(blockIdx.z);
+  const VarlenBlockRows rows = BlockRowsOf(p, kFlashRows);
+  if (rows.lo >= rows.hi) return;  // the whole block: no thread reaches a barrier
+  const int64_t start = rows.start;
+  const int n = rows.n, row0 = rows.row0, r_lo = rows.lo, r_hi = rows.hi;  // rows relative to the sequence
   const int hd = p.head_dim;
   const int g = h / (p.num_heads / p.num_kv_heads);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;

@@ -23,6 +23,7 @@
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/bf16_bits.cuh"
 #include "kernels/cuda/simt.h"
+#include "kernels/cuda/varlen_block_rows.cuh"
 
 namespace iris::kernels::cuda {
 
@@ -65,17 +66,11 @@ IRIS_GLOBAL void FlashVarlenMmaKernel(FlashVarlenParams p) {
   IRIS_SHARED uint32_t ks[kMmaFlashKeys * kKWords];  // ks[key][dim pair]
   IRIS_SHARED uint32_t vt[kDim * kVWords];           // vt[dim][key pair]
 
-  const int s = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.z);
-  const int64_t start = p.cu_seqlens[s];
-  const int n = p.cu_seqlens[s + 1] - p.cu_seqlens[s];
-  const int row0 = static_cast<int>(blockIdx.y) * kMmaFlashRows;  // relative to the sequence
-  // The rows asked for: [q_begin, q_end) clipped to this sequence, then to this block.
-  const int64_t q_end = p.q_end < 0 ? start + n : p.q_end;
-  const int64_t lo = p.q_begin - start < 0 ? 0 : (p.q_begin - start > n ? n : p.q_begin - start);
-  const int64_t hi = q_end - start < 0 ? 0 : (q_end - start > n ? n : q_end - start);
-  const int r_lo = static_cast<int>(lo > row0 ? lo : row0);
-  const int r_hi = static_cast<int>(hi < row0 + kMmaFlashRows ? hi : row0 + kMmaFlashRows);
-  if (r_lo >= r_hi) return;  // the whole block: no thread reaches a barrier
+  const int h = static_cast<int>(blockIdx.z);
+  const VarlenBlockRows rows = BlockRowsOf(p, kMmaFlashRows);
+  if (rows.lo >= rows.hi) return;  // the whole block: no thread reaches a barrier
+  const int64_t start = rows.start;
+  const int n = rows.n, row0 = rows.row0, r_lo = rows.lo, r_hi = rows.hi;  // rows relative to the sequence
   const int hd = p.head_dim;
   const int g = h / (p.num_heads / p.num_kv_heads);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
