@@ -4,6 +4,8 @@
 // peak (also measured here). A decode step reads every weight once, so at batch 1 its time is
 // bounded below by weight bytes / bandwidth. Then each Linear of the model's shapes alone at
 // M = batch, to show how much of a step the matmuls take and how close they come to the bandwidth.
+// On a GPU, decode steps are replayed from CUDA graphs as the engine runs them (--graphs), and a
+// table puts steps with and without graphs side by side, interleaved in the same run.
 // Last, bf16 KV pages against f32 pages: decode steps of the largest batch at a few context lengths,
 // the two caches' steps interleaved in the same run, and the tokens/s ratio.
 //   decode_bench --model DIR [--dtype bf16|f32] [--kv_dtype auto|bf16|f32] [--batches 1,8,32]
@@ -49,6 +51,9 @@ ABSL_FLAG(int, steps, 16, "timed decode steps per batch size (after 2 warm-up st
 ABSL_FLAG(int, chunk, 512, "prefill chunk (rows per step) used to fill the cache");
 ABSL_FLAG(int, prompt, 512, "prompt length of the one-step prefill measurement");
 ABSL_FLAG(int, prompt_repeats, 3, "repeats of the one-step prefill (best is reported)");
+ABSL_FLAG(bool, graphs, true,
+          "where the device records graphs (a GPU): decode steps replayed from CUDA graphs, as the engine runs them, "
+          "and a same-run table of steps with and without them");
 ABSL_FLAG(bool, linears, true,
           "also time each Linear of the model's shapes alone at M = each batch size (weights from DRAM)");
 
@@ -260,9 +265,9 @@ int main(int argc, char** argv) {
               threads, bw0 / 1e9, gemm, bf16 ? "bf16" : "f32", peak0 / 1e12);
   std::fflush(stdout);
 
-  // KV cache: max_batch sequences of context + warm-up + timed tokens, plus the prompt.
+  // KV cache: max_batch sequences of context + twice the warm-up and timed tokens, plus the prompt.
   const int block_size = 16;
-  const int64_t per_seq = context + kWarmup + steps;
+  const int64_t per_seq = context + 2 * (kWarmup + steps);  // the decode rows, then the graph comparison
   const int64_t blocks = max_batch * ((per_seq + block_size - 1) / block_size) + (prompt + block_size - 1) / block_size + 1;
   auto cache_or = llm::KvCache::Create(dec.CacheShape(blocks, block_size, kv_dtype), dev);
   if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
@@ -312,6 +317,17 @@ int main(int argc, char** argv) {
   std::printf("\n");
   std::fflush(stdout);
 
+  // Decode graphs, one per batch size measured, as wide as the sequences get in this run.
+  const bool graphs = absl::GetFlag(FLAGS_graphs) && dev.records_graphs();
+  if (graphs) {
+    llm::DecodeGraphOptions g;
+    g.batch_sizes = batches;
+    std::sort(g.batch_sizes.begin(), g.batch_sizes.end());
+    g.batch_sizes.erase(std::unique(g.batch_sizes.begin(), g.batch_sizes.end()), g.batch_sizes.end());
+    g.max_blocks_per_seq = static_cast<int>((per_seq + block_size - 1) / block_size);
+    if (auto st = dec.EnableDecodeGraphs(g); !st.ok()) Die(std::string(st.message()));
+  }
+
   // Decode: `b` sequences, one new token each per step, after kWarmup untimed steps.
   const double weight_bytes = static_cast<double>(dec.WeightBytesPerStep());
   const double kv_bytes_per_token =
@@ -350,6 +366,37 @@ int main(int argc, char** argv) {
     const double best = *std::min_element(times.begin(), times.end());
     decode_rows.push_back({b, med, best, kv_tokens / steps * kv_bytes_per_token});
     step_ms.push_back(1e3 * med);
+  }
+
+  // Decode steps with and without graphs, one of each in turn at every batch size.
+  struct GraphRow {
+    int batch;
+    double with_s, without_s;
+  };
+  std::vector<GraphRow> graph_rows;
+  if (graphs) {
+    std::fprintf(stderr, "decode_bench: with and without decode graphs...\n");
+    for (int b : batches) {
+      std::vector<llm::BlockTable*> tp;
+      for (int s = 0; s < b; ++s) tp.push_back(&tables[s]);
+      const std::vector<int64_t> ones(b, 1);
+      std::vector<double> times[2];
+      for (int i = 0; i < kWarmup + steps; ++i) {
+        for (int without = 0; without < 2; ++without) {
+          for (llm::BlockTable* t : tp) {
+            if (auto st = cache.Reserve(t, t->num_tokens + 1); !st.ok()) Die(std::string(st.message()));
+          }
+          dec.PauseDecodeGraphs(without == 1);
+          const double s = RunStep(dec, cache, tp, ones);
+          if (i >= kWarmup) times[without].push_back(s);
+        }
+      }
+      dec.PauseDecodeGraphs(false);
+      for (llm::BlockTable* t : tp) {
+        if (auto st = cache.Reserve(t, context); !st.ok()) Die(std::string(st.message()));
+      }
+      graph_rows.push_back({b, Median(times[0]), Median(times[1])});
+    }
   }
 
   // Each Linear of the model's shapes alone at M = each batch size, with random weights cycled
@@ -439,6 +486,18 @@ int main(int argc, char** argv) {
                 100.0 * weight_bytes / r.med / bw, r.kv_bytes / 1e6, (weight_bytes + r.kv_bytes) / r.med / 1e9,
                 100.0 * (weight_bytes + r.kv_bytes) / r.med / bw, dec.MatmulFlops(r.batch, r.batch) / r.med / 1e12);
   }
+  if (graphs) {
+    std::printf("\ndecode steps from CUDA graphs (%d recorded, one per batch size) and issued op by op, context "
+                "~%d, the two kinds of step interleaved (median of %d each):\n", dec.decode_graphs(), context, steps);
+    std::printf("| batch | with graphs ms/step | without ms/step | tokens/s with | without | with / without tokens/s |\n");
+    std::printf("| ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (const GraphRow& r : graph_rows) {
+      std::printf("| %d | %.3f | %.3f | %.0f | %.0f | %.2fx |\n", r.batch, 1e3 * r.with_s, 1e3 * r.without_s,
+                  r.batch / r.with_s, r.batch / r.without_s, r.without_s / r.with_s);
+    }
+  } else {
+    std::printf("\ndecode graphs: %s\n", dev.records_graphs() ? "off (--graphs=false)" : "this device records none");
+  }
   if (absl::GetFlag(FLAGS_linears)) {
     std::printf("\nLinear alone at M = batch (%s, random weights read from DRAM; median call; load average %s; "
                 "share = of that batch's median decode step):\n", gemm, linear_load.c_str());
@@ -462,7 +521,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "decode_bench: bf16 vs f32 KV pages...\n");
     const std::string kv_load = iris::bench::LoadAverage();
     std::vector<KvCompareRow> rows;
+    dec.PauseDecodeGraphs(true);  // a graph serves one cache; this comparison alternates two
     for (int c : kv_contexts) rows.push_back(CompareKvDTypes(dev, dec, max_batch, c, steps, kWarmup));
+    dec.PauseDecodeGraphs(false);
     std::printf("\nbf16 vs f32 KV pages: decode at batch %d, compute %s (load average %s; median of %d steps of "
                 "each, the two caches' steps interleaved; KV MB = the K and V bytes one step reads; the fastest "
                 "steps' ratio beside the medians', as other load on a shared machine slows single steps):\n",

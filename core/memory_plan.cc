@@ -131,8 +131,13 @@ absl::Status CheckCheckpointTensors(const ModelConfig& config, const Checkpoint&
   return absl::OkStatus();
 }
 
+namespace {
+int64_t RoundUp8(int64_t n) { return (n + 7) / 8 * 8; }  // a bf16 matmul input's row stride
+}  // namespace
+
 MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b) {
   MemoryEstimate e;
+  int64_t widest_input = 0;  // elements of the largest matmul input at the budgets
   const int64_t wb = b.f32_compute ? 4 : 2;
   const int64_t stored = config.torch_dtype == "float32" ? 4 : 2;
   e.parameters = CountParameters(config);
@@ -146,6 +151,8 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b)
     const int64_t per_row = 5 * h + (t.num_attention_heads + 2 * int64_t{t.num_key_value_heads}) * d +
                             int64_t{t.num_attention_heads} * d + 3 * int64_t{t.intermediate_size};
     e.decoder_activation_bytes = 4 * (b.max_num_batched_tokens * per_row + b.max_num_seqs * (h + t.vocab_size));
+    widest_input = b.max_num_batched_tokens *
+                   RoundUp8(std::max({h, int64_t{t.num_attention_heads} * d, int64_t{t.intermediate_size}}));
   } else {
     e.weight_bytes = e.parameters * wb;
   }
@@ -158,6 +165,13 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b)
     const int unit = v.spatial_merge_size * v.spatial_merge_size;
     const int64_t floats = n * (8 * hv + 3 * ip + 2 * d) + 4 * n * v.num_heads * dp + n / unit * v.out_hidden_size;
     e.encoder_activation_bytes = 4 * floats;
+    // Per patch row the widest matmul input is the patch embedding's, the padded MLP's down
+    // projection's or the hidden size (the merger's 4-row inputs are as wide per patch).
+    const int64_t patch_dim = int64_t{v.in_channels} * v.temporal_patch_size * v.patch_size * v.patch_size;
+    widest_input = std::max(widest_input, n * RoundUp8(std::max({hv, ip, patch_dim})));
+  }
+  if (b.gpu) {
+    e.gpu_workspace_bytes = kGpuMatmulWorkspaceBytes + (b.f32_compute ? 0 : 2 * 2 * widest_input);
   }
   return e;
 }
@@ -167,8 +181,9 @@ std::string DescribeMemory(const MemoryEstimate& e, const MemoryBudgets& b) {
   std::snprintf(params, sizeof params, "%.2f B", static_cast<double>(e.parameters) / 1e9);
   return absl::StrCat("weights ", Gb(e.weight_bytes), " (", b.f32_compute ? "f32" : "bf16", ", ", params,
                       " parameters) + KV cache ", Gb(e.kv_cache_bytes),
-                      " + activations ", Gb(e.decoder_activation_bytes + e.encoder_activation_bytes), " = ",
-                      Gb(e.total()));
+                      " + activations ", Gb(e.decoder_activation_bytes + e.encoder_activation_bytes),
+                      e.gpu_workspace_bytes > 0 ? absl::StrCat(" + GPU workspace ", Gb(e.gpu_workspace_bytes)) : "",
+                      " = ", Gb(e.total()));
 }
 
 absl::StatusOr<int64_t> AvailableMemoryBytes() {
@@ -198,6 +213,10 @@ absl::Status CheckMemoryFits(const MemoryEstimate& e, const MemoryBudgets& b, in
                                  " (--max-num-batched-tokens, --max-num-seqs)");
   if (e.encoder_activation_bytes > 0) {
     absl::StrAppend(&msg, ", encoder activations ", Gb(e.encoder_activation_bytes), " (--max-encoder-patches-per-step)");
+  }
+  if (e.gpu_workspace_bytes > 0) {
+    absl::StrAppend(&msg, ", GPU matmul workspace ", Gb(e.gpu_workspace_bytes),
+                    " (bf16 copies of the largest inputs at those budgets, cuBLASLt)");
   }
   absl::StrAppend(&msg, ") but only ", Gb(available), " is available; ");
   const int64_t without_kv = e.total() - e.kv_cache_bytes;
@@ -230,7 +249,8 @@ absl::StatusOr<int64_t> KvCacheBytesForFraction(double fraction, int64_t device_
         "--gpu-memory-fraction ", fraction, " of ", Gb(device_total), " (", Gb(device_free),
         " free) leaves nothing for the KV cache: weights ", Gb(e.weight_bytes), ", decoder activations ",
         Gb(e.decoder_activation_bytes), " (--max-num-batched-tokens, --max-num-seqs), encoder activations ",
-        Gb(e.encoder_activation_bytes), " (--max-encoder-patches-per-step) take ", Gb(without_kv)));
+        Gb(e.encoder_activation_bytes), " (--max-encoder-patches-per-step) and the matmul workspace ",
+        Gb(e.gpu_workspace_bytes), " take ", Gb(without_kv)));
   }
   return room;
 }

@@ -36,7 +36,11 @@ struct MemoryBudgets {
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 256;
   int64_t max_encoder_patches = 16384; // the encoder's buffers (the engine's budget or the largest image)
+  bool gpu = false;                    // the model runs on a GPU: its matmul scratch and workspace count too
 };
+
+// cuBLASLt's matmul workspace on a GPU (kernels/cuda/cuda_device.h keeps one of this size).
+inline constexpr int64_t kGpuMatmulWorkspaceBytes = int64_t{32} << 20;
 
 struct MemoryEstimate {
   int64_t parameters = 0;
@@ -44,8 +48,12 @@ struct MemoryEstimate {
   int64_t kv_cache_bytes = 0;
   int64_t decoder_activation_bytes = 0;
   int64_t encoder_activation_bytes = 0;    // 0 without a vision tower
+  // On a GPU: the buffer a bf16 matmul's f32 input rows are converted into (the largest input of
+  // a step or an encoder forward at the budgets, twice over: it grows by doubling), and cuBLASLt's
+  // workspace. 0 on the CPU, whose matmuls read the f32 rows themselves.
+  int64_t gpu_workspace_bytes = 0;
   int64_t total() const {
-    return weight_bytes + kv_cache_bytes + decoder_activation_bytes + encoder_activation_bytes;
+    return weight_bytes + kv_cache_bytes + decoder_activation_bytes + encoder_activation_bytes + gpu_workspace_bytes;
   }
 };
 

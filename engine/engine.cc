@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -70,6 +71,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   if (options.warm_up.value_or(model->device->kind() != kernels::DeviceKind::kCpu)) {
     model->device->AttachThread();  // this thread issues the warm-up; the engine thread attaches itself below
     IRIS_RETURN_IF_ERROR(WarmUp(*model, cache));  // at the sizes just reserved
+  }
+  kernels::Device& device = *model->device;
+  if (options.decode_graphs.value_or(device.records_graphs())) {
+    const int64_t max_model_len = options.max_model_len > 0 ? options.max_model_len : t.max_position_embeddings;
+    const int64_t graph_tokens = std::min({options.max_graph_context, max_model_len, blocks * options.kv_block_size});
+    if (graph_tokens < 1) return absl::InvalidArgumentError("engine options: max_graph_context must be positive");
+    llm::DecodeGraphOptions graphs;
+    graphs.max_blocks_per_seq = static_cast<int>((graph_tokens + options.kv_block_size - 1) / options.kv_block_size);
+    graphs.capture = device.records_graphs();
+    IRIS_RETURN_IF_ERROR(model->decoder->EnableDecodeGraphs(graphs));
+    if (graphs.capture) {
+      device.AttachThread();
+      IRIS_RETURN_IF_ERROR(model->decoder->CaptureDecodeGraphs(&cache));
+    }
   }
   std::unique_ptr<StepTrace> trace;
   if (!options.step_trace_path.empty()) {
@@ -366,6 +381,7 @@ void Engine::Publish(const StepCounters& c, Outbox& outbox) {
     stats_.tokens_generated += c.tokens_generated;
     stats_.prefix_cache_queries += c.prefix_cache_queries;
     stats_.prefix_cache_hits += c.prefix_cache_hits;
+    stats_.decode_graph_steps = model_->decoder->decode_graph_steps();
     if (c.steps > 0) {
       stats_.last_step_ms = c.step_ms;
       stats_.last_step_target_ms = c.target_ms;

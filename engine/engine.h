@@ -60,6 +60,13 @@ struct EngineOptions {
   // requests (engine/warm_up.h), so that device memory for them is taken, and found short, at
   // start. Unset: on where the model runs on an accelerator, off on the CPU (nothing to take).
   std::optional<bool> warm_up;
+  // Decode-only steps padded to fixed batch sizes and replayed from graphs recorded at start
+  // (llm/decode_graph.h). Unset: on where the device records graphs (a GPU), off on the CPU; set
+  // on a device without graphs, the padded steps run directly (what a graph would compute).
+  std::optional<bool> decode_graphs;
+  // The longest sequence (tokens) a decode graph serves: its block tables are this wide and every
+  // graph step uploads them. A step with a longer sequence runs without a graph.
+  int64_t max_graph_context = 8192;
   // Non-empty: the engine thread runs only on these CPUs, and so does its compute team (the
   // OpenMP threads it starts inherit its mask). Empty: the creating thread's CPUs.
   std::vector<int> cpus;
@@ -92,6 +99,7 @@ struct EngineStats {
   double total_step_ms = 0;
   double total_encoder_ms = 0;
   int64_t encoder_slices = 0;      // steps that ran a piece of an encode job (interleaved)
+  int64_t decode_graph_steps = 0;  // decode-only steps padded to a graph size (replayed where graphs exist)
   double last_step_target_ms = 0;  // the step budget's target for the last step (0: unbounded)
 
   double prefix_cache_hit_rate() const {

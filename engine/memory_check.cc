@@ -37,8 +37,9 @@ absl::StatusOr<MemoryCheck> CheckMemoryBeforeLoad(const std::string& dir, const 
     check.budgets.max_encoder_patches = std::max(check.budgets.max_encoder_patches,
                                                  pre.max_pixels / (int64_t{pre.patch_size} * pre.patch_size));
   }
-  check.estimate = core::EstimateMemory(config, check.budgets);
   const bool on_cpu = model.device.name == "cpu";
+  check.budgets.gpu = !on_cpu;
+  check.estimate = core::EstimateMemory(config, check.budgets);
   if (gpu_memory_fraction > 0 && on_cpu) {
     return absl::InvalidArgumentError("--gpu-memory-fraction sizes a GPU's KV cache: it needs --device cuda");
   }

@@ -65,6 +65,9 @@ class Device {
   // parallel regions (sized by the thread's OpenMP setting) use the same team as iris's kernels.
   virtual void AttachThread() {}
 
+  // Whether BeginCapture/EndCapture record graphs here (a CUDA GPU), so that callers can choose
+  // before issuing anything.
+  virtual bool records_graphs() const { return false; }
   // Graph capture: ops issued between BeginCapture and EndCapture are recorded, not run, and
   // the returned graph replays them. UNIMPLEMENTED where the device has no graphs (the CPU).
   virtual absl::Status BeginCapture() { return absl::UnimplementedError("this device has no graph capture"); }

@@ -29,8 +29,10 @@ struct PagedKvLayer {
 // Stores `rows` tokens' k and v rows (each num_kv_heads * head_dim floats, head-major, at
 // k + r * k_row_stride / v + r * v_row_stride) into the pool slots `slot_mapping[r]`
 // (block * block_size + offset; device memory). bf16 pools get the rows rounded to nearest even.
-// A slot outside the pool is a bug: the CPU stops on it; a GPU (the slots are in its memory) skips
-// that row.
+// A row whose slot is kPadSlot is padding (a decode graph's rows past the step's sequences) and is
+// not written. Any other slot outside the pool is a bug: the CPU stops on it; a GPU (the slots are
+// in its memory) skips that row.
+inline constexpr int64_t kPadSlot = -1;
 void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int64_t k_row_stride,
                   const float* v, int64_t v_row_stride, std::span<const int64_t> slot_mapping);
 

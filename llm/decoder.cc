@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/weights.h"
@@ -11,6 +12,7 @@
 #include "kernels/rotary.h"
 #include "kernels/rows.h"
 #include "kernels/staged_upload.h"
+#include "llm/decode_graph.h"
 #include "llm/mrope.h"
 
 namespace iris::llm {
@@ -219,6 +221,7 @@ absl::Status Decoder::ReserveActivations(int64_t max_tokens, int64_t max_logit_r
     act->logits_to_host = true;
   }
   act_ = std::move(act);
+  graphs_.reset();  // recorded with the old buffers' addresses and capacities
   return absl::OkStatus();
 }
 
@@ -295,29 +298,46 @@ absl::Status Decoder::Validate(const DecoderBatch& b, const KvCache& cache) cons
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cache) {
-  IRIS_RETURN_IF_ERROR(Validate(batch, *cache));
-  const core::TextConfig& c = config_;
-  const int64_t h = c.hidden_size, d = c.head_dim(), inter = c.intermediate_size;
-  const int nh = c.num_attention_heads, nkv = c.num_key_value_heads;
-  const int64_t qkv_width = (nh + 2 * int64_t{nkv}) * d;
-  const int64_t rows = batch.num_rows();
-  const int64_t logit_rows = static_cast<int64_t>(batch.logit_rows.size());
-  Activations& A = *act_;
-  if (rows == 0) {
-    return batch.argmax_only ? A.picks.Rows(0, 0) : A.logits.Reshaped({A.max_logit_rows, c.vocab_size}).Rows(0, 0);
-  }
+// Where a staged step's inputs are on the device, and the host sizes its launches take.
+struct Decoder::StepInputs {
+  int64_t rows = 0, logit_rows = 0;
+  std::span<const int32_t> ids, logit_index, embed_index;
+  std::span<const int64_t> slots;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  kernels::PagedMetadata md;
+};
 
+// The decode graphs: one per padded batch size, each recorded for one KV cache and reading its
+// inputs from `upload`'s buffer, which is reserved for the largest size and so never moves.
+struct Decoder::Graphs {
+  DecodeGraphOptions options;
+  std::unique_ptr<kernels::StagedUpload> upload;
+  DecoderBatch padded;
+  struct Recorded {
+    std::unique_ptr<kernels::DeviceGraph> graph;
+    const void* kv = nullptr;      // the KV cache it writes and reads (its first pool's address:
+                                   // the cache object may move, its pools do not)
+    const void* inputs = nullptr;  // the upload buffer's device address it reads
+  };
+  absl::flat_hash_map<int, Recorded> recorded;
+  int64_t steps = 0;
+  bool paused = false;
+};
+
+absl::StatusOr<Decoder::StepInputs> Decoder::Stage(const DecoderBatch& batch, kernels::StagedUpload& up) {
+  const core::TextConfig& c = config_;
+  const int64_t rows = batch.num_rows();
   // One cos/sin table per step, built on the host from the positions and shared by every layer.
   std::vector<int64_t> positions;
   positions.reserve(3 * rows);
   for (const auto& axis : batch.positions) positions.insert(positions.end(), axis.begin(), axis.end());
-  IRIS_ASSIGN_OR_RETURN(RotaryTable rope, BuildMropeTable(positions, rows, static_cast<int>(d),
+  IRIS_ASSIGN_OR_RETURN(RotaryTable rope, BuildMropeTable(positions, rows, static_cast<int>(c.head_dim()),
                                                           c.mrope_section, c.rope_theta));
 
   // The step's flat arrays and tables, sent to the device in one transfer (on the CPU: copied
-  // into the buffer the ops read); each is then read at its device address.
-  kernels::StagedUpload& up = *A.upload;
+  // into the buffer the ops read); each is then read at its device address. The same batch
+  // shape always gives the same offsets (what a graph's replay relies on).
   up.Clear();
   struct Array32 {
     size_t offset;
@@ -331,7 +351,17 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
   const size_t cos = up.Add(std::span<const float>(rope.cos)), sin = up.Add(std::span<const float>(rope.sin));
   IRIS_RETURN_IF_ERROR(up.Upload());
   auto span32 = [&up](const Array32& a) { return std::span<const int32_t>(up.At<int32_t>(a.offset), a.size); };
-  kernels::PagedMetadata md;
+
+  StepInputs in;
+  in.rows = rows;
+  in.logit_rows = static_cast<int64_t>(batch.logit_rows.size());
+  in.ids = span32(ids);
+  in.logit_index = span32(logit_index);
+  in.embed_index = span32(embed_index);
+  in.slots = std::span<const int64_t>(up.At<int64_t>(slots), static_cast<size_t>(rows));
+  in.cos = up.At<float>(cos);
+  in.sin = up.At<float>(sin);
+  kernels::PagedMetadata& md = in.md;
   md.num_seqs = batch.num_seqs();
   md.query_start = span32(query_start);
   md.context_lens = span32(context_lens);
@@ -343,15 +373,24 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
     md.max_query_len = std::max(md.max_query_len, batch.query_start[s + 1] - batch.query_start[s]);
     md.max_context_len = std::max<int64_t>(md.max_context_len, batch.context_lens[s]);
   }
+  if (!batch.embed_rows.empty()) {
+    device_.CopyToDevice(batch.embeds.data(), act_->embeds.data<float>(), batch.embeds.size() * sizeof(float));
+  }
+  return in;
+}
+
+void Decoder::Run(const StepInputs& in, KvCache* cache) {
+  const core::TextConfig& c = config_;
+  const int64_t h = c.hidden_size, d = c.head_dim(), inter = c.intermediate_size;
+  const int nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t qkv_width = (nh + 2 * int64_t{nkv}) * d;
+  const int64_t rows = in.rows;
+  Activations& A = *act_;
 
   // Input rows: embeddings looked up by id, then the given (image) rows placed over theirs.
   float* x = A.hidden.data<float>();
-  kernels::EmbeddingLookup(device_, embed_, span32(ids), x);
-  if (!batch.embed_rows.empty()) {
-    float* given = A.embeds.data<float>();
-    device_.CopyToDevice(batch.embeds.data(), given, batch.embeds.size() * sizeof(float));
-    kernels::ScatterRows(device_, given, h, span32(embed_index), x);
-  }
+  kernels::EmbeddingLookup(device_, embed_, in.ids, x);
+  if (!in.embed_index.empty()) kernels::ScatterRows(device_, A.embeds.data<float>(), h, in.embed_index, x);
   float* normed = A.normed.data<float>();
   float* qkv = A.qkv.data<float>();
   float* attn = A.attn.data<float>();
@@ -359,16 +398,15 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
   float* act = A.act.data<float>();
   const bool bf16 = options_.compute == kernels::ComputeType::kBF16;
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
-  const std::span<const int64_t> slot_span(up.At<int64_t>(slots), static_cast<size_t>(rows));
 
   for (int li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
     kernels::RmsNorm(device_, x, l.input_norm.data<float>(), rows, h, c.rms_norm_eps, normed);
     l.qkv->Forward(normed, rows, qkv);
     kernels::RotaryQK(device_, {qkv, qkv_width, nh}, {qkv + nh * d, qkv_width, nkv}, rows, static_cast<int>(d),
-                      up.At<float>(cos), up.At<float>(sin));
+                      in.cos, in.sin);
     kernels::PagedKvLayer kv = cache->layer(li);
-    kernels::WritePagedKv(device_, kv, qkv + nh * d, qkv_width, qkv + (nh + nkv) * d, qkv_width, slot_span);
+    kernels::WritePagedKv(device_, kv, qkv + nh * d, qkv_width, qkv + (nh + nkv) * d, qkv_width, in.slots);
     kernels::PagedAttentionArgs a;
     a.q = qkv;
     a.q_row_stride = qkv_width;
@@ -377,7 +415,7 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
     a.num_heads = nh;
     a.scale = scale;
     a.layer = kv;
-    a.metadata = md;
+    a.metadata = in.md;
     a.bf16 = bf16;
     kernels::PagedAttention(device_, a);
     l.o->Forward(attn, rows, x, Epilogue::kAccumulate);
@@ -395,20 +433,25 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
   }
 
   // Final norm and lm_head only for the rows whose logits are wanted.
-  Tensor logits = A.logits.Reshaped({A.max_logit_rows, c.vocab_size}).Rows(0, logit_rows);
-  if (logit_rows > 0) {
+  if (in.logit_rows > 0) {
     float* last = A.logit_hidden.data<float>();
-    kernels::GatherRows(device_, x, h, span32(logit_index), last);
-    kernels::RmsNorm(device_, last, final_norm_.data<float>(), logit_rows, h, c.rms_norm_eps, last);
-    lm_head_->Forward(last, logit_rows, logits.data<float>());
+    kernels::GatherRows(device_, x, h, in.logit_index, last);
+    kernels::RmsNorm(device_, last, final_norm_.data<float>(), in.logit_rows, h, c.rms_norm_eps, last);
+    lm_head_->Forward(last, in.logit_rows, A.logits.data<float>());
   }
-  if (batch.argmax_only) {
+}
+
+absl::StatusOr<Tensor> Decoder::Results(int64_t logit_rows, bool argmax_only) {
+  const int64_t vocab = config_.vocab_size;
+  Activations& A = *act_;
+  Tensor logits = A.logits.Reshaped({A.max_logit_rows, vocab}).Rows(0, logit_rows);
+  if (argmax_only) {
     // Greedy rows are picked where the logits are: only the ids come back.
     Tensor picks = A.picks.Rows(0, logit_rows);
-    kernels::ArgmaxRows(device_, logits.data<float>(), logit_rows, c.vocab_size, picks.data<int32_t>());
+    if (logit_rows > 0) kernels::ArgmaxRows(device_, logits.data<float>(), logit_rows, vocab, picks.data<int32_t>());
     if (A.logits_to_host) {
       Tensor host = A.host_picks.Rows(0, logit_rows);
-      device_.CopyToHost(picks.data<int32_t>(), host.data<int32_t>(), host.nbytes());
+      if (logit_rows > 0) device_.CopyToHost(picks.data<int32_t>(), host.data<int32_t>(), host.nbytes());
       picks = host;
     }
     IRIS_RETURN_IF_ERROR(device_.status());
@@ -416,14 +459,110 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
   }
   if (A.logits_to_host) {
     // The sampler runs on the host: the logits come back (the copy waits for the step's work).
-    Tensor host = A.host_logits.Reshaped({A.max_logit_rows, c.vocab_size}).Rows(0, logit_rows);
-    device_.CopyToHost(logits.data<float>(), host.data<float>(), host.nbytes());
+    Tensor host = A.host_logits.Reshaped({A.max_logit_rows, vocab}).Rows(0, logit_rows);
+    if (logit_rows > 0) device_.CopyToHost(logits.data<float>(), host.data<float>(), host.nbytes());
     IRIS_RETURN_IF_ERROR(device_.status());
     return host;
   }
   IRIS_RETURN_IF_ERROR(device_.status());
   return logits;
 }
+
+absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cache) {
+  IRIS_RETURN_IF_ERROR(Validate(batch, *cache));
+  if (batch.num_rows() == 0) return Results(0, batch.argmax_only);
+  if (graphs_ != nullptr && !graphs_->paused && !observer_ && IsGraphableDecode(batch, graphs_->options.max_blocks_per_seq)) {
+    if (const int size = DecodeGraphSize(graphs_->options.batch_sizes, batch.num_seqs()); size > 0) {
+      return ForwardPadded(batch, size, cache);
+    }
+  }
+  IRIS_ASSIGN_OR_RETURN(StepInputs in, Stage(batch, *act_->upload));
+  Run(in, cache);
+  return Results(in.logit_rows, batch.argmax_only);
+}
+
+absl::StatusOr<Tensor> Decoder::ForwardPadded(const DecoderBatch& batch, int size, KvCache* cache) {
+  Graphs& g = *graphs_;
+  PadDecodeBatch(batch, size, g.options.max_blocks_per_seq, &g.padded);
+  IRIS_ASSIGN_OR_RETURN(StepInputs in, Stage(g.padded, *g.upload));
+  if (batch.num_seqs() > 0) ++g.steps;  // not CaptureDecodeGraphs' padding-only steps
+  Graphs::Recorded& rec = g.recorded[size];
+  const void* inputs = g.upload->At<uint8_t>(0);
+  const void* kv = cache->layer(0).k;
+  if (rec.graph != nullptr && rec.kv == kv && rec.inputs == inputs) {
+    IRIS_RETURN_IF_ERROR(rec.graph->Replay());
+  } else {
+    // A size's first step runs directly (which also gives every buffer its size: nothing may
+    // grow while recording), and is then recorded for the next ones.
+    rec.graph.reset();
+    Run(in, cache);
+    IRIS_RETURN_IF_ERROR(device_.status());
+    if (g.options.capture) {
+      IRIS_RETURN_IF_ERROR(device_.BeginCapture());
+      Run(in, cache);
+      IRIS_ASSIGN_OR_RETURN(rec.graph, device_.EndCapture());
+      rec.kv = kv;
+      rec.inputs = inputs;
+    }
+  }
+  return Results(batch.num_seqs(), batch.argmax_only);
+}
+
+absl::Status Decoder::EnableDecodeGraphs(const DecodeGraphOptions& options) {
+  auto g = std::make_unique<Graphs>();
+  g->options = options;
+  std::vector<int>& sizes = g->options.batch_sizes;
+  if (sizes.empty()) sizes = DecodeGraphBatchSizes(static_cast<int>(act_->max_logit_rows));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 1 || sizes[i] > act_->max_logit_rows || (i > 0 && sizes[i] <= sizes[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("decode graphs: batch sizes must ascend within [1, ",
+                                                     act_->max_logit_rows, "] (max_logit_rows); got ", sizes[i]));
+    }
+  }
+  if (sizes.back() > act_->max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("decode graphs: batch size ", sizes.back(), " exceeds the ",
+                                                   act_->max_tokens, " rows of a step (max_tokens)"));
+  }
+  if (options.max_blocks_per_seq < 1) {
+    return absl::InvalidArgumentError("decode graphs: max_blocks_per_seq must be at least 1");
+  }
+  if (options.capture && !device_.records_graphs()) {
+    return absl::UnimplementedError(absl::StrCat("decode graphs: ", device_.Describe(), " records no graphs"));
+  }
+  // The inputs' buffer is sized for the largest step once: it keeps its address for every graph.
+  g->upload = std::make_unique<kernels::StagedUpload>(device_);
+  DecoderBatch none;
+  none.Clear(options.max_blocks_per_seq);
+  PadDecodeBatch(none, sizes.back(), options.max_blocks_per_seq, &g->padded);
+  IRIS_RETURN_IF_ERROR(Stage(g->padded, *g->upload).status());
+  graphs_ = std::move(g);
+  return absl::OkStatus();
+}
+
+absl::Status Decoder::CaptureDecodeGraphs(KvCache* cache) {
+  if (graphs_ == nullptr) return absl::FailedPreconditionError("decode graphs are not enabled");
+  DecoderBatch none;
+  none.Clear(graphs_->options.max_blocks_per_seq);
+  const std::vector<int> sizes = graphs_->options.batch_sizes;
+  for (int size : sizes) {
+    // A step of padding rows only: it writes nothing into the cache.
+    IRIS_RETURN_IF_ERROR(ForwardPadded(none, size, cache).status());
+  }
+  return device_.status();
+}
+
+void Decoder::PauseDecodeGraphs(bool paused) {
+  if (graphs_ != nullptr) graphs_->paused = paused;
+}
+
+int Decoder::decode_graphs() const {
+  if (graphs_ == nullptr) return 0;
+  int n = 0;
+  for (const auto& [size, rec] : graphs_->recorded) n += rec.graph != nullptr;
+  return n;
+}
+
+int64_t Decoder::decode_graph_steps() const { return graphs_ == nullptr ? 0 : graphs_->steps; }
 
 int64_t Decoder::WeightBytesPerStep() const {
   const int64_t es = options_.compute == kernels::ComputeType::kBF16 ? 2 : 4;

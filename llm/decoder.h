@@ -17,6 +17,7 @@
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "kernels/linear.h"
+#include "kernels/staged_upload.h"
 #include "llm/kv_cache.h"
 
 namespace iris::llm {
@@ -61,6 +62,20 @@ struct DecoderBatch {
   absl::Status AddSequence(const BlockTable& table, int block_size, int64_t num_new, bool want_logits);
 };
 
+// Decode-only steps from recorded graphs (llm/decode_graph.h says which steps and how they are
+// padded).
+struct DecodeGraphOptions {
+  // The padded batch sizes, ascending, each at most max_logit_rows; empty: DecodeGraphBatchSizes
+  // of max_logit_rows.
+  std::vector<int> batch_sizes;
+  // The block-table width of every graph (KV blocks a sequence may have); a step with a longer
+  // sequence runs without a graph. Each step uploads batch size x this many block ids.
+  int max_blocks_per_seq = 0;
+  // Record each size's step and replay it (the device must capture graphs), or run the same padded
+  // steps directly: what a graph computes, on a device without graphs (the CPU's tests of it).
+  bool capture = true;
+};
+
 class Decoder {
  public:
   // Loads `model.*` (and `lm_head.weight` unless tied) with HF names; q/k/v and gate/up are fused
@@ -80,7 +95,8 @@ class Decoder {
   absl::Status Embed(std::span<const int32_t> ids, float* out) const;
 
   // Re-allocates the activation buffers for steps of up to `max_tokens` rows and
-  // `max_logit_rows` logit rows (at setup, e.g. from the engine's budgets; never in a step).
+  // `max_logit_rows` logit rows (at setup, e.g. from the engine's budgets; never in a step). Decode
+  // graphs are dropped (enable them again after).
   absl::Status ReserveActivations(int64_t max_tokens, int64_t max_logit_rows);
   // The rows a step may have: the activations' capacity.
   int64_t max_tokens() const;
@@ -96,6 +112,21 @@ class Decoder {
   // for an inconsistent batch or one over capacity; a device's failed op (status()) is returned.
   absl::StatusOr<core::Tensor> Forward(const DecoderBatch& batch, KvCache* cache);
 
+  // Decode-only steps from now on run padded to graph sizes (replayed from a graph per size, made
+  // on a size's first step or by CaptureDecodeGraphs), others as before; graphs made before are
+  // dropped. INVALID_ARGUMENT for sizes outside [1, max_logit_rows] or not ascending, or a width
+  // below 1; UNIMPLEMENTED with capture on a device that records no graphs. Not with a layer observer.
+  absl::Status EnableDecodeGraphs(const DecodeGraphOptions& options);
+  // Makes every size's graph now, for steps on `cache` (each size's padded step is run once, on
+  // padding rows only, and then recorded): the engine calls it at start, after its warm-up.
+  absl::Status CaptureDecodeGraphs(KvCache* cache);
+  // While paused, every step runs as given and the graphs are kept (a benchmark's same-run
+  // comparison of steps with and without them).
+  void PauseDecodeGraphs(bool paused);
+  // Graphs held, and steps that ran padded to a graph size (replayed, or the first of their size).
+  int decode_graphs() const;
+  int64_t decode_graph_steps() const;
+
   // For tests: called with the hidden states [T, hidden] after each layer (layer 0..n-1), and with
   // the final-norm output of every row (layer = n).
   using LayerObserver = std::function<void(int layer, const float* hidden, int64_t rows)>;
@@ -109,8 +140,18 @@ class Decoder {
  private:
   struct Layer;
   struct Activations;
+  struct StepInputs;
+  struct Graphs;
   Decoder(kernels::Device& device, const core::TextConfig& config, const DecoderOptions& options);
   absl::Status Validate(const DecoderBatch& batch, const KvCache& cache) const;
+  // The batch's arrays, rotary tables and given embeddings sent to the device through `upload`.
+  absl::StatusOr<StepInputs> Stage(const DecoderBatch& batch, kernels::StagedUpload& upload);
+  // The step's device work from the input embeddings to the logits: ops only, no host wait or read
+  // of device memory (what a graph records).
+  void Run(const StepInputs& in, KvCache* cache);
+  // The first `logit_rows` rows' logits (or greedy picks), where the caller reads them.
+  absl::StatusOr<core::Tensor> Results(int64_t logit_rows, bool argmax_only);
+  absl::StatusOr<core::Tensor> ForwardPadded(const DecoderBatch& batch, int size, KvCache* cache);
 
   kernels::Device& device_;
   core::TextConfig config_;
@@ -121,6 +162,7 @@ class Decoder {
   std::unique_ptr<kernels::Linear> lm_head_;
   LayerObserver observer_;
   std::unique_ptr<Activations> act_;
+  std::unique_ptr<Graphs> graphs_;  // set by EnableDecodeGraphs
 };
 
 }  // namespace iris::llm

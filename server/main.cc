@@ -64,6 +64,11 @@ ABSL_FLAG(bool, interleave_encoder, true, "encode images in pieces between decod
           "running requests keep getting tokens (false: whole images in the admitting step)");
 ABSL_FLAG(double, step_budget_ms, 0, "with --interleave-encoder: target time of an engine step while requests decode "
           "(0 = auto: twice the measured decode-only step, at least 20 ms)");
+ABSL_FLAG(bool, enforce_eager, false,
+          "run every decoder step as issued: no decode-only steps replayed from CUDA graphs (on a GPU they "
+          "are recorded at start, one per padded batch size)");
+ABSL_FLAG(int64_t, max_graph_context, 8192,
+          "longest sequence (tokens) a decode graph serves; longer ones decode without one");
 ABSL_FLAG(std::string, step_trace, "", "write one JSON line per engine step here (what it ran, how long each part took)");
 ABSL_FLAG(bool, enable_prefix_caching, true,
           "share the KV blocks of common prompt prefixes between requests (images keyed by content)");
@@ -179,6 +184,9 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags() {
   e.step_trace_path = absl::GetFlag(FLAGS_step_trace);
   if (!(e.step_budget_ms >= 0)) return absl::InvalidArgumentError("--step-budget-ms must be >= 0");
   e.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
+  if (absl::GetFlag(FLAGS_enforce_eager)) e.decode_graphs = false;
+  e.max_graph_context = absl::GetFlag(FLAGS_max_graph_context);
+  IRIS_RETURN_IF_ERROR(CheckPositive(e.max_graph_context, "--max-graph-context"));
   IRIS_RETURN_IF_ERROR(CheckPositive(e.kv_cache_bytes, "--kv-cache-bytes"));
   IRIS_RETURN_IF_ERROR(CheckPositive(e.kv_block_size, "--kv-block-size"));
   IRIS_RETURN_IF_ERROR(CheckPositive(e.max_num_batched_tokens, "--max-num-batched-tokens"));

@@ -160,6 +160,9 @@ std::string Metrics::Render(const ScrapeState& state) const {
   Scalar(&out, "iris:num_preemptions_total", "counter", "Sequences preempted (blocks freed, recomputed later).",
          static_cast<double>(s.preemptions));
   Scalar(&out, "iris:engine_steps_total", "counter", "Engine steps that ran something.", static_cast<double>(s.steps));
+  Scalar(&out, "iris:decode_graph_steps_total", "counter",
+         "Decode-only steps padded to a decode graph's batch size (replayed from a CUDA graph on a GPU).",
+         static_cast<double>(s.decode_graph_steps));
   Scalar(&out, "iris:prompt_tokens_computed_total", "counter",
          "Prefill rows the decoder ran (recomputed ones included, prefix-cache hits excluded).",
          static_cast<double>(s.prompt_tokens_computed));

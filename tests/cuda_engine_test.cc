@@ -1,7 +1,7 @@
 // The engine on a GPU (label gpu): the 32-request mixed workload (text only, one and two images,
 // repeated images, short and long prompts) submitted at once gives each request the greedy tokens
 // it gives alone on the same GPU, with the default budgets and with a KV cache too small for all
-// of them at once (preemption and recompute); and the CPU's tokens where the tiny model's f32
+// of them at once (preemption and recompute), and with decode graphs off; and the CPU's tokens where the tiny model's f32
 // logits leave no near-tie.
 #include <vector>
 
@@ -25,6 +25,17 @@ TEST_F(CudaEngineTest, ConcurrentEqualsAlone) {
   RunConcurrent(*specs_, EngineOptions{}, *alone_, &stats, kGpu);
   EXPECT_EQ(stats.requests_finished, 32);
   EXPECT_EQ(stats.images_encoded, 4);  // 4 distinct images: the rest are encoder cache hits
+  EXPECT_GT(stats.decode_graph_steps, 0) << "decode graphs are on by default on a GPU";
+}
+
+// Alone ran its decode steps from graphs (the default here); without them, the same tokens.
+TEST_F(CudaEngineTest, ConcurrentWithoutDecodeGraphsEqualsAlone) {
+  EngineOptions o;
+  o.decode_graphs = false;
+  EngineStats stats;
+  RunConcurrent(*specs_, o, *alone_, &stats, kGpu);
+  EXPECT_EQ(stats.requests_finished, 32);
+  EXPECT_EQ(stats.decode_graph_steps, 0);
 }
 
 TEST_F(CudaEngineTest, ConcurrentWithPreemptionEqualsAlone) {

@@ -17,6 +17,7 @@
 #include "llm/decoder.h"
 #include "llm/kv_cache.h"
 #include "nlohmann/json.hpp"
+#include "tests/decode_graph_cases.h"
 #include "tests/kernel_cases.h"
 #include "tests/test_util.h"
 #include "vision/preprocess.h"
@@ -264,6 +265,61 @@ TEST(CudaTinyDecoder, GreedyPicksOnTheDeviceAreTheArgmaxOfItsLogits) {
       }
     }
   }
+  EXPECT_TRUE(gpu->status().ok()) << gpu->status();
+}
+
+// Decode graphs on the GPU, on the shared workload (tests/decode_graph_cases.h): every decode
+// step that qualifies is recorded once per size and replayed. Replays are bit-equal to the same
+// padded steps issued directly (the same launches), and within rounding of the steps as given
+// (other matmul shapes), with the same cache entries: padding rows write nothing.
+TEST(CudaTinyDecoder, DecodeGraphReplaysEqualTheStepsTheyRecord) {
+  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  for (const ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
+    const bool bf16 = compute == ComputeType::kBF16;
+    const core::DType kv = bf16 ? core::DType::kBF16 : core::DType::kF32;
+    DecoderOn plain(*gpu, compute), direct(*gpu, compute), graphs(*gpu, compute);
+    ASSERT_TRUE(direct.decoder->EnableDecodeGraphs(testing::WorkloadGraphOptions(/*capture=*/false)).ok());
+    ASSERT_TRUE(graphs.decoder->EnableDecodeGraphs(testing::WorkloadGraphOptions(/*capture=*/true)).ok());
+    const testing::DecodeRun want = testing::RunDecodeWorkload(*plain.decoder, *gpu, kv);
+    const testing::DecodeRun padded = testing::RunDecodeWorkload(*direct.decoder, *gpu, kv);
+    const testing::DecodeRun replayed = testing::RunDecodeWorkload(*graphs.decoder, *gpu, kv);
+    ASSERT_TRUE(gpu->status().ok()) << gpu->status();
+    EXPECT_EQ(graphs.decoder->decode_graph_steps(), testing::kWorkloadGraphSteps);
+    EXPECT_EQ(graphs.decoder->decode_graphs(), 4) << "sizes 1, 2, 4 and 8 each recorded once";
+    testing::ExpectSameRun(replayed, padded, 0.f, bf16 ? "bf16 replayed vs direct" : "f32 replayed vs direct");
+    testing::ExpectSameRun(replayed, want, bf16 ? 1e-3f : 1e-5f, bf16 ? "bf16 replayed vs as given" : "f32 replayed vs as given");
+  }
+}
+
+// CaptureDecodeGraphs records every size up front from padding-only steps, which leave the cache
+// as it was; a cache whose pools are elsewhere gets its own recordings on first use.
+TEST(CudaTinyDecoder, DecodeGraphsRecordedAtStartServeTheirCache) {
+  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  DecoderOn plain(*gpu, ComputeType::kBF16), graphs(*gpu, ComputeType::kBF16);
+  llm::DecodeGraphOptions options = testing::WorkloadGraphOptions(/*capture=*/true);
+  options.max_blocks_per_seq = 64;  // the whole cache: every decode step of the prompt below qualifies
+  ASSERT_TRUE(graphs.decoder->EnableDecodeGraphs(options).ok());
+  ASSERT_TRUE(graphs.decoder->CaptureDecodeGraphs(graphs.cache.get()).ok());
+  EXPECT_EQ(graphs.decoder->decode_graphs(), 4);
+  EXPECT_EQ(graphs.decoder->decode_graph_steps(), 0);
+  // A prompt prefilled, then 12 greedy steps through the graphs of size 1: the tokens of the
+  // decoder without graphs.
+  const core::Tensor embeds = LoadGolden(GoldenFile("one_image"), "inputs_embeds");
+  const std::vector<int64_t> positions = Int64Values(LoadGolden(GoldenFile("one_image"), "position_ids"));
+  const int64_t L = embeds.dim(0);
+  int32_t want = plain.PickStep(L, embeds.data<float>(), {}, positions);
+  int32_t got = graphs.PickStep(L, embeds.data<float>(), {}, positions);
+  int64_t pos = 0;
+  for (int64_t v : positions) pos = std::max(pos, v + 1);
+  for (int step = 0; step < 12; ++step, ++pos) {
+    ASSERT_EQ(got, want) << "step " << step;
+    want = plain.PickStep(1, nullptr, {want}, {pos, pos, pos});
+    got = graphs.PickStep(1, nullptr, {got}, {pos, pos, pos});
+  }
+  EXPECT_EQ(graphs.decoder->decode_graph_steps(), 12);
+  EXPECT_EQ(graphs.decoder->decode_graphs(), 4) << "the cache recorded for: no new recording";
   EXPECT_TRUE(gpu->status().ok()) << gpu->status();
 }
 

@@ -35,6 +35,7 @@ TEST_F(EngineMixedTest, ConcurrentEqualsAlone) {
   RunConcurrent(*specs_, o, *alone_, &stats);
   EXPECT_EQ(stats.preemptions, 0);
   EXPECT_EQ(stats.requests_finished, 32);
+  EXPECT_EQ(stats.decode_graph_steps, 0) << "off by default on the CPU";
   // 4 distinct images among 32 requests: each encoded once, the rest are encoder cache hits or
   // lie inside a prefix-cache hit (then not looked up at all).
   EXPECT_EQ(stats.images_encoded, 4);
@@ -66,6 +67,18 @@ TEST_F(EngineMixedTest, ConcurrentInTinyStepsEqualsAlone) {
   RunConcurrent(*specs_, o, *alone_, &stats);
   EXPECT_EQ(stats.requests_finished, 32);
   EXPECT_EQ(stats.images_encoded, 4);
+}
+
+// Decode steps padded to the decode graphs' sizes (a GPU replays them from graphs; the CPU runs the
+// padded steps directly): the tokens of the steps as given.
+TEST_F(EngineMixedTest, ConcurrentWithDecodeStepsPaddedForGraphsEqualsAlone) {
+  EngineOptions o;
+  o.decode_graphs = true;
+  EngineStats stats;
+  RunConcurrent(*specs_, o, *alone_, &stats);
+  EXPECT_EQ(stats.requests_finished, 32);
+  EXPECT_GT(stats.decode_graph_steps, 0);
+  EXPECT_LT(stats.decode_graph_steps, stats.steps);
 }
 
 TEST_F(EngineMixedTest, ConcurrentWithWholeImagesEqualsAlone) {

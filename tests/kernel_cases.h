@@ -136,6 +136,7 @@ struct PagedWriteCase {
     }
     const std::vector<int32_t> order = Shuffled(static_cast<int32_t>(num_slots()), seed + 1);
     slots.assign(order.begin(), order.begin() + rows);
+    slots[5] = slots[rows - 1] = kernels::kPadSlot;  // padding rows: written nowhere
   }
   int64_t row() const { return int64_t{kv_heads} * head_dim; }
   int64_t stride() const { return 3 * row(); }

@@ -467,7 +467,8 @@ TEST(WritePagedKvTest, PlacesRowsInTheirSlots) {
   const int64_t stride = 3 * row + 5;
   std::vector<float> src(4 * stride);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;
-  const std::vector<int64_t> slots = {29, 0, 12, 7};
+  // Row 1 is padding (kPadSlot): written nowhere, slot 0 included.
+  const std::vector<int64_t> slots = {29, kPadSlot, 12, 7};
   WritePagedKv(dev, layer, src.data() + row, stride, src.data() + 2 * row, stride, slots);
   for (int64_t slot = 0; slot < blocks * bs; ++slot) {
     const auto it = std::find(slots.begin(), slots.end(), slot);
@@ -531,6 +532,9 @@ TEST(WritePagedKvDeathTest, RejectsSlotOutOfRange) {
   PagedKvLayer layer{kpool.data(), vpool.data(), 2, 4, 1, 16};
   const std::vector<int64_t> slots = {8};
   EXPECT_DEATH(WritePagedKv(dev, layer, src.data(), 16, src.data(), 16, slots), "out of range");
+  // Negative slots other than kPadSlot are bugs too.
+  const std::vector<int64_t> negative = {-2};
+  EXPECT_DEATH(WritePagedKv(dev, layer, src.data(), 16, src.data(), 16, negative), "out of range");
 }
 
 }  // namespace

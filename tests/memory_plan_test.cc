@@ -157,6 +157,32 @@ TEST(MemoryPlan, EstimateAddsUp) {
   // A VL model has encoder buffers too.
   const core::MemoryEstimate vl = core::EstimateMemory(ConfigOf(*tools::FindPreset("7b")), core::MemoryBudgets{});
   EXPECT_GT(vl.encoder_activation_bytes, 0);
+  EXPECT_EQ(vl.gpu_workspace_bytes, 0) << "the CPU's matmuls read the f32 rows";
+}
+
+// On a GPU a bf16 matmul's input rows are converted into a scratch buffer that grows by doubling
+// (up to twice the largest input at the budgets), beside cuBLASLt's workspace.
+TEST(MemoryPlan, GpuCountsTheMatmulScratchAndWorkspace) {
+  const core::ModelConfig c = ConfigOf(*tools::FindPreset("7b"));
+  core::MemoryBudgets b;
+  b.gpu = true;
+  b.max_num_batched_tokens = 2048;
+  b.max_encoder_patches = 1000;  // the decoder's down projection input is the widest: 2048 x 18944
+  core::MemoryEstimate e = core::EstimateMemory(c, b);
+  EXPECT_EQ(e.gpu_workspace_bytes, core::kGpuMatmulWorkspaceBytes + 2 * 2 * 2048 * int64_t{c.text.intermediate_size});
+  EXPECT_EQ(e.total(), e.weight_bytes + e.kv_cache_bytes + e.decoder_activation_bytes + e.encoder_activation_bytes +
+                           e.gpu_workspace_bytes);
+  EXPECT_NE(core::DescribeMemory(e, b).find("GPU workspace"), std::string::npos) << core::DescribeMemory(e, b);
+  // The largest image's patches: the encoder's padded MLP input is the widest.
+  b.max_encoder_patches = 65536;
+  e = core::EstimateMemory(c, b);
+  const int64_t ip = (int64_t{c.vision.intermediate_size} + 63) / 64 * 64;
+  EXPECT_EQ(e.gpu_workspace_bytes, core::kGpuMatmulWorkspaceBytes + 2 * 2 * 65536 * ip);
+  const absl::Status s = core::CheckMemoryFits(e, b, e.total() - 1);
+  EXPECT_NE(s.message().find("GPU matmul workspace"), std::string::npos) << s;
+  // f32 compute converts nothing.
+  b.f32_compute = true;
+  EXPECT_EQ(core::EstimateMemory(c, b).gpu_workspace_bytes, core::kGpuMatmulWorkspaceBytes);
 }
 
 TEST(MemoryPlan, RefusalNamesTheFlagAndItsSuggestionFits) {

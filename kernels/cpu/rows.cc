@@ -60,7 +60,7 @@ void WritePagedKv(CpuDevice& dev, const PagedKvLayer& layer, const float* k, int
   const int64_t row = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
   const int64_t n = static_cast<int64_t>(slots.size());
   for (int64_t r = 0; r < n; ++r) {
-    if (slots[r] < 0 || slots[r] >= num_slots) {
+    if ((slots[r] < 0 && slots[r] != kPadSlot) || slots[r] >= num_slots) {
       std::fprintf(stderr, "iris WritePagedKv: slot %lld out of range [0, %lld)\n", static_cast<long long>(slots[r]),
                    static_cast<long long>(num_slots));
       std::abort();
@@ -73,6 +73,7 @@ void WritePagedKv(CpuDevice& dev, const PagedKvLayer& layer, const float* k, int
     uint16_t* vp = static_cast<uint16_t*>(layer.v);
 #pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * row >= (1 << 16))
     for (int64_t r = 0; r < n; ++r) {
+      if (slots[r] == kPadSlot) continue;
       uint16_t* kd = kp + slots[r] * row;
       uint16_t* vd = vp + slots[r] * row;
       const float* ks = k + r * k_row_stride;
@@ -88,6 +89,7 @@ void WritePagedKv(CpuDevice& dev, const PagedKvLayer& layer, const float* k, int
   float* vp = static_cast<float*>(layer.v);
 #pragma omp parallel for num_threads(dev.threads()) schedule(static) if (n * row >= (1 << 16))
   for (int64_t r = 0; r < n; ++r) {
+    if (slots[r] == kPadSlot) continue;
     std::memcpy(kp + slots[r] * row, k + r * k_row_stride, static_cast<size_t>(row) * sizeof(float));
     std::memcpy(vp + slots[r] * row, v + r * v_row_stride, static_cast<size_t>(row) * sizeof(float));
   }

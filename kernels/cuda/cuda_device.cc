@@ -13,8 +13,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/memory_plan.h"
 
 namespace iris::kernels::cuda {
+
+// The startup memory estimate counts this workspace.
+static_assert(CudaDevice::kMatmulWorkspaceBytes == static_cast<size_t>(core::kGpuMatmulWorkspaceBytes));
+
 namespace {
 
 std::string CudaError(cudaError_t e) { return absl::StrCat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"); }

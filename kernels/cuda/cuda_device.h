@@ -41,6 +41,7 @@ class CudaDevice final : public Device {
   void Synchronize() override;
   void AttachThread() override;
 
+  bool records_graphs() const override { return true; }
   absl::Status BeginCapture() override;
   absl::StatusOr<std::unique_ptr<DeviceGraph>> EndCapture() override;
 
