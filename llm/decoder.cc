@@ -1,5 +1,6 @@
 #include "llm/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -512,7 +513,9 @@ absl::Status Decoder::EnableDecodeGraphs(const DecodeGraphOptions& options) {
   auto g = std::make_unique<Graphs>();
   g->options = options;
   std::vector<int>& sizes = g->options.batch_sizes;
-  if (sizes.empty()) sizes = DecodeGraphBatchSizes(static_cast<int>(act_->max_logit_rows));
+  if (sizes.empty()) {
+    sizes = DecodeGraphBatchSizes(static_cast<int>(std::min(act_->max_logit_rows, act_->max_tokens)));
+  }
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] < 1 || sizes[i] > act_->max_logit_rows || (i > 0 && sizes[i] <= sizes[i - 1])) {
       return absl::InvalidArgumentError(absl::StrCat("decode graphs: batch sizes must ascend within [1, ",

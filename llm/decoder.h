@@ -65,8 +65,8 @@ struct DecoderBatch {
 // Decode-only steps from recorded graphs (llm/decode_graph.h says which steps and how they are
 // padded).
 struct DecodeGraphOptions {
-  // The padded batch sizes, ascending, each at most max_logit_rows; empty: DecodeGraphBatchSizes
-  // of max_logit_rows.
+  // The padded batch sizes, ascending, each at most max_logit_rows and max_tokens; empty:
+  // DecodeGraphBatchSizes of the smaller of the two.
   std::vector<int> batch_sizes;
   // The block-table width of every graph (KV blocks a sequence may have); a step with a longer
   // sequence runs without a graph. Each step uploads batch size x this many block ids.

@@ -123,6 +123,11 @@ TEST(DecodeGraphDecoderTest, RefusesWhatItCannotServe) {
   o.max_blocks_per_seq = 0;
   EXPECT_EQ(dec->EnableDecodeGraphs(o).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(dec->decode_graph_steps(), 0);
+  // The default sizes fit a step's rows where those are fewer than its logit rows.
+  ASSERT_TRUE(dec->ReserveActivations(/*max_tokens=*/5, /*max_logit_rows=*/64).ok());
+  o.batch_sizes.clear();
+  o.max_blocks_per_seq = 4;
+  EXPECT_TRUE(dec->EnableDecodeGraphs(o).ok());
 }
 
 class DecodeGraphWorkloadTest : public ::testing::TestWithParam<kernels::ComputeType> {};
