@@ -97,6 +97,21 @@ std::vector<float> RandomEmbeddings(int64_t rows, int64_t hidden, uint32_t seed)
   std::exit(1);
 }
 
+// Room for one more token in each of `tables` (its next decode step's).
+void ReserveNextToken(llm::KvCache& cache, const std::vector<llm::BlockTable*>& tables) {
+  for (llm::BlockTable* t : tables) {
+    if (auto st = cache.Reserve(t, t->num_tokens + 1); !st.ok()) Die(std::string(st.message()));
+  }
+}
+
+// Each of `tables` back to `tokens` tokens (its blocks stay), so that the next measurement sees
+// the same cache.
+void ResetTokens(llm::KvCache& cache, const std::vector<llm::BlockTable*>& tables, int64_t tokens) {
+  for (llm::BlockTable* t : tables) {
+    if (auto st = cache.Reserve(t, tokens); !st.ok()) Die(std::string(st.message()));
+  }
+}
+
 // One step over `tables` (each already holding its new tokens): token ids spread over the
 // vocabulary, text positions (the same on the three M-RoPE axes), a greedy pick from every
 // sequence's last new token's logits, made on the device as the engine does for greedy requests.
@@ -176,10 +191,8 @@ KvCompareRow CompareKvDTypes(kernels::Device& dev, llm::Decoder& dec, int batch,
   for (int i = 0; i < warmup + steps; ++i) {
     for (int d = 0; d < 2; ++d) {
       std::vector<llm::BlockTable*> tp;
-      for (llm::BlockTable& t : tables[d]) {
-        if (auto st = caches[d].Reserve(&t, t.num_tokens + 1); !st.ok()) Die(std::string(st.message()));
-        tp.push_back(&t);
-      }
+      for (llm::BlockTable& t : tables[d]) tp.push_back(&t);
+      ReserveNextToken(caches[d], tp);
       const double s = RunStep(dec, caches[d], tp, ones);
       if (i >= warmup) times[d].push_back(s);
     }
@@ -348,9 +361,7 @@ int main(int argc, char** argv) {
     std::vector<double> times;
     double kv_tokens = 0;  // cached tokens attended to, summed over the timed steps
     for (int i = 0; i < kWarmup + steps; ++i) {
-      for (llm::BlockTable* t : tp) {
-        if (auto st = cache.Reserve(t, t->num_tokens + 1); !st.ok()) Die(std::string(st.message()));
-      }
+      ReserveNextToken(cache, tp);
       const double s = RunStep(dec, cache, tp, ones);
       if (i >= kWarmup) {
         times.push_back(s);
@@ -358,10 +369,7 @@ int main(int argc, char** argv) {
       }
     }
     measure_bw();
-    // Back to `context` tokens (the blocks stay), so every batch size sees the same cache.
-    for (llm::BlockTable* t : tp) {
-      if (auto st = cache.Reserve(t, context); !st.ok()) Die(std::string(st.message()));
-    }
+    ResetTokens(cache, tp, context);  // every batch size sees the same cache
     const double med = Median(times);
     const double best = *std::min_element(times.begin(), times.end());
     decode_rows.push_back({b, med, best, kv_tokens / steps * kv_bytes_per_token});
@@ -383,18 +391,14 @@ int main(int argc, char** argv) {
       std::vector<double> times[2];
       for (int i = 0; i < kWarmup + steps; ++i) {
         for (int without = 0; without < 2; ++without) {
-          for (llm::BlockTable* t : tp) {
-            if (auto st = cache.Reserve(t, t->num_tokens + 1); !st.ok()) Die(std::string(st.message()));
-          }
+          ReserveNextToken(cache, tp);
           dec.PauseDecodeGraphs(without == 1);
           const double s = RunStep(dec, cache, tp, ones);
           if (i >= kWarmup) times[without].push_back(s);
         }
       }
       dec.PauseDecodeGraphs(false);
-      for (llm::BlockTable* t : tp) {
-        if (auto st = cache.Reserve(t, context); !st.ok()) Die(std::string(st.message()));
-      }
+      ResetTokens(cache, tp, context);
       graph_rows.push_back({b, Median(times[0]), Median(times[1])});
     }
   }

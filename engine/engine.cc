@@ -29,6 +29,11 @@ core::DType ResolveKvCacheDType(KvCacheDType dtype, kernels::ComputeType compute
   return compute == kernels::ComputeType::kBF16 ? core::DType::kBF16 : core::DType::kF32;
 }
 
+// Prompt + output tokens a request may have: the option, or the model's positions.
+int64_t MaxModelLen(const EngineOptions& options, const core::TextConfig& text) {
+  return options.max_model_len > 0 ? options.max_model_len : text.max_position_embeddings;
+}
+
 }  // namespace
 
 absl::StatusOr<KvCacheDType> KvCacheDTypeFromName(absl::string_view name) {
@@ -68,23 +73,21 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
         model->encoder->ReserveActivations(std::max(options.max_encoder_patches_per_step, largest_image)));
   }
   IRIS_RETURN_IF_ERROR(model->decoder->ReserveActivations(options.max_num_batched_tokens, options.max_num_seqs));
-  if (options.warm_up.value_or(model->device->kind() != kernels::DeviceKind::kCpu)) {
-    model->device->AttachThread();  // this thread issues the warm-up; the engine thread attaches itself below
-    IRIS_RETURN_IF_ERROR(WarmUp(*model, cache));  // at the sizes just reserved
-  }
   kernels::Device& device = *model->device;
-  if (options.decode_graphs.value_or(device.records_graphs())) {
-    const int64_t max_model_len = options.max_model_len > 0 ? options.max_model_len : t.max_position_embeddings;
-    const int64_t graph_tokens = std::min({options.max_graph_context, max_model_len, blocks * options.kv_block_size});
+  const bool warm_up = options.warm_up.value_or(device.kind() != kernels::DeviceKind::kCpu);
+  const bool decode_graphs = options.decode_graphs.value_or(device.records_graphs());
+  // This thread issues the warm-up and the graphs' recording; the engine thread attaches itself below.
+  if (warm_up || decode_graphs) device.AttachThread();
+  if (warm_up) IRIS_RETURN_IF_ERROR(WarmUp(*model, cache));  // at the sizes just reserved
+  if (decode_graphs) {
+    const int64_t graph_tokens =
+        std::min({options.max_graph_context, MaxModelLen(options, t), blocks * options.kv_block_size});
     if (graph_tokens < 1) return absl::InvalidArgumentError("engine options: max_graph_context must be positive");
     llm::DecodeGraphOptions graphs;
-    graphs.max_blocks_per_seq = static_cast<int>((graph_tokens + options.kv_block_size - 1) / options.kv_block_size);
+    graphs.max_blocks_per_seq = static_cast<int>(cache.BlocksFor(graph_tokens));
     graphs.capture = device.records_graphs();
     IRIS_RETURN_IF_ERROR(model->decoder->EnableDecodeGraphs(graphs));
-    if (graphs.capture) {
-      device.AttachThread();
-      IRIS_RETURN_IF_ERROR(model->decoder->CaptureDecodeGraphs(&cache));
-    }
+    if (graphs.capture) IRIS_RETURN_IF_ERROR(model->decoder->CaptureDecodeGraphs(&cache));
   }
   std::unique_ptr<StepTrace> trace;
   if (!options.step_trace_path.empty()) {
@@ -116,7 +119,7 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::
                  &cache_, &encoder_cache_),
       runner_(model_.get(), &cache_, &encoder_cache_, &scheduler_, options.interleave_encoder),
       budget_(StepBudgetOptions{.step_budget_ms = options.step_budget_ms}) {
-  max_model_len_ = options.max_model_len > 0 ? options.max_model_len : model_->config.text.max_position_embeddings;
+  max_model_len_ = MaxModelLen(options, model_->config.text);
   absl::MutexLock lock(&mu_);
   stats_.kv_blocks_total = cache_.allocator().num_blocks();
 }

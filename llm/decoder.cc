@@ -546,8 +546,7 @@ absl::Status Decoder::CaptureDecodeGraphs(KvCache* cache) {
   if (graphs_ == nullptr) return absl::FailedPreconditionError("decode graphs are not enabled");
   DecoderBatch none;
   none.Clear(graphs_->options.max_blocks_per_seq);
-  const std::vector<int> sizes = graphs_->options.batch_sizes;
-  for (int size : sizes) {
+  for (int size : graphs_->options.batch_sizes) {
     // A step of padding rows only: it writes nothing into the cache.
     IRIS_RETURN_IF_ERROR(ForwardPadded(none, size, cache).status());
   }

@@ -176,6 +176,17 @@ inline void RunConcurrent(const std::vector<Spec>& specs, const EngineOptions& o
   EXPECT_EQ(stats_out->running + stats_out->waiting, 0);
 }
 
+// Budgets under which the mixed workload preempts: 40 KV blocks of 16 tokens (the tiny model's f32
+// pages) hold the largest request alone, never the 32 at once.
+inline constexpr int64_t kTooSmallCacheBlocks = 40;
+inline EngineOptions TooSmallCacheOptions() {
+  EngineOptions o;
+  o.max_num_batched_tokens = 512;
+  o.kv_block_size = 16;
+  o.kv_cache_bytes = kTooSmallCacheBlocks * 16 * 2 /*layers*/ * 2 /*k,v*/ * 2 /*kv heads*/ * 16 /*head_dim*/ * 4;
+  return o;
+}
+
 inline const kernels::DeviceOptions kCpuDevice{};
 
 // A suite over the 32-request mixed workload on `kDevice`: the workload and each request's tokens

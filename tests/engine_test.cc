@@ -45,14 +45,9 @@ TEST_F(EngineMixedTest, ConcurrentEqualsAlone) {
 }
 
 TEST_F(EngineMixedTest, ConcurrentWithPreemptionEqualsAlone) {
-  EngineOptions o;
-  o.max_num_batched_tokens = 512;
-  o.kv_block_size = 16;
-  // 40 blocks of 16 tokens: the largest request fits alone, 32 at once never do.
-  o.kv_cache_bytes = 40 * 16 * 2 /*layers*/ * 2 /*k,v*/ * 2 /*kv heads*/ * 16 /*head_dim*/ * 4;
   EngineStats stats;
-  RunConcurrent(*specs_, o, *alone_, &stats);
-  EXPECT_EQ(stats.kv_blocks_total, 40);
+  RunConcurrent(*specs_, TooSmallCacheOptions(), *alone_, &stats);
+  EXPECT_EQ(stats.kv_blocks_total, kTooSmallCacheBlocks);
   EXPECT_GT(stats.preemptions, 0) << "the cache was meant to be too small";
   EXPECT_EQ(stats.requests_finished, 32);
 }
