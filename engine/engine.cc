@@ -76,9 +76,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   kernels::Device& device = *model->device;
   const bool warm_up = options.warm_up.value_or(device.kind() != kernels::DeviceKind::kCpu);
   const bool decode_graphs = options.decode_graphs.value_or(device.records_graphs());
+  // The encoder's own device gets its own thread, which issues everything the encoder does from
+  // here on (its warm-up included).
+  std::unique_ptr<EncoderWorker> encoder_worker;
+  if (model->encoder != nullptr && model->encoder_device != nullptr) {
+    IRIS_ASSIGN_OR_RETURN(encoder_worker,
+                          EncoderWorker::Start(model->encoder.get(), model->encoder_device.get(), options.encoder_cpus));
+  } else if (!options.encoder_cpus.empty()) {
+    return absl::InvalidArgumentError("engine options: encoder_cpus is for an encoder with a device of its own");
+  }
   // This thread issues the warm-up and the graphs' recording; the engine thread attaches itself below.
   if (warm_up || decode_graphs) device.AttachThread();
-  if (warm_up) IRIS_RETURN_IF_ERROR(WarmUp(*model, cache));  // at the sizes just reserved
+  if (warm_up) IRIS_RETURN_IF_ERROR(WarmUp(*model, cache, encoder_worker.get()));  // at the sizes just reserved
   if (decode_graphs) {
     const int64_t graph_tokens =
         std::min({options.max_graph_context, MaxModelLen(options, t), blocks * options.kv_block_size});
@@ -93,7 +102,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   if (!options.step_trace_path.empty()) {
     IRIS_ASSIGN_OR_RETURN(trace, StepTrace::Open(options.step_trace_path));
   }
-  std::unique_ptr<Engine> engine(new Engine(std::move(model), options, std::move(cache)));
+  std::unique_ptr<Engine> engine(new Engine(std::move(model), options, std::move(cache), std::move(encoder_worker)));
   engine->trace_ = std::move(trace);
   engine->trace_start_ = absl::Now();
   engine->thread_ = std::thread([e = engine.get()] {
@@ -110,18 +119,28 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   return engine;
 }
 
-Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::KvCache cache)
+Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::KvCache cache,
+               std::unique_ptr<EncoderWorker> encoder_worker)
     : model_(std::move(model)), options_(options), cache_(std::move(cache)),
-      encoder_cache_(options.encoder_cache_bytes),
+      encoder_cache_(options.encoder_cache_bytes), encoder_worker_(std::move(encoder_worker)),
+      // With a worker, images are encoded by jobs (as interleaved) whatever interleave_encoder says.
       scheduler_(SchedulerOptions{options.max_num_batched_tokens, options.max_num_seqs,
-                                  options.max_encoder_patches_per_step, options.interleave_encoder,
+                                  options.max_encoder_patches_per_step,
+                                  options.interleave_encoder || encoder_worker_ != nullptr,
                                   options.enable_prefix_caching},
                  &cache_, &encoder_cache_),
-      runner_(model_.get(), &cache_, &encoder_cache_, &scheduler_, options.interleave_encoder),
+      runner_(model_.get(), &cache_, &encoder_cache_, &scheduler_, options.interleave_encoder, encoder_worker_.get()),
       budget_(StepBudgetOptions{.step_budget_ms = options.step_budget_ms}) {
   max_model_len_ = MaxModelLen(options, model_->config.text);
+  if (encoder_worker_ != nullptr) {
+    encoder_worker_->set_on_ready([this] {
+      absl::MutexLock lock(&mu_);
+      encoder_ready_ = true;
+    });
+  }
   absl::MutexLock lock(&mu_);
   stats_.kv_blocks_total = cache_.allocator().num_blocks();
+  stats_.concurrent_encoder = encoder_worker_ != nullptr;
 }
 
 Engine::~Engine() { Shutdown(); }
@@ -222,7 +241,7 @@ void Engine::Loop() {
     bool stopping = false;
     {
       // Sleep while there is nothing to do (or nothing could be scheduled last step) until a
-      // request, a cancel or the shutdown arrives.
+      // request, a cancel, the encoder worker's result or the shutdown arrives.
       const bool idle = scheduler_.empty() || !progressed_;
       if (scheduler_.empty() && trim_when_idle_) {
         // Activations of varying sizes leave freed memory in the heap; hand it back to the OS
@@ -233,8 +252,12 @@ void Engine::Loop() {
       absl::MutexLock lock(&mu_);
       if (idle) {
         mu_.Await(absl::Condition(
-            +[](Engine* e) { return e->stopping_ || !e->incoming_.empty() || !e->cancels_.empty(); }, this));
+            +[](Engine* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
+              return e->stopping_ || !e->incoming_.empty() || !e->cancels_.empty() || e->encoder_ready_;
+            },
+            this));
       }
+      encoder_ready_ = false;  // the step below polls the worker
       stopping = stopping_;
     }
     TakeIncoming();
@@ -275,9 +298,11 @@ bool Engine::Step() {
   if (scheduler_.empty()) return false;
   const absl::Time start = absl::Now();
   StepSlices slices;  // unbounded
+  const bool concurrent_encoder = encoder_worker_ != nullptr;
   if (options_.interleave_encoder) {
     const PendingWork pending = scheduler_.Pending();
-    slices = budget_.Next(pending.decode_rows, pending.prefill, pending.encoder);
+    // An encoder on its own device takes nothing from the step.
+    slices = budget_.Next(pending.decode_rows, pending.prefill, pending.encoder && !concurrent_encoder);
   }
   StepPlan plan = scheduler_.Schedule(StepAllowance{slices.prefill_tokens});
   Outbox outbox;
@@ -314,7 +339,9 @@ bool Engine::Step() {
     trace_->Write(r);
   }
   Publish(counters, outbox);
-  return !plan.empty() || !plan.images.empty() || result.encode_job_ended || runner_.encoding();
+  // A job on the worker is no reason to step again: its end wakes the loop (encoder_ready_).
+  return !plan.empty() || !plan.images.empty() || result.encode_job_ended ||
+         (runner_.encoding() && !concurrent_encoder);
 }
 
 void Engine::ProcessOutputs(const StepPlan& plan, StepResult& result, Outbox& outbox, StepCounters& counters) {

@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/encoder_cache.h"
+#include "engine/encoder_worker.h"
 #include "engine/model.h"
 #include "engine/request.h"
 #include "engine/request_state.h"
@@ -70,6 +71,11 @@ struct EngineOptions {
   // Non-empty: the engine thread runs only on these CPUs, and so does its compute team (the
   // OpenMP threads it starts inherit its mask). Empty: the creating thread's CPUs.
   std::vector<int> cpus;
+  // Where the model's encoder has a device of its own (Model::encoder_device), encode jobs run on
+  // a thread of their own beside the engine's steps (engine/encoder_worker.h; one job in flight,
+  // the steps only poll it), and interleave_encoder sizes prefill only. Non-empty: that thread
+  // and its compute team run only on these CPUs (give them cores the engine's team does not use).
+  std::vector<int> encoder_cpus;
   // Set: called on the engine thread after every step that ran something, with its time, the
   // time of its encoder forwards, their count and the images they finished (for metrics). Must
   // return quickly.
@@ -99,6 +105,7 @@ struct EngineStats {
   double total_step_ms = 0;
   double total_encoder_ms = 0;
   int64_t encoder_slices = 0;      // steps that ran a piece of an encode job (interleaved)
+  bool concurrent_encoder = false; // encode jobs run beside the steps, on the encoder's own device
   int64_t decode_graph_steps = 0;  // decode-only steps padded to a graph size (replayed where graphs exist)
   double last_step_target_ms = 0;  // the step budget's target for the last step (0: unbounded)
 
@@ -152,7 +159,8 @@ class Engine {
     double target_ms = 0;
   };
 
-  Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::KvCache cache);
+  Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::KvCache cache,
+         std::unique_ptr<EncoderWorker> encoder_worker);
   void Loop();
   bool Step();  // false when nothing could be scheduled
   // New requests into the scheduler's queue; cancelled ones finished and their outputs delivered.
@@ -172,6 +180,8 @@ class Engine {
   int64_t max_model_len_ = 0;
   llm::KvCache cache_;
   EncoderCache encoder_cache_;
+  // Null unless the encoder has a device of its own. Goes before the model, after the runner.
+  std::unique_ptr<EncoderWorker> encoder_worker_;
 
   // Shared with other threads.
   mutable absl::Mutex mu_;
@@ -179,6 +189,7 @@ class Engine {
   std::vector<std::string> cancels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool encoder_ready_ ABSL_GUARDED_BY(mu_) = false;  // the worker's job ended since the engine last looked
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
 
   // Engine thread only.

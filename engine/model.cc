@@ -57,14 +57,23 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, const M
   IRIS_ASSIGN_OR_RETURN(llm::Tokenizer tokenizer, llm::Tokenizer::Load(dir));
   IRIS_ASSIGN_OR_RETURN(llm::ChatStyle style, llm::LoadChatStyle(dir));
   std::unique_ptr<Model> model(new Model{dir, config, pre, std::move(eos), std::move(tokenizer), nullptr,
-                                         nullptr, options, nullptr, std::move(style)});
+                                         nullptr, options, nullptr, std::move(style), nullptr});
   IRIS_ASSIGN_OR_RETURN(core::Checkpoint ckpt, core::Checkpoint::Open(dir));
   IRIS_ASSIGN_OR_RETURN(model->device, kernels::CreateDevice(options.device));
   if (config.has_vision()) {
+    if (options.encoder_device.has_value()) {
+      IRIS_ASSIGN_OR_RETURN(model->encoder_device, kernels::CreateDevice(*options.encoder_device));
+      if (model->encoder_device->kind() != model->device->kind()) {
+        return absl::InvalidArgumentError(absl::StrCat("the encoder's device \"", options.encoder_device->name,
+                                                       "\" is not the kind of the decoder's (\"", options.device.name,
+                                                       "\"): the memory plan counts one kind"));
+      }
+    }
     vision::EncoderOptions eo;
     eo.compute = options.compute;
     eo.techniques = options.techniques;
-    IRIS_ASSIGN_OR_RETURN(model->encoder, vision::VisionEncoder::Load(*model->device, ckpt, config.vision, eo));
+    IRIS_ASSIGN_OR_RETURN(model->encoder,
+                          vision::VisionEncoder::Load(model->encoder_runs_on(), ckpt, config.vision, eo));
   }
   llm::DecoderOptions dopt;
   dopt.compute = options.compute;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,12 @@ namespace iris::engine {
 struct ModelOptions {
   kernels::ComputeType compute = kernels::ComputeType::kBF16;
   vision::EncoderTechniques techniques;
-  kernels::DeviceOptions device;  // where the encoder and the decoder run
+  kernels::DeviceOptions device;  // where the decoder runs, and the encoder unless encoder_device is set
+  // Set (a model with vision): the encoder gets a device object of its own, so that it can run
+  // beside the decoder (engine/encoder_worker.h): on a GPU the same name gives a second stream,
+  // library handles and workspaces on the same GPU; on the CPU, a compute team of `threads` of
+  // its own (pin it to cores the decoder's team does not use).
+  std::optional<kernels::DeviceOptions> encoder_device;
 };
 
 struct Model {
@@ -33,8 +39,12 @@ struct Model {
   std::unique_ptr<vision::VisionEncoder> encoder;  // null for a text-only model
   std::unique_ptr<llm::Decoder> decoder;
   ModelOptions options;
-  std::unique_ptr<kernels::Device> device;  // what encoder and decoder run on
+  std::unique_ptr<kernels::Device> device;  // what the decoder (and the encoder, unless below) runs on
   llm::ChatStyle chat_style;  // from the checkpoint's chat template (its default system turn)
+  std::unique_ptr<kernels::Device> encoder_device;  // the encoder's own (options.encoder_device), or null
+
+  // The device the encoder runs on.
+  kernels::Device& encoder_runs_on() const { return encoder_device != nullptr ? *encoder_device : *device; }
 
   // The encoder and the decoder go before the device they hold.
   ~Model() {

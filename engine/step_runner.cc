@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -33,17 +34,22 @@ struct StepRunner::EncodeJob {
 };
 
 StepRunner::StepRunner(Model* model, llm::KvCache* cache, EncoderCache* encoder_cache, const Scheduler* scheduler,
-                       bool interleave_encoder)
+                       bool interleave_encoder, EncoderWorker* worker)
     : model_(model), cache_(cache), encoder_cache_(encoder_cache), scheduler_(scheduler),
-      interleave_encoder_(interleave_encoder) {}
+      interleave_encoder_(interleave_encoder), worker_(worker) {}
 
 StepRunner::~StepRunner() {
-  if (job_ != nullptr) model_->encoder->Abandon();
+  if (job_ == nullptr) return;
+  if (worker_ != nullptr) {
+    worker_->Abandon();
+  } else {
+    model_->encoder->Abandon();
+  }
 }
 
 StepResult StepRunner::Run(const StepPlan& plan, double encoder_flops) {
   StepResult result;
-  if (interleave_encoder_) {
+  if (encode_jobs()) {
     // Admitted sequences' images are attached already or all cached (the scheduler checked): taken
     // before the job below can insert (and evict) anything.
     AttachAdmitted(plan, {}, 0, absl::OkStatus(), result);
@@ -178,7 +184,9 @@ void StepRunner::StartJob(const StepPlan& plan, StepResult& result) {
   GatherPixels(plan.images, &job->pixels, &grids);
   job_ = std::move(job);
   result.encoder_cache_misses += static_cast<int64_t>(plan.images.size());
-  const absl::Status begun = model_->encoder->Begin(job_->pixels, grids);
+  // On the worker the pixels go with the job; here the encoder reads them until the job ends.
+  const absl::Status begun = worker_ != nullptr ? worker_->Submit(std::move(job_->pixels), std::move(grids))
+                                                : model_->encoder->Begin(job_->pixels, grids);
   if (!begun.ok()) EndJob(begun, result);
 }
 
@@ -189,9 +197,20 @@ void StepRunner::AdvanceJob(double encoder_flops, StepResult& result) {
     for (const std::string& id : im.sequences) wanted = wanted || scheduler_->Find(id) != nullptr;
   }
   if (!wanted) {
-    model_->encoder->Abandon();
+    if (worker_ != nullptr) {
+      worker_->Abandon();
+    } else {
+      model_->encoder->Abandon();
+    }
     job_.reset();
     result.encode_job_ended = true;
+    return;
+  }
+  if (worker_ != nullptr) {  // it runs on its own: only its end is news
+    if (std::optional<EncoderWorker::Result> done = worker_->Poll()) {
+      job_->ms = done->ms;
+      EndJob(std::move(done->embeddings), result);
+    }
     return;
   }
   const absl::Time t0 = absl::Now();
@@ -205,26 +224,24 @@ void StepRunner::AdvanceJob(double encoder_flops, StepResult& result) {
   }
   result.encoder_flops = *ran;
   result.encoder_slice_ms = ms;
-  if (model_->encoder->done()) EndJob(absl::OkStatus(), result);
+  if (model_->encoder->done()) {
+    const absl::Time t1 = absl::Now();
+    absl::StatusOr<Tensor> out = model_->encoder->Finish();
+    job_->ms += absl::ToDoubleMilliseconds(absl::Now() - t1);
+    EndJob(std::move(out), result);
+  }
 }
 
-void StepRunner::EndJob(const absl::Status& status, StepResult& result) {
+void StepRunner::EndJob(absl::StatusOr<Tensor> out, StepResult& result) {
   std::unique_ptr<EncodeJob> job = std::move(job_);
   result.encode_job_ended = true;
-  absl::Status failed = status;
+  absl::Status failed = out.status();
   Embeddings fresh;
   if (failed.ok()) {
-    const absl::Time t0 = absl::Now();
-    absl::StatusOr<Tensor> out = model_->encoder->Finish();
-    job->ms += absl::ToDoubleMilliseconds(absl::Now() - t0);
-    if (out.ok()) {
-      int64_t row = 0;
-      for (const EncodeJob::Image& im : job->images) row = StoreEmbeddings(*out, row, im.rows, im.content_hash, fresh);
-      result.images_encoded = static_cast<int64_t>(job->images.size());
-      result.encode_ms = job->ms;
-    } else {
-      failed = out.status();
-    }
+    int64_t row = 0;
+    for (const EncodeJob::Image& im : job->images) row = StoreEmbeddings(*out, row, im.rows, im.content_hash, fresh);
+    result.images_encoded = static_cast<int64_t>(job->images.size());
+    result.encode_ms = job->ms;
   }
   // The waiting sequences it was for get their embeddings now (so that nothing the cache evicts
   // meanwhile is lost), or the error.

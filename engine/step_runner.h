@@ -1,9 +1,10 @@
 // Runs a StepPlan on the model: encoder work, then one decoder forward over the plan's rows. The
 // encoder work is either the plan's images in one varlen forward for the admitted sequences
-// (interleave_encoder off), or a slice of the encode job in flight (on): a job starts when a plan
-// lists images, advances by the step's FLOP allowance, and at its end puts the embeddings in the
-// encoder cache and hands them to the waiting sequences it was for. It samples nothing and changes
-// no sequence's progress: that is ProcessOutputs' job.
+// (interleave_encoder off, no worker), or the encode job in flight: a job starts when a plan lists
+// images and, at its end, puts the embeddings in the encoder cache and hands them to the waiting
+// sequences it was for. A job runs either here, a slice per step by the step's FLOP allowance
+// (interleave_encoder on), or on the EncoderWorker, beside the steps (a step only polls it). It
+// samples nothing and changes no sequence's progress: that is ProcessOutputs' job.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "engine/encoder_cache.h"
+#include "engine/encoder_worker.h"
 #include "engine/model.h"
 #include "engine/scheduler.h"
 #include "llm/decoder.h"
@@ -61,14 +63,19 @@ class StepRunner {
  public:
   // The model, caches and plans' sequences (RequestStates) outlive the runner.
   // `scheduler` finds the sequences an encode job is for (they may finish while it runs).
-  // `interleave_encoder` as the scheduler's option of that name.
+  // `interleave_encoder` as the scheduler's option of that name. `worker` (may be null; outlives
+  // the runner): encode jobs run there instead of in slices on this thread.
   StepRunner(Model* model, llm::KvCache* cache, EncoderCache* encoder_cache, const Scheduler* scheduler,
-             bool interleave_encoder);
+             bool interleave_encoder, EncoderWorker* worker = nullptr);
   ~StepRunner();
 
-  // `encoder_flops`: how much of the encode job in flight this step may run (at least one piece).
+  // `encoder_flops`: how much of the encode job in flight this step may run here (at least one
+  // piece; unused when the job runs on the worker).
   StepResult Run(const StepPlan& plan, double encoder_flops = std::numeric_limits<double>::infinity());
   bool encoding() const { return job_ != nullptr; }
+  // Whether images are encoded by jobs (interleaved, or on the worker) rather than in the step
+  // that admits their request.
+  bool encode_jobs() const { return interleave_encoder_ || worker_ != nullptr; }
 
  private:
   struct EncodeJob;
@@ -95,7 +102,7 @@ class StepRunner {
   // Interleaved encoding: start the plan's job, advance the one in flight, end it.
   void StartJob(const StepPlan& plan, StepResult& result);
   void AdvanceJob(double encoder_flops, StepResult& result);
-  void EndJob(const absl::Status& status, StepResult& result);
+  void EndJob(absl::StatusOr<core::Tensor> out, StepResult& result);
   // The images' pixel values as one tensor and their grids, in order.
   static void GatherPixels(const std::vector<ImageToEncode>& images, core::Tensor* pixels,
                            std::vector<vision::GridThw>* grids);
@@ -109,6 +116,7 @@ class StepRunner {
   EncoderCache* encoder_cache_;
   const Scheduler* scheduler_;
   bool interleave_encoder_;
+  EncoderWorker* worker_;
   llm::DecoderBatch batch_;  // refilled every step; its vectors keep their capacity
   std::unique_ptr<EncodeJob> job_;  // the encode job in flight (interleaved)
 };

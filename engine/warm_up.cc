@@ -34,7 +34,7 @@ absl::Status WarmUpDecoder(llm::Decoder& decoder, llm::KvCache& cache) {
   return status;
 }
 
-absl::Status WarmUpEncoder(vision::VisionEncoder& encoder, const core::VisionConfig& config) {
+absl::Status WarmUpEncoder(vision::VisionEncoder& encoder, const core::VisionConfig& config, EncoderWorker* worker) {
   // One image: a grid of whole merge units with at most max_patches() patches, as square as it
   // can be.
   const int64_t merge = config.spatial_merge_size;
@@ -44,20 +44,25 @@ absl::Status WarmUpEncoder(vision::VisionEncoder& encoder, const core::VisionCon
   const int64_t n = grid[1] * grid[2];
   const int64_t patch_dim = int64_t{config.in_channels} * config.temporal_patch_size * config.patch_size * config.patch_size;
   core::Tensor pixels = core::Tensor::Zeros(core::DType::kF32, {n, patch_dim});
+  if (worker != nullptr) {
+    IRIS_RETURN_IF_ERROR(worker->Submit(std::move(pixels), {grid}));
+    return worker->Wait().embeddings.status();
+  }
   return encoder.Forward(pixels, std::span<const vision::GridThw>(&grid, 1)).status();
 }
 
 }  // namespace
 
-absl::Status WarmUp(Model& model, llm::KvCache& cache) {
+absl::Status WarmUp(Model& model, llm::KvCache& cache, EncoderWorker* encoder_worker) {
   if (model.encoder != nullptr) {
-    if (absl::Status s = WarmUpEncoder(*model.encoder, model.config.vision); !s.ok()) {
+    if (absl::Status s = WarmUpEncoder(*model.encoder, model.config.vision, encoder_worker); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("warm-up encoder forward: ", s.message()));
     }
   }
   if (absl::Status s = WarmUpDecoder(*model.decoder, cache); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("warm-up decoder step: ", s.message()));
   }
+  IRIS_RETURN_IF_ERROR(model.encoder_runs_on().status());
   return model.device->status();
 }
 

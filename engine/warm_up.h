@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "engine/encoder_worker.h"
 #include "engine/model.h"
 #include "llm/kv_cache.h"
 
@@ -17,7 +18,8 @@ namespace iris::engine {
 // One decoder step of min(its max_tokens(), what the cache holds) rows of one sequence (its last
 // row's logits computed), and, for a model with vision, one encoder forward of about its
 // max_patches() patches (one image's grid, zero pixels): the sizes their activations were
-// reserved for. The device's first error is returned.
-absl::Status WarmUp(Model& model, llm::KvCache& cache);
+// reserved for. The device's first error is returned. `encoder_worker` (may be null): the encoder
+// has a device of its own and this worker issues its forward.
+absl::Status WarmUp(Model& model, llm::KvCache& cache, EncoderWorker* encoder_worker = nullptr);
 
 }  // namespace iris::engine

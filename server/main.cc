@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -86,6 +87,12 @@ ABSL_FLAG(int64_t, max_pixels, 0, "largest resize target per image (0 = the chec
 ABSL_FLAG(int32_t, workers, 0, "threads decoding images and building prompts (0 = one per core, of --worker-cpus when set)");
 ABSL_FLAG(std::string, engine_cpus, "", "CPUs (Linux list syntax, e.g. 0-3,8) for the engine thread and its compute team "
           "(empty = not pinned); the team's size defaults to their count unless OMP_NUM_THREADS is set");
+ABSL_FLAG(std::string, encoder_cpus, "", "CPUs (e.g. 3 or 6-7) for the vision encoder's own thread and compute team "
+          "(--device cpu; needs --engine-cpus, apart from them): images are encoded there, beside the running "
+          "requests' decoding, instead of in slices between engine steps (empty = off)");
+ABSL_FLAG(bool, encoder_stream, true, "with --device cuda: the vision encoder on a CUDA stream of its own, issued by a "
+          "thread of its own, so that an image being encoded overlaps the running requests' decoding (false: in "
+          "slices between engine steps, as on the CPU)");
 ABSL_FLAG(std::string, worker_cpus, "", "CPUs (e.g. 4-7) for the request workers, gRPC and every other thread but the "
           "engine's (empty = not pinned)");
 ABSL_FLAG(double, grace_period_s, 30, "seconds in-flight requests get to finish after SIGTERM/SIGINT");
@@ -201,6 +208,7 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags() {
 // --engine-cpus and --worker-cpus, parsed and checked against the CPUs this process may run on.
 struct CpuPlan {
   core::CpuList engine;   // empty: not pinned
+  core::CpuList encoder;  // empty: the encoder runs on the engine's team
   core::CpuList workers;  // empty: not pinned
   core::CpuList allowed;  // the process's CPUs at startup
 };
@@ -223,6 +231,19 @@ absl::StatusOr<CpuPlan> CpuPlanFromFlags() {
                                                      "compute team by it instead; unset it or drop the flag"));
     }
   }
+  IRIS_RETURN_IF_ERROR(ParseCpuFlag(absl::GetFlag(FLAGS_encoder_cpus), "--encoder-cpus", plan.allowed, &plan.encoder));
+  if (!plan.encoder.empty()) {
+    // Two compute teams on shared cores would wait on each other's barriers.
+    if (plan.engine.empty()) {
+      return absl::InvalidArgumentError("--encoder-cpus needs --engine-cpus (the decoder's team would use every core)");
+    }
+    for (int cpu : plan.encoder) {
+      if (std::find(plan.engine.begin(), plan.engine.end(), cpu) != plan.engine.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--encoder-cpus and --engine-cpus share CPU ", cpu, "; give the encoder cores of its own"));
+      }
+    }
+  }
   IRIS_RETURN_IF_ERROR(ParseCpuFlag(absl::GetFlag(FLAGS_worker_cpus), "--worker-cpus", plan.allowed, &plan.workers));
   return plan;
 }
@@ -242,6 +263,24 @@ absl::Status ApplyCpuPlan(const CpuPlan& plan, engine::EngineOptions& engine_opt
   if (!plan.engine.empty() && std::getenv("OMP_NUM_THREADS") == nullptr) {
     model_options.device.threads = static_cast<int>(plan.engine.size());  // one team thread per engine CPU
   }
+  if (!plan.encoder.empty()) {
+    model_options.encoder_device = kernels::DeviceOptions{.name = "cpu",
+                                                          .threads = static_cast<int>(plan.encoder.size()),
+                                                          .cpu_isa = absl::GetFlag(FLAGS_cpu_isa)};
+    engine_options.encoder_cpus = plan.encoder;
+  }
+  return absl::OkStatus();
+}
+
+// The encoder's own device: --encoder-cpus (the CPU, set by ApplyCpuPlan) or, on a GPU, a second
+// stream unless --encoder-stream=false.
+absl::Status ApplyEncoderDevice(const CpuPlan& plan, engine::ModelOptions& model_options) {
+  const bool gpu = model_options.device.name != "cpu";
+  if (gpu && !plan.encoder.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--encoder-cpus is for --device cpu; on ", model_options.device.name,
+                                                   " the encoder gets a stream of its own (--encoder-stream)"));
+  }
+  if (gpu && absl::GetFlag(FLAGS_encoder_stream)) model_options.encoder_device = model_options.device;
   return absl::OkStatus();
 }
 
@@ -265,6 +304,7 @@ absl::Status ApplyPixelBounds(engine::Model& model) {
 std::string CpuPlanText(const CpuPlan& plan) {
   std::string text;
   if (!plan.engine.empty()) absl::StrAppend(&text, ", engine on CPUs ", core::FormatCpuList(plan.engine));
+  if (!plan.encoder.empty()) absl::StrAppend(&text, ", encoder on CPUs ", core::FormatCpuList(plan.encoder));
   if (!plan.workers.empty()) absl::StrAppend(&text, ", workers on CPUs ", core::FormatCpuList(plan.workers));
   return text;
 }
@@ -285,6 +325,7 @@ absl::Status Run(const sigset_t& stop_signals) {
   model_options.techniques.cached_cu_seqlens = absl::GetFlag(FLAGS_cached_cu_seqlens);
   model_options.device.name = absl::GetFlag(FLAGS_device);
   model_options.device.cpu_isa = absl::GetFlag(FLAGS_cpu_isa);
+  IRIS_RETURN_IF_ERROR(ApplyEncoderDevice(cpu_plan, model_options));
   const double gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   if (gpu_memory_fraction != 0 && !absl::GetFlag(FLAGS_check_memory)) {
     return absl::InvalidArgumentError("--gpu-memory-fraction is applied by the memory plan: drop --check-memory=false");
@@ -297,7 +338,10 @@ absl::Status Run(const sigset_t& stop_signals) {
     std::fprintf(stderr, "iris-server: memory plan: %s\n", memory.Describe().c_str());
   }
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::LoadModel(dir, model_options));
-  const std::string device = model->device->Describe();
+  std::string device = model->device->Describe();
+  if (model->encoder_device != nullptr) {
+    absl::StrAppend(&device, ", the encoder beside it on ", model->encoder_device->Describe());
+  }
   if (!model->config.has_text) return absl::InvalidArgumentError(absl::StrCat("--model: ", dir, " has no text model (vision-only checkpoint)"));
   IRIS_RETURN_IF_ERROR(ApplyPixelBounds(*model));
   options.metrics = std::make_shared<server::Metrics>();

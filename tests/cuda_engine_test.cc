@@ -1,8 +1,8 @@
 // The engine on a GPU (label gpu): the 32-request mixed workload (text only, one and two images,
 // repeated images, short and long prompts) submitted at once gives each request the greedy tokens
 // it gives alone on the same GPU, with the default budgets and with a KV cache too small for all
-// of them at once (preemption and recompute), and with decode graphs off; and the CPU's tokens where the tiny model's f32
-// logits leave no near-tie.
+// of them at once (preemption and recompute), with decode graphs off, and with the encoder on a
+// stream of its own; and the CPU's tokens where the tiny model's f32 logits leave no near-tie.
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -16,7 +16,11 @@ namespace {
 
 using namespace testing_engine;  // NOLINT: the shared workload and drivers
 
-const kernels::DeviceOptions kGpu{"cuda"};
+const kernels::DeviceOptions kGpu = [] {
+  kernels::DeviceOptions d;
+  d.name = "cuda";
+  return d;
+}();
 
 class CudaEngineTest : public MixedWorkloadTest<kGpu> {};
 
@@ -36,6 +40,20 @@ TEST_F(CudaEngineTest, ConcurrentWithoutDecodeGraphsEqualsAlone) {
   RunConcurrent(*specs_, o, *alone_, &stats, kGpu);
   EXPECT_EQ(stats.requests_finished, 32);
   EXPECT_EQ(stats.decode_graph_steps, 0);
+}
+
+// The encoder on a stream of its own (a second CudaDevice on the same GPU, as iris-server's
+// --encoder-stream default), its jobs issued by the encoder worker's thread while the engine
+// thread steps the decodes: the same tokens as alone, every image encoded by the worker.
+TEST_F(CudaEngineTest, ConcurrentWithTheEncoderOnItsOwnStreamEqualsAlone) {
+  for (const EngineOptions& o : {EngineOptions{}, TooSmallCacheOptions()}) {
+    EngineStats stats;
+    RunConcurrent(*specs_, o, *alone_, &stats, kGpu, kGpu);
+    EXPECT_TRUE(stats.concurrent_encoder);
+    EXPECT_EQ(stats.requests_finished, 32);
+    EXPECT_EQ(stats.images_encoded, 4);
+    EXPECT_EQ(stats.encoder_slices, 0) << "the engine thread ran encoder work";
+  }
 }
 
 TEST_F(CudaEngineTest, ConcurrentWithPreemptionEqualsAlone) {

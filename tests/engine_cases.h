@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,11 +32,13 @@ inline std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-// The tiny model on `device` (the CPU unless named) behind an engine.
+// The tiny model on `device` (the CPU unless named) behind an engine; its encoder on a device of
+// its own when `encoder_device` is set.
 inline std::unique_ptr<Engine> MakeEngine(const EngineOptions& options,
                                           kernels::ComputeType compute = kernels::ComputeType::kF32,
-                                          const kernels::DeviceOptions& device = {}) {
-  auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{compute, {}, device});
+                                          const kernels::DeviceOptions& device = {},
+                                          std::optional<kernels::DeviceOptions> encoder_device = std::nullopt) {
+  auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{compute, {}, device, encoder_device});
   EXPECT_TRUE(model.ok()) << model.status();
   auto engine = Engine::Create(std::move(*model), options);
   EXPECT_TRUE(engine.ok()) << engine.status();
@@ -160,8 +163,9 @@ inline void SubmitAll(Engine& engine, const std::vector<Spec>& specs, Collector&
 // All of them submitted at once: each must give what it gave alone.
 inline void RunConcurrent(const std::vector<Spec>& specs, const EngineOptions& options,
                           const std::vector<std::vector<int32_t>>& alone, EngineStats* stats_out,
-                          const kernels::DeviceOptions& device = {}) {
-  auto engine = MakeEngine(options, kernels::ComputeType::kF32, device);
+                          const kernels::DeviceOptions& device = {},
+                          std::optional<kernels::DeviceOptions> encoder_device = std::nullopt) {
+  auto engine = MakeEngine(options, kernels::ComputeType::kF32, device, encoder_device);
   const int n = static_cast<int>(specs.size());
   Collector col(n);
   SubmitAll(*engine, specs, col);

@@ -28,6 +28,13 @@ using namespace testing_engine;  // NOLINT: the shared workload and drivers
 
 class EngineMixedTest : public MixedWorkloadTest<kCpuDevice> {};
 
+// A CPU device of one thread (for an encoder beside the engine's team).
+const kernels::DeviceOptions kOneThreadCpu = [] {
+  kernels::DeviceOptions d;
+  d.threads = 1;
+  return d;
+}();
+
 TEST_F(EngineMixedTest, ConcurrentEqualsAlone) {
   EngineOptions o;
   o.max_num_batched_tokens = 256;  // long prompts are prefilled in chunks beside the decodes
@@ -74,6 +81,55 @@ TEST_F(EngineMixedTest, ConcurrentWithDecodeStepsPaddedForGraphsEqualsAlone) {
   EXPECT_EQ(stats.requests_finished, 32);
   EXPECT_GT(stats.decode_graph_steps, 0);
   EXPECT_LT(stats.decode_graph_steps, stats.steps);
+}
+
+// The encoder on a CPU device of its own, its jobs run by the encoder worker beside the engine's
+// steps (as a GPU runs it on a stream of its own): the same tokens as alone, every image encoded
+// once by the worker and no encoder slice run on the engine thread.
+TEST_F(EngineMixedTest, ConcurrentWithTheEncoderBesideTheStepsEqualsAlone) {
+  for (const bool interleave : {true, false}) {
+    SCOPED_TRACE(interleave ? "prefill sized by the step budget" : "prefill unbounded");
+    EngineOptions o;
+    o.max_num_batched_tokens = 256;
+    o.interleave_encoder = interleave;
+    EngineStats stats;
+    RunConcurrent(*specs_, o, *alone_, &stats, kCpuDevice, kOneThreadCpu);
+    EXPECT_TRUE(stats.concurrent_encoder);
+    EXPECT_EQ(stats.requests_finished, 32);
+    EXPECT_EQ(stats.images_encoded, 4);
+    EXPECT_GE(stats.encoder_forwards, 1);
+    EXPECT_LE(stats.encoder_forwards, 4);
+    EXPECT_EQ(stats.encoder_slices, 0) << "the engine thread ran encoder work";
+  }
+}
+
+TEST_F(EngineMixedTest, ConcurrentWithPreemptionAndTheEncoderBesideTheStepsEqualsAlone) {
+  EngineStats stats;
+  RunConcurrent(*specs_, TooSmallCacheOptions(), *alone_, &stats, kCpuDevice,
+                kOneThreadCpu);
+  EXPECT_GT(stats.preemptions, 0) << "the cache was meant to be too small";
+  EXPECT_EQ(stats.requests_finished, 32);
+}
+
+// While the worker encodes the only request's image the engine has nothing to run: it sleeps until
+// the worker's result wakes it, instead of stepping (and, on the CPU, taking cores) in the
+// meantime. Steps: the job's start, its end, the prefill, one per further token.
+TEST(EngineTest, WaitsForTheEncoderWorkerWithoutStepping) {
+  EngineOptions o;
+  auto engine = MakeEngine(o, kernels::ComputeType::kF32, {}, kOneThreadCpu);
+  ASSERT_NE(engine, nullptr);
+  Spec spec;
+  spec.parts = {Image("rgb_300x200.png"), Text("What is this?")};
+  spec.max_tokens = 4;
+  for (int i = 0; i < 3; ++i) {  // a new image each time (none cached)
+    if (i > 0) spec.parts[0] = Image(i == 1 ? "rgb_448x448.png" : "jpeg444_q90_640x480.jpg");
+    const int64_t steps_before = engine->stats().steps;
+    auto r = GenerateBlocking(*engine, MakeRequest(*engine, spec, i));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(static_cast<int64_t>(r->token_ids.size()), spec.max_tokens);
+    EXPECT_LE(engine->stats().steps - steps_before, spec.max_tokens + 3);
+  }
+  EXPECT_EQ(engine->stats().images_encoded, 3);
 }
 
 TEST_F(EngineMixedTest, ConcurrentWithWholeImagesEqualsAlone) {
@@ -160,7 +216,7 @@ TEST(EngineTest, StepTraceHasOneLinePerStep) {
     EXPECT_EQ(decode_rows, 4);  // 5 tokens: the first sampled by the prefill
     EXPECT_EQ(prefill_rows, out->usage.prompt_tokens);
   }
-  auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{kernels::ComputeType::kF32, {}, {}});
+  auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{kernels::ComputeType::kF32, {}, {}, {}});
   ASSERT_TRUE(model.ok());
   EngineOptions bad;
   bad.step_trace_path = "/nonexistent-dir/trace.jsonl";

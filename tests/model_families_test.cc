@@ -57,7 +57,7 @@ std::vector<engine::ChatInputMessage> Messages(const json& c) {
 }
 
 std::unique_ptr<engine::Model> Load(const std::string& name, kernels::ComputeType compute) {
-  auto model = engine::LoadModel(testing::ModelPath(name), engine::ModelOptions{compute, {}, {}});
+  auto model = engine::LoadModel(testing::ModelPath(name), engine::ModelOptions{compute, {}, {}, {}});
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? std::move(*model) : nullptr;
 }

@@ -48,7 +48,7 @@ std::vector<float> EncoderRows(vision::VisionEncoder& encoder, const core::Visio
 }
 
 TEST(WarmUpTest, RunsAndLeavesNoTrace) {
-  auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{kernels::ComputeType::kF32, {}, {}});
+  auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{kernels::ComputeType::kF32, {}, {}, {}});
   ASSERT_TRUE(model.ok()) << model.status();
   Model& m = **model;
   ASSERT_TRUE(m.decoder->ReserveActivations(256, 4).ok());

@@ -4,7 +4,8 @@ Two suites. `encoder` (the default): all on; fused rotary off; parallel q/k/v pa
 cu_seqlens off; all off. `scheduling`: the interleaved encoder with the automatic step budget;
 the same at a 1 ms budget (the latency extreme: the smallest slices); interleaving off (whole
 images in the admitting step, prefill bounded only by max_num_batched_tokens: the throughput
-extreme). For each configuration and each mode (throughput, latency) it starts a fresh iris-server on
+extreme); the encoder on a core of its own (the last CPU, its thread and team there, beside the
+engine's on the others: --encoder-cpus / --engine-cpus). For each configuration and each mode (throughput, latency) it starts a fresh iris-server on
 port 0 (so no run finds another's images in the server's encoder cache), checks through
 GetModelInfo that the switches took, runs iris-bench (the same dataset and seed every time),
 stops the server with SIGTERM and waits for it; then it prints one Markdown table per mode
@@ -44,10 +45,21 @@ COLUMNS = (
 )
 # The scheduling suite: configuration -> iris-server flags; its table adds the ITL columns (the
 # step budget exists for them) and the P99 / median ITL ratio.
+def _encoder_beside_flags() -> List[str]:
+    """The CPUs this process may use split in two: the last one for the encoder's own thread and
+    team (--encoder-cpus), the rest for the engine's (--engine-cpus). On a GPU server the encoder
+    has a stream of its own by default instead."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return ["--encoder_cpus=needs-two-cpus"]  # refused by the server, with why
+    return [f"--engine_cpus={','.join(map(str, cpus[:-1]))}", f"--encoder_cpus={cpus[-1]}"]
+
+
 SCHEDULING_CONFIGS = {
     "interleaved (auto budget)": [],
     "interleaved (1 ms budget)": ["--step_budget_ms=1"],
     "interleave off": ["--interleave_encoder=false"],
+    "encoder on its own core": _encoder_beside_flags(),
 }
 SCHEDULING_COLUMNS = (
     ("mean TTFT (ms)", "mean_ttft_ms"), ("P99 TTFT (ms)", "p99_ttft_ms"),

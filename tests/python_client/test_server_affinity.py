@@ -1,7 +1,9 @@
-"""iris-server --engine-cpus / --worker-cpus on the tiny model: after a request with an image,
-every thread's allowed CPUs (/proc/<pid>/task/*/status) are the engine set for the engine
-thread and the OpenMP team it started (threads named iris-engine), and the worker set for every
-other thread; bad lists and unusable CPUs stop the server at startup naming the flag.
+"""iris-server --engine-cpus / --worker-cpus / --encoder-cpus on the tiny model: after a request
+with an image, every thread's allowed CPUs (/proc/<pid>/task/*/status) are the engine set for the
+engine thread and the OpenMP team it started (threads named iris-engine), the encoder set for the
+encoder's thread (iris-encoder), and the worker set for every other thread; bad lists, unusable
+CPUs and an encoder set without or overlapping the engine's stop the server at startup naming the
+flag.
 
 Needs two CPUs in this process's affinity mask (skipped otherwise), IRIS_SERVER_BIN and
 IRIS_TEST_MODELS (the model_tiny fixture).
@@ -107,6 +109,22 @@ class AffinityTest(unittest.TestCase):
             if name != "iris-engine":
                 self.assertEqual(cpus, ALLOWED, f"thread {name} is not pinned: {threads}")
 
+    def test_encoder_team_on_its_own_cpus(self):
+        engine, encoder = ALLOWED[0], ALLOWED[1]
+        server = start(server_env(), f"--engine-cpus={engine}", f"--encoder-cpus={encoder}")
+        try:
+            self.assertIn(f"engine on CPUs {engine}, encoder on CPUs {encoder}", server.stderr())
+            self.assertIn("the encoder beside it on cpu", server.stderr())
+            self.run_request(server)  # an image: encoded on the encoder's thread
+            threads = threads_of(server.proc.pid)
+        finally:
+            self.assertEqual(server.stop(timeout=60), 0, server.stderr()[-4000:])
+        names = [name for name, _ in threads]
+        self.assertEqual(names.count("iris-encoder"), 1, threads)  # a team of one: the thread alone
+        for name, cpus in threads:
+            if name in ("iris-engine", "iris-encoder"):
+                self.assertEqual(cpus, [engine if name == "iris-engine" else encoder], f"thread {name}: {threads}")
+
     def test_bad_lists_stop_the_server_naming_the_flag(self):
         beyond = ALLOWED[-1] + 1
         for args, env, message in (
@@ -114,7 +132,10 @@ class AffinityTest(unittest.TestCase):
                 (["--worker-cpus=1,,0"], {}, "--worker-cpus: empty item"),
                 (["--engine-cpus=3-1"], {}, '--engine-cpus: range "3-1" ends before it starts'),
                 ([f"--worker-cpus={beyond}"], {}, f"--worker-cpus: CPU {beyond} not among the CPUs this process may run on"),
-                (["--engine-cpus=0"], {"OMP_PLACES": "cores"}, "--engine-cpus: OMP_PLACES is set")):
+                (["--engine-cpus=0"], {"OMP_PLACES": "cores"}, "--engine-cpus: OMP_PLACES is set"),
+                ([f"--encoder-cpus={ALLOWED[0]}"], {}, "--encoder-cpus needs --engine-cpus"),
+                ([f"--engine-cpus={ALLOWED[0]}", f"--encoder-cpus={ALLOWED[0]}"], {},
+                 f"--encoder-cpus and --engine-cpus share CPU {ALLOWED[0]}")):
             run = subprocess.run([SERVER_BIN, "--model", tiny_model(), "--port", "0", *args],
                                  env=server_env(**env), capture_output=True, text=True, timeout=60,
                                  stdin=subprocess.DEVNULL)

@@ -1,0 +1,185 @@
+#include "engine/encoder_worker.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/cpu_affinity.h"
+
+namespace iris::engine {
+namespace {
+
+// A job runs as about this many Advance calls: an abandoned job stops within one of them.
+constexpr double kPiecesPerJob = 32;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EncoderWorker>> EncoderWorker::Start(vision::VisionEncoder* encoder,
+                                                                    kernels::Device* device,
+                                                                    const std::vector<int>& cpus) {
+  if (encoder == nullptr || device == nullptr) return absl::InvalidArgumentError("EncoderWorker: no encoder or device");
+  std::unique_ptr<EncoderWorker> worker(new EncoderWorker(encoder, device));
+  worker->thread_ = std::thread([w = worker.get()] {
+    w->device_->AttachThread();
+    w->Loop();
+  });
+  // Named and pinned before any job reaches it, so before its first parallel region starts the
+  // team (whose threads inherit both).
+  pthread_setname_np(worker->thread_.native_handle(), "iris-encoder");
+  if (!cpus.empty()) {
+    // On failure the destructor stops and joins the thread.
+    if (absl::Status s = core::PinThread(worker->thread_.native_handle(), cpus, "encoder thread"); !s.ok()) return s;
+  }
+  return worker;
+}
+
+EncoderWorker::EncoderWorker(vision::VisionEncoder* encoder, kernels::Device* device)
+    : encoder_(encoder), device_(device) {}
+
+EncoderWorker::~EncoderWorker() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    held_ = 0;
+    queued_.reset();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status EncoderWorker::Submit(core::Tensor pixels, std::vector<vision::GridThw> grids) {
+  absl::MutexLock lock(&mu_);
+  if (held_ != 0) {
+    return absl::FailedPreconditionError("EncoderWorker::Submit: a job is in flight (Poll its result or Abandon it)");
+  }
+  held_ = ++last_id_;
+  ready_ = false;
+  queued_ = Job{held_, std::move(pixels), std::move(grids)};
+  return absl::OkStatus();
+}
+
+EncoderWorker::Result EncoderWorker::TakeResult() {
+  Result r{core::Tensor(), ms_};
+  if (status_.ok()) {
+    r.embeddings = std::move(embeddings_);
+  } else {
+    r.embeddings = std::move(status_);
+  }
+  embeddings_ = core::Tensor();
+  status_ = absl::OkStatus();
+  ready_ = false;
+  held_ = 0;
+  return r;
+}
+
+std::optional<EncoderWorker::Result> EncoderWorker::Poll() {
+  absl::MutexLock lock(&mu_);
+  if (held_ == 0 || !ready_) return std::nullopt;
+  return TakeResult();
+}
+
+EncoderWorker::Result EncoderWorker::Wait() {
+  absl::MutexLock lock(&mu_);
+  if (held_ == 0) return Result{absl::FailedPreconditionError("EncoderWorker::Wait: no job in flight"), 0};
+  mu_.Await(absl::Condition(+[](EncoderWorker* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) { return w->ready_; }, this));
+  return TakeResult();
+}
+
+void EncoderWorker::Abandon() {
+  absl::MutexLock lock(&mu_);
+  held_ = 0;
+  ready_ = false;
+  embeddings_ = core::Tensor();
+  status_ = absl::OkStatus();
+  queued_.reset();
+}
+
+void EncoderWorker::set_on_ready(std::function<void()> on_ready) {
+  absl::MutexLock lock(&mu_);
+  on_ready_ = std::move(on_ready);
+}
+
+bool EncoderWorker::busy() const {
+  absl::MutexLock lock(&mu_);
+  return held_ != 0;
+}
+
+int64_t EncoderWorker::jobs_finished() const {
+  absl::MutexLock lock(&mu_);
+  return finished_;
+}
+
+int64_t EncoderWorker::jobs_stopped() const {
+  absl::MutexLock lock(&mu_);
+  return stopped_;
+}
+
+bool EncoderWorker::Held(uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  return held_ == id && !stopping_;
+}
+
+void EncoderWorker::Loop() {
+  for (;;) {
+    Job job;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](EncoderWorker* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) { return w->stopping_ || w->queued_.has_value(); },
+          this));
+      if (stopping_) return;
+      job = std::move(*queued_);
+      queued_.reset();
+    }
+    const absl::Time t0 = absl::Now();
+    std::optional<absl::StatusOr<core::Tensor>> out = RunJob(job);
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    job.pixels = core::Tensor();  // the input's memory goes back before the result is handed over
+    std::function<void()> on_ready;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!out.has_value()) {
+        ++stopped_;
+      } else {
+        ++finished_;
+        if (held_ == job.id) {
+          if (out->ok()) {
+            embeddings_ = std::move(**out);
+          } else {
+            status_ = out->status();
+          }
+          ms_ = ms;
+          ready_ = true;
+          on_ready = on_ready_;
+        }
+      }
+    }
+    if (on_ready) on_ready();
+  }
+}
+
+std::optional<absl::StatusOr<core::Tensor>> EncoderWorker::RunJob(const Job& job) {
+  if (absl::Status s = encoder_->Begin(job.pixels, job.grids); !s.ok()) return absl::StatusOr<core::Tensor>(s);
+  const double piece = std::max(encoder_->remaining_flops() / kPiecesPerJob, 1.0);
+  while (!encoder_->done()) {
+    if (!Held(job.id)) {
+      encoder_->Abandon();
+      return std::nullopt;
+    }
+    if (absl::StatusOr<double> ran = encoder_->Advance(piece); !ran.ok()) {
+      encoder_->Abandon();
+      return absl::StatusOr<core::Tensor>(ran.status());
+    }
+  }
+  absl::StatusOr<core::Tensor> out = encoder_->Finish();
+  // Ops report their failures on the device (a GPU's launches and copies), not through Finish.
+  if (absl::Status s = device_->status(); out.ok() && !s.ok()) {
+    return absl::StatusOr<core::Tensor>(absl::Status(s.code(), absl::StrCat("encoder device: ", s.message())));
+  }
+  return out;
+}
+
+}  // namespace iris::engine
