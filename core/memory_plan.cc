@@ -137,7 +137,8 @@ int64_t RoundUp8(int64_t n) { return (n + 7) / 8 * 8; }  // a bf16 matmul input'
 
 MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b) {
   MemoryEstimate e;
-  int64_t widest_input = 0;  // elements of the largest matmul input at the budgets
+  int64_t widest_input = 0;          // elements of the decoder's largest matmul input at the budgets
+  int64_t widest_encoder_input = 0;  // and the encoder's
   const int64_t wb = b.f32_compute ? 4 : 2;
   const int64_t stored = config.torch_dtype == "float32" ? 4 : 2;
   e.parameters = CountParameters(config);
@@ -168,10 +169,13 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b)
     // Per patch row the widest matmul input is the patch embedding's, the padded MLP's down
     // projection's or the hidden size (the merger's 4-row inputs are as wide per patch).
     const int64_t patch_dim = int64_t{v.in_channels} * v.temporal_patch_size * v.patch_size * v.patch_size;
-    widest_input = std::max(widest_input, n * RoundUp8(std::max({hv, ip, patch_dim})));
+    widest_encoder_input = n * RoundUp8(std::max({hv, ip, patch_dim}));
   }
   if (b.gpu) {
-    e.gpu_workspace_bytes = kGpuMatmulWorkspaceBytes + (b.f32_compute ? 0 : 2 * 2 * widest_input);
+    auto scratch = [&](int64_t input) { return kGpuMatmulWorkspaceBytes + (b.f32_compute ? 0 : 2 * 2 * input); };
+    e.gpu_workspace_bytes = b.encoder_device_apart && config.has_vision()
+                                ? scratch(widest_input) + scratch(widest_encoder_input)
+                                : scratch(std::max(widest_input, widest_encoder_input));
   }
   return e;
 }

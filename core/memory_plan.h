@@ -37,6 +37,9 @@ struct MemoryBudgets {
   int64_t max_num_seqs = 256;
   int64_t max_encoder_patches = 16384; // the encoder's buffers (the engine's budget or the largest image)
   bool gpu = false;                    // the model runs on a GPU: its matmul scratch and workspace count too
+  // The encoder has a device object of its own (a second stream on the GPU, with its own
+  // workspace and matmul scratch): on a GPU both sides' are counted, not the larger one.
+  bool encoder_device_apart = false;
 };
 
 // cuBLASLt's matmul workspace on a GPU (kernels/cuda/cuda_device.h keeps one of this size).
@@ -50,7 +53,8 @@ struct MemoryEstimate {
   int64_t encoder_activation_bytes = 0;    // 0 without a vision tower
   // On a GPU: the buffer a bf16 matmul's f32 input rows are converted into (the largest input of
   // a step or an encoder forward at the budgets, twice over: it grows by doubling), and cuBLASLt's
-  // workspace. 0 on the CPU, whose matmuls read the f32 rows themselves.
+  // workspace; one of each per device object (two when the encoder's device is apart). 0 on the
+  // CPU, whose matmuls read the f32 rows themselves.
   int64_t gpu_workspace_bytes = 0;
   int64_t total() const {
     return weight_bytes + kv_cache_bytes + decoder_activation_bytes + encoder_activation_bytes + gpu_workspace_bytes;

@@ -180,6 +180,12 @@ TEST(MemoryPlan, GpuCountsTheMatmulScratchAndWorkspace) {
   EXPECT_EQ(e.gpu_workspace_bytes, core::kGpuMatmulWorkspaceBytes + 2 * 2 * 65536 * ip);
   const absl::Status s = core::CheckMemoryFits(e, b, e.total() - 1);
   EXPECT_NE(s.message().find("GPU matmul workspace"), std::string::npos) << s;
+  // The encoder on a device object of its own (its own stream): its scratch and workspace beside
+  // the decoder's.
+  b.encoder_device_apart = true;
+  EXPECT_EQ(core::EstimateMemory(c, b).gpu_workspace_bytes,
+            2 * core::kGpuMatmulWorkspaceBytes + 2 * 2 * 65536 * ip + 2 * 2 * 2048 * int64_t{c.text.intermediate_size});
+  b.encoder_device_apart = false;
   // f32 compute converts nothing.
   b.f32_compute = true;
   EXPECT_EQ(core::EstimateMemory(c, b).gpu_workspace_bytes, core::kGpuMatmulWorkspaceBytes);
