@@ -102,6 +102,8 @@ IrisService::IrisService(engine::Engine* engine, core::ThreadPool* workers, cons
   limits->set_max_queue(eo.max_queue);
   model_info_.set_accepts_images(model.config.has_vision());
   model_info_.set_architecture(core::FamilyArchitecture(model.config.family));
+  model_info_.set_device(model.device->Describe());
+  if (model.encoder_device != nullptr) model_info_.set_encoder_device(model.encoder_device->Describe());
   if (model.config.has_vision()) {
     limits->set_min_pixels(model.preprocessor.min_pixels);
     limits->set_max_pixels(model.preprocessor.max_pixels);

@@ -47,6 +47,9 @@ struct VisionEncoder::Activations {
   Tensor pad_q, pad_k, pad_v, pad_out;  // [n * heads * padded head dim] (padding paths)
   Tensor fc1;        // [n / unit, unit * hidden]
   Tensor window_out; // [n / unit, out_hidden] merger output, window order
+  // Where the device is not the host (a GPU): the output in raster order, and its pinned host
+  // staging. Kept, not made per forward: pinned memory is taken and freed with device-wide waits.
+  Tensor raster, raster_host;
 };
 
 // The plan's arrays as the device holds them (the same storage on the CPU).
@@ -220,6 +223,10 @@ absl::Status VisionEncoder::ReserveActivations(int64_t max_patches) {
   for (Tensor* t : {&act->pad_q, &act->pad_k, &act->pad_v, &act->pad_out}) IRIS_RETURN_IF_ERROR(alloc(t, pad));
   IRIS_RETURN_IF_ERROR(alloc(&act->fc1, n * hv));
   IRIS_RETURN_IF_ERROR(alloc(&act->window_out, n / unit * config_.out_hidden_size));
+  if (device_.kind() != kernels::DeviceKind::kCpu) {
+    IRIS_RETURN_IF_ERROR(alloc(&act->raster, n / unit * config_.out_hidden_size));
+    IRIS_ASSIGN_OR_RETURN(act->raster_host, device_.AllocateStaging(DType::kF32, {n / unit * config_.out_hidden_size}));
+  }
   act_ = std::move(act);
   max_patches_ = max_patches;
   return absl::OkStatus();
@@ -565,12 +572,22 @@ absl::StatusOr<Tensor> VisionEncoder::Finish() {
   std::unique_ptr<Run> r = std::move(run_);
   // Back to raster order, into memory the caller owns.
   const int64_t merged = r->plan->host->num_merged, out_dim = config_.out_hidden_size;
-  IRIS_ASSIGN_OR_RETURN(Tensor out, device_.Allocate(DType::kF32, {merged, out_dim}));
-  kernels::ScatterRows(device_, act_->window_out.data<float>(), out_dim, r->plan->Span(r->plan->window_index),
-                       out.data<float>());
-  // The engine and the tools keep embeddings in host memory (the encoder cache, the decoder's
-  // given rows): a GPU's result comes back here.
-  return kernels::HostCopy(device_, out);
+  const std::span<const int32_t> order = r->plan->Span(r->plan->window_index);
+  if (device_.kind() == kernels::DeviceKind::kCpu) {
+    Tensor out = Tensor::Empty(DType::kF32, {merged, out_dim});
+    kernels::ScatterRows(device_, act_->window_out.data<float>(), out_dim, order, out.data<float>());
+    return out;
+  }
+  // The engine and the tools keep embeddings in plain host memory (the encoder cache, the
+  // decoder's given rows): a GPU's result comes back through the kept staging, and the wait is
+  // for this device's stream only.
+  kernels::ScatterRows(device_, act_->window_out.data<float>(), out_dim, order, act_->raster.data<float>());
+  const size_t bytes = static_cast<size_t>(merged * out_dim) * sizeof(float);
+  device_.CopyToHost(act_->raster.data<float>(), act_->raster_host.data<float>(), bytes);
+  IRIS_RETURN_IF_ERROR(device_.status());
+  Tensor out = Tensor::Empty(DType::kF32, {merged, out_dim});
+  std::memcpy(out.data<float>(), act_->raster_host.data<float>(), bytes);
+  return out;
 }
 
 double VisionEncoder::CountFlops(std::span<const GridThw> grid_thw) const {

@@ -115,6 +115,10 @@ class AffinityTest(unittest.TestCase):
         try:
             self.assertIn(f"engine on CPUs {engine}, encoder on CPUs {encoder}", server.stderr())
             self.assertIn("the encoder beside it on cpu", server.stderr())
+            with Client(server.target, timeout=60) as client:
+                info = client.model_info()
+            self.assertIn(", 1 threads,", info.encoder_device)
+            self.assertTrue(info.device.startswith("cpu: "), info.device)
             self.run_request(server)  # an image: encoded on the encoder's thread
             threads = threads_of(server.proc.pid)
         finally:

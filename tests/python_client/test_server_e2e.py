@@ -305,6 +305,8 @@ class GenerateTest(ServerTestCase):
         self.assertEqual(info.model_type, "qwen2_5_vl")
         self.assertEqual(info.architecture, "Qwen2_5_VLForConditionalGeneration")
         self.assertTrue(info.accepts_images)
+        self.assertTrue(info.device.startswith("cpu: "), info.device)
+        self.assertEqual(info.encoder_device, "")  # the encoder runs between steps on `device`
         self.assertEqual(info.dtype, "f32")
         self.assertEqual(info.vocab_size, TINY_VOCAB)
         limits = info.limits
