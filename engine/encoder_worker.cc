@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,8 +14,10 @@
 namespace iris::engine {
 namespace {
 
-// A job runs as about this many Advance calls: an abandoned job stops within one of them.
-constexpr double kPiecesPerJob = 32;
+// On the CPU a job runs as about this many Advance calls: an abandoned job stops within one of
+// them. A GPU's ops only enqueue, so a stop could not reach work already queued: there the
+// forward is issued in one call (and attention runs over whole sequences, never row pieces).
+constexpr double kCpuPiecesPerJob = 32;
 
 }  // namespace
 
@@ -163,7 +166,9 @@ void EncoderWorker::Loop() {
 
 std::optional<absl::StatusOr<core::Tensor>> EncoderWorker::RunJob(const Job& job) {
   if (absl::Status s = encoder_->Begin(job.pixels, job.grids); !s.ok()) return absl::StatusOr<core::Tensor>(s);
-  const double piece = std::max(encoder_->remaining_flops() / kPiecesPerJob, 1.0);
+  const double piece = device_->kind() == kernels::DeviceKind::kCpu
+                           ? std::max(encoder_->remaining_flops() / kCpuPiecesPerJob, 1.0)
+                           : std::numeric_limits<double>::infinity();
   while (!encoder_->done()) {
     if (!Held(job.id)) {
       encoder_->Abandon();

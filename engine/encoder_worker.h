@@ -4,9 +4,10 @@
 // requests, and picks the embeddings up by polling once they are in host memory. Nothing the
 // engine thread does waits for the encoder.
 //
-// One job at a time (the scheduler plans the next only when the last has ended). The thread runs a
-// job as the resumable forward's pieces (VisionEncoder::Begin / Advance), so that an abandoned job
-// (every request it was for has gone) stops after its current piece and frees the thread.
+// One job at a time (the scheduler plans the next only when the last has ended). On the CPU the
+// thread runs a job as the resumable forward's pieces (VisionEncoder::Begin / Advance), so that an
+// abandoned job (every request it was for has gone) stops after its current piece and frees the
+// thread; on a GPU, whose ops only enqueue, it issues the forward in one call.
 #pragma once
 
 #include <cstdint>
