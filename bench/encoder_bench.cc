@@ -4,6 +4,7 @@
 //   encoder_bench --model DIR [--images DIR] [--dtype bf16|f32] [--min-seconds S]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -17,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/model_config.h"
 #include "core/safetensors.h"
@@ -26,6 +28,9 @@
 #include "vision/encoder_plan.h"
 #include "vision/smart_resize.h"
 #include "vision/vision_encoder.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
 
 ABSL_FLAG(std::string, model, "build/models/vision-3b", "model folder (the 3b preset's vision tower)");
 ABSL_FLAG(std::string, device, "cpu", "where the encoder runs: cpu, or cuda / cuda:N (the peak is then cuBLASLt's)");
@@ -180,6 +185,47 @@ int main(int argc, char** argv) {
                 100.0 * tflops * 1e12 / row_peak, floor_ms, ms / floor_ms);
     std::fflush(stdout);
   }
+
+#ifdef IRIS_HAVE_CUDA
+  // A GPU's two varlen attentions for the bf16 mode, in the same run: iris's tensor-core flash
+  // kernel (the default) and cuDNN's SDPA, alternating per input; and how far apart their
+  // embeddings are (the same bf16-rounded inputs, different accumulation orders).
+  if (gpu && bf16) {
+    auto& cuda_dev = kernels::cuda::AsCuda(dev);
+    using Attention = kernels::cuda::CudaDevice::Attention;
+    if (absl::Status s = cuda_dev.SetAttention(Attention::kCudnn); !s.ok()) {
+      std::printf("\nattention, flash vs cudnn: not measured: %s\n", std::string(s.message()).c_str());
+    } else {
+      std::printf("\nencoder ms by attention (same run, alternating; max |cudnn - flash| / max |flash| of the "
+                  "embeddings):\n| input | flash ms | cudnn ms | cudnn / flash | embeddings apart |\n"
+                  "| --- | ---: | ---: | ---: | ---: |\n");
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const Prepared& p = inputs[i];
+        double ms[2];
+        core::Tensor out[2];
+        for (int a = 0; a < 2; ++a) {
+          (void)cuda_dev.SetAttention(a == 0 ? Attention::kFlash : Attention::kCudnn);
+          ms[a] = encode_ms(p);
+          absl::StatusOr<core::Tensor> o = (*encoder)->Forward(p.pixel_values, p.grids);
+          if (o.ok()) out[a] = *o;
+        }
+        double diff = 0, scale = 0;
+        if (out[0].numel() > 0 && out[0].numel() == out[1].numel()) {
+          for (int64_t e = 0; e < out[0].numel(); ++e) {
+            diff = std::max(diff, static_cast<double>(std::fabs(out[1].data<float>()[e] - out[0].data<float>()[e])));
+            scale = std::max(scale, static_cast<double>(std::fabs(out[0].data<float>()[e])));
+          }
+        }
+        const absl::Status st = dev.status();
+        std::printf("| %s | %.2f | %.2f | %.2fx | %s |\n", shapes[i].label.c_str(), ms[0], ms[1], ms[1] / ms[0],
+                    st.ok() ? absl::StrFormat("%.2e", scale > 0 ? diff / scale : 0.0).c_str()
+                            : std::string(st.message()).c_str());
+        std::fflush(stdout);
+      }
+      (void)cuda_dev.SetAttention(Attention::kFlash);
+    }
+  }
+#endif
 
   if (absl::GetFlag(FLAGS_switches)) {
     struct Config {

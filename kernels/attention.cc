@@ -7,6 +7,7 @@
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/flash_varlen_args.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cudnn_sdpa.h"
 #endif
 
 namespace iris::kernels {
@@ -23,6 +24,10 @@ void VarlenAttention(Device& device, const AttentionArgs& args) {
       // iris's flash kernels: on the tensor cores for the bf16 compute mode (bf16-rounded q, k, v and
       // p, as the CPU's bf16 path), f32 products on CUDA cores otherwise.
       cuda::CudaDevice& gpu = cuda::AsCuda(device);
+      // Or cuDNN's SDPA, where the device is set to it and it takes the call.
+      if (gpu.attention() == cuda::CudaDevice::Attention::kCudnn && cuda::CudnnSdpa::Takes(args)) {
+        return gpu.sdpa()->Run(args);
+      }
       const cuda::FlashVarlenParams p = cuda::FlashVarlenParamsOf(args);
       return gpu.Check(args.bf16 ? cuda::LaunchFlashVarlenMma(gpu.stream(), p) : cuda::LaunchFlashVarlen(gpu.stream(), p),
                        "VarlenAttention");

@@ -35,6 +35,9 @@ struct AttentionArgs {
   // results equal the one-call result row for row (the encoder's resumable forward).
   int64_t q_begin = 0;
   int64_t q_end = -1;
+  // The packed tokens' count (cu_seqlens' last value) as a host integer, when the caller knows it
+  // (-1: unknown): lets a device size its launches without reading cu_seqlens back.
+  int64_t num_rows = -1;
   // q·kᵀ and p·v from bf16-rounded q, k, v and p (AVX512-BF16 dot products); softmax and all
   // accumulation stay f32. About 2^-9 relative error per input: for the bf16 compute mode only.
   // Ignored (f32 path) on a CPU device without AVX512-BF16.

@@ -16,7 +16,14 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
   if (options.threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("device threads must be >= 0, got ", options.threads));
   }
+  if (!options.attention.empty() && options.attention != "flash" && options.attention != "cudnn") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention \"", options.attention, "\" is not one of: flash, cudnn"));
+  }
   if (options.name == "cpu") {
+    if (options.attention == "cudnn") {
+      return absl::InvalidArgumentError("attention \"cudnn\" is for a CUDA device; the CPU runs iris's own kernel");
+    }
     absl::StatusOr<cpu::CpuIsa> isa = cpu::ChooseCpuIsa(options.cpu_isa);
     if (!isa.ok()) return isa.status();
     return std::unique_ptr<Device>(new cpu::CpuDevice(options.threads, *isa));
@@ -27,6 +34,9 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     if (!ordinal.ok()) return ordinal.status();
     absl::StatusOr<std::unique_ptr<cuda::CudaDevice>> device = cuda::CudaDevice::Create(*ordinal);
     if (!device.ok()) return device.status();
+    if (options.attention == "cudnn") {
+      if (absl::Status s = (*device)->SetAttention(cuda::CudaDevice::Attention::kCudnn); !s.ok()) return s;
+    }
     return std::unique_ptr<Device>(std::move(*device));
 #else
     return absl::UnimplementedError("device \"" + options.name +

@@ -90,6 +90,10 @@ struct DeviceOptions {
   // CPU: the highest instruction set iris's own kernels may use ("avx2", "avx512",
   // "avx512_bf16"; empty = what the processor has, capped by the IRIS_CPU_ISA variable).
   std::string cpu_isa;
+  // CUDA: the varlen attention of the bf16 compute mode: "flash" (iris's tensor-core kernel, the
+  // default; empty means it) or "cudnn" (cuDNN's SDPA operation, kernels/cuda/cudnn_sdpa.h).
+  // The CPU has its own kernel only.
+  std::string attention;
 };
 
 // INVALID_ARGUMENT for an unknown name, UNIMPLEMENTED for a backend this build lacks,

@@ -37,6 +37,8 @@ ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 (fast, the default) or
 ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu, or cuda / cuda:N (a GPU, in a build with the CUDA backend)");
 ABSL_FLAG(std::string, cpu_isa, "", "CPU device: highest instruction set of iris's kernels, avx2 | avx512 | avx512_bf16 "
           "(empty = what the processor has, or the IRIS_CPU_ISA variable)");
+ABSL_FLAG(std::string, attention, "flash", "with --device cuda: the encoder's varlen attention in bf16, flash (iris's "
+          "tensor-core kernel) or cudnn (cuDNN's SDPA operation, cuDNN 9.15 or later)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for every interface)");
 ABSL_FLAG(int32_t, port, 50051, "port to listen on (0 = any free port, printed when ready)");
 ABSL_FLAG(int32_t, http_port, -1, "OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models, "
@@ -266,7 +268,8 @@ absl::Status ApplyCpuPlan(const CpuPlan& plan, engine::EngineOptions& engine_opt
   if (!plan.encoder.empty()) {
     model_options.encoder_device = kernels::DeviceOptions{.name = "cpu",
                                                           .threads = static_cast<int>(plan.encoder.size()),
-                                                          .cpu_isa = absl::GetFlag(FLAGS_cpu_isa)};
+                                                          .cpu_isa = absl::GetFlag(FLAGS_cpu_isa),
+                                                          .attention = ""};
     engine_options.encoder_cpus = plan.encoder;
   }
   return absl::OkStatus();
@@ -325,6 +328,7 @@ absl::Status Run(const sigset_t& stop_signals) {
   model_options.techniques.cached_cu_seqlens = absl::GetFlag(FLAGS_cached_cu_seqlens);
   model_options.device.name = absl::GetFlag(FLAGS_device);
   model_options.device.cpu_isa = absl::GetFlag(FLAGS_cpu_isa);
+  model_options.device.attention = absl::GetFlag(FLAGS_attention) == "flash" ? "" : absl::GetFlag(FLAGS_attention);
   IRIS_RETURN_IF_ERROR(ApplyEncoderDevice(cpu_plan, model_options));
   const double gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   if (gpu_memory_fraction != 0 && !absl::GetFlag(FLAGS_check_memory)) {

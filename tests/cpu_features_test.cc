@@ -146,6 +146,19 @@ TEST(CpuFeaturesTest, DeviceRunsTheChosenTier) {
 
   options.cpu_isa = "avx3";
   EXPECT_EQ(CreateDevice(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.cpu_isa = "";
+
+  // The attention choice: the CPU has its own kernel only ("flash" and empty are the default).
+  for (const char* ok : {"", "flash"}) {
+    options.attention = ok;
+    EXPECT_TRUE(CreateDevice(options).ok()) << ok;
+  }
+  for (const auto& [name, message] : {std::pair{"cudnn", "is for a CUDA device"}, {"sdpa", "not one of: flash, cudnn"}}) {
+    options.attention = name;
+    const absl::Status s = CreateDevice(options).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(s.message().find(message), std::string::npos) << s;
+  }
 }
 
 }  // namespace

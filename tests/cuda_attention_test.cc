@@ -1,7 +1,7 @@
 // VarlenAttention through its dispatch point on a GPU (label gpu), against the CPU kernel and a
 // double-precision reference: the vision tower's window and full attention shapes (head dim 80,
 // q/k/v read in place from the fused qkv rows), the decoder's causal GQA at head dim 128, and a
-// clipped row range (the encoder's resumable pieces).
+// clipped row range (the encoder's resumable pieces); and cuDNN's SDPA where the device is set to it.
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -11,6 +11,7 @@
 #include "kernels/device.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cudnn_sdpa.h"
 #endif
 #include "tests/attention_cases.h"
 #include "tests/kernel_cases.h"
@@ -28,7 +29,7 @@ using testing::VarlenShape;
 // The case's result on cuda:0 through kernels::VarlenAttention.
 // bf16: the bf16 compute mode's kernel (tensor cores).
 std::vector<float> RunOnGpu(Device& gpu, const VarlenCase& c, int64_t q_begin = 0, int64_t q_end = -1,
-                            bool bf16 = false) {
+                            bool bf16 = false, bool with_num_rows = false) {
   auto up = [&](const void* host, core::DType dtype, int64_t n) {
     absl::StatusOr<core::Tensor> t = gpu.Allocate(dtype, {n});
     EXPECT_TRUE(t.ok()) << t.status();
@@ -43,6 +44,7 @@ std::vector<float> RunOnGpu(Device& gpu, const VarlenCase& c, int64_t q_begin = 
   a.q_begin = q_begin;
   a.q_end = q_end;
   a.bf16 = bf16;
+  if (with_num_rows) a.num_rows = c.rows;
   VarlenAttention(gpu, a);
   gpu.CopyToHost(dout.data<float>(), out.data(), out.size() * sizeof(float));
   return out;
@@ -81,6 +83,31 @@ TEST(CudaAttentionTest, Bf16VarlenOnTensorCoresMatchesTheDefinitionOnBf16Inputs)
     const std::vector<float> exact = c.DoubleReference();
     EXPECT_LE(testing::RelativeL2(got.data(), exact.data(), static_cast<int64_t>(got.size())), 1e-2);
   }
+}
+
+// cuDNN's SDPA (the device's "cudnn" attention) where it takes the call — bf16, non-causal, every
+// row of a known count, head dim a multiple of 8 — against the same bf16-input definition as the
+// tensor-core kernel; the other shapes (causal, head dim 23) go to the flash kernels and build no
+// plan.
+TEST(CudaAttentionTest, CudnnSdpaMatchesTheDefinitionOnBf16InputsWhereItTakesTheCall) {
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  cuda::CudaDevice& cuda_dev = cuda::AsCuda(*gpu);
+  const absl::Status set = cuda_dev.SetAttention(cuda::CudaDevice::Attention::kCudnn);
+  ASSERT_TRUE(set.ok()) << set;
+  for (const VarlenShape& s : kShapes) {
+    const VarlenCase c = s.Case();
+    const int64_t plans_before = cuda_dev.sdpa()->plans_built();
+    const std::vector<float> got = RunOnGpu(*gpu, c, 0, -1, /*bf16=*/true, /*with_num_rows=*/true);
+    ASSERT_TRUE(cuda_dev.status().ok()) << cuda_dev.status();
+    ExpectCloseRel(got, c.RoundedToBf16().DoubleReference(), 4e-3f, "cudnn sdpa vs bf16-input definition");
+    const bool taken = !c.causal && c.head_dim % 8 == 0;
+    EXPECT_EQ(cuda_dev.sdpa()->plans_built() > plans_before, taken) << "head dim " << c.head_dim;
+  }
+  // A second call of a shape reuses its plan.
+  const int64_t plans = cuda_dev.sdpa()->plans_built();
+  (void)RunOnGpu(*gpu, kShapes[0].Case(), 0, -1, true, true);
+  EXPECT_EQ(cuda_dev.sdpa()->plans_built(), plans);
 }
 
 TEST(CudaAttentionTest, ClippedRowsEqualTheWholeCall) {

@@ -197,7 +197,9 @@ struct DecoderOn {
     }
     auto out = decoder->Forward(batch, cache.get());
     EXPECT_TRUE(out.ok()) << out.status();
-    if (out.ok()) EXPECT_EQ(out->device(), core::Device::kCpu);
+    if (out.ok()) {
+      EXPECT_EQ(out->device(), core::Device::kCpu);
+    }
     return out;
   }
   std::unique_ptr<llm::Decoder> decoder;

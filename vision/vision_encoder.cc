@@ -272,6 +272,7 @@ void VisionEncoder::Attention(const DevicePlan& plan, bool full, int64_t n, int6
   a.max_seqlen = full ? plan.host->max_seqlen : plan.host->max_window_seqlen;
   a.q_begin = r0;
   a.q_end = r1;
+  a.num_rows = n;
   // bf16 mode: q·kᵀ and p·v as bf16 dot products (f32 softmax and accumulation).
   a.bf16 = options_.compute == kernels::ComputeType::kBF16;
   const QkvPadding padding = ResolveQkvPadding(options_, d);

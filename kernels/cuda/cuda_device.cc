@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/memory_plan.h"
+#include "kernels/cuda/cudnn_sdpa.h"
 
 namespace iris::kernels::cuda {
 
@@ -179,6 +180,16 @@ CudaDevice::CudaDevice(int ordinal, std::shared_ptr<State> state, std::string de
     : ordinal_(ordinal), state_(std::move(state)), description_(std::move(description)) {}
 
 CudaDevice::~CudaDevice() = default;
+
+absl::Status CudaDevice::SetAttention(Attention attention) {
+  if (attention == Attention::kCudnn && sdpa_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<CudnnSdpa>> sdpa = CudnnSdpa::Create(*this);
+    if (!sdpa.ok()) return sdpa.status();
+    sdpa_ = std::move(*sdpa);
+  }
+  attention_ = attention;
+  return absl::OkStatus();
+}
 
 CUstream_st* CudaDevice::stream() const { return state_->stream; }
 

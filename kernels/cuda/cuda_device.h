@@ -21,6 +21,8 @@ struct cublasLtContext;
 
 namespace iris::kernels::cuda {
 
+class CudnnSdpa;
+
 class CudaDevice final : public Device {
  public:
   // "cuda:<ordinal>": FAILED_PRECONDITION when no usable GPU is there (no driver, a driver older
@@ -73,6 +75,16 @@ class CudaDevice final : public Device {
   // a capture has begun, outgrown buffers are kept (a graph may replay their address).
   void* ActivationScratch(size_t bytes);
 
+  // The varlen attention the bf16 compute mode runs (DeviceOptions::attention): iris's
+  // tensor-core flash kernel, or cuDNN's SDPA operation where it takes the call (CudnnSdpa::Takes;
+  // the flash kernel otherwise). Switching to kCudnn makes the cuDNN handle the first time:
+  // FAILED_PRECONDITION when cuDNN cannot be used (the message says why). Benchmarks switch per run.
+  enum class Attention { kFlash, kCudnn };
+  Attention attention() const { return attention_; }
+  absl::Status SetAttention(Attention attention);
+  // cuDNN's SDPA, once kCudnn has been set (else null).
+  CudnnSdpa* sdpa() const { return sdpa_.get(); }
+
  private:
   struct State;
   CudaDevice(int ordinal, std::shared_ptr<State> state, std::string description);
@@ -82,6 +94,8 @@ class CudaDevice final : public Device {
   // gone still goes back through the stream and pool it came from.
   std::shared_ptr<State> state_;
   std::string description_;
+  Attention attention_ = Attention::kFlash;
+  std::unique_ptr<CudnnSdpa> sdpa_;
 };
 
 // The CUDA device behind a Device of kind kCuda (the dispatch points' counterpart of cpu::AsCpu).
