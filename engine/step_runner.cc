@@ -39,7 +39,10 @@ StepRunner::StepRunner(Model* model, llm::KvCache* cache, EncoderCache* encoder_
       interleave_encoder_(interleave_encoder), worker_(worker) {}
 
 StepRunner::~StepRunner() {
-  if (job_ == nullptr) return;
+  if (job_ != nullptr) StopJobWork();
+}
+
+void StepRunner::StopJobWork() {
   if (worker_ != nullptr) {
     worker_->Abandon();
   } else {
@@ -197,11 +200,7 @@ void StepRunner::AdvanceJob(double encoder_flops, StepResult& result) {
     for (const std::string& id : im.sequences) wanted = wanted || scheduler_->Find(id) != nullptr;
   }
   if (!wanted) {
-    if (worker_ != nullptr) {
-      worker_->Abandon();
-    } else {
-      model_->encoder->Abandon();
-    }
+    StopJobWork();
     job_.reset();
     result.encode_job_ended = true;
     return;

@@ -103,6 +103,8 @@ class StepRunner {
   void StartJob(const StepPlan& plan, StepResult& result);
   void AdvanceJob(double encoder_flops, StepResult& result);
   void EndJob(absl::StatusOr<core::Tensor> out, StepResult& result);
+  // Stops the job's forward where it runs (the worker, or this thread's encoder).
+  void StopJobWork();
   // The images' pixel values as one tensor and their grids, in order.
   static void GatherPixels(const std::vector<ImageToEncode>& images, core::Tensor* pixels,
                            std::vector<vision::GridThw>* grids);

@@ -105,8 +105,7 @@ TEST_F(EngineMixedTest, ConcurrentWithTheEncoderBesideTheStepsEqualsAlone) {
 
 TEST_F(EngineMixedTest, ConcurrentWithPreemptionAndTheEncoderBesideTheStepsEqualsAlone) {
   EngineStats stats;
-  RunConcurrent(*specs_, TooSmallCacheOptions(), *alone_, &stats, kCpuDevice,
-                kOneThreadCpu);
+  RunConcurrent(*specs_, TooSmallCacheOptions(), *alone_, &stats, kCpuDevice, kOneThreadCpu);
   EXPECT_GT(stats.preemptions, 0) << "the cache was meant to be too small";
   EXPECT_EQ(stats.requests_finished, 32);
 }

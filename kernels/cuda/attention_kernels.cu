@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/attention_kernels.cuh"
+#include "kernels/cuda/launch_grid.cuh"
 #include "kernels/cuda/flash_mma.cuh"
 
 namespace iris::kernels::cuda {
@@ -21,7 +22,7 @@ int LaunchFlashVarlen(CUstream_st* stream, const FlashVarlenParams& p) {
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>((p.max_seqlen + kFlashRows - 1) / kFlashRows),
                   static_cast<unsigned>(p.num_heads));
   FlashVarlenKernel<<<grid, kFlashWarps * kWarpSize, 0, stream>>>(p);
-  return static_cast<int>(cudaGetLastError());
+  return LastLaunchError();
 }
 
 int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p) {
@@ -34,7 +35,7 @@ int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p) {
   WithMmaFlashDim(p.head_dim, [&](auto dim) {
     FlashVarlenMmaKernel<decltype(dim)::value><<<grid, kMmaFlashWarps * kWarpSize, 0, stream>>>(p);
   });
-  return static_cast<int>(cudaGetLastError());
+  return LastLaunchError();
 }
 
 }  // namespace iris::kernels::cuda

@@ -6,11 +6,10 @@
 #include <algorithm>
 
 #include "kernels/cuda/kernels.cuh"
+#include "kernels/cuda/launch_grid.cuh"
 
 namespace iris::kernels::cuda {
 namespace {
-
-int LastError() { return static_cast<int>(cudaGetLastError()); }
 
 // Threads per block for a block's share of `work` items (a multiple of the warp size: the
 // reductions shuffle).
@@ -30,45 +29,45 @@ int LaunchRmsNorm(CUstream_st* stream, const float* x, const float* weight, int6
                   float* y) {
   if (rows == 0) return 0;
   RmsNormKernel<<<static_cast<unsigned>(rows), BlockFor(dim), 0, stream>>>(x, weight, dim, eps, y);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchLayerNorm(CUstream_st* stream, const float* x, const float* weight, const float* bias, int64_t rows,
                     int64_t dim, float eps, float* y) {
   if (rows == 0) return 0;
   LayerNormKernel<<<static_cast<unsigned>(rows), BlockFor(dim), 0, stream>>>(x, weight, bias, dim, eps, y);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchSiluMulRows(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, float* out) {
   const int64_t n = rows * inter;
   if (n == 0) return 0;
   SiluMulRowsKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(gu, rows, inter, out);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchSiluMul(CUstream_st* stream, const float* gate, const float* up, int64_t n, float* out) {
   if (n == 0) return 0;
   SiluMulKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(gate, up, n, out);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchGeluErf(CUstream_st* stream, const float* x, int64_t n, float* y) {
   if (n == 0) return 0;
   GeluErfKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(x, n, y);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchQuickGelu(CUstream_st* stream, const float* x, int64_t n, float* y) {
   if (n == 0) return 0;
   QuickGeluKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(x, n, y);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchAdd(CUstream_st* stream, const float* a, const float* b, int64_t n, float* y) {
   if (n == 0) return 0;
   AddKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(a, b, n, y);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchRotaryQK(CUstream_st* stream, float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
@@ -76,7 +75,7 @@ int LaunchRotaryQK(CUstream_st* stream, float* q, int64_t q_stride, int q_heads,
   if (rows == 0) return 0;
   RotaryQKKernel<<<static_cast<unsigned>(rows), BlockFor(int64_t{q_heads + k_heads} * head_dim / 2), 0, stream>>>(
       q, q_stride, q_heads, k, k_stride, k_heads, head_dim, cos, sin);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchRotary(CUstream_st* stream, float* x, int64_t stride, int heads, int64_t rows, int head_dim,
@@ -89,7 +88,7 @@ int LaunchPadQkv(CUstream_st* stream, const float* qkv, int64_t rows, int heads,
   if (rows == 0) return 0;
   PadQkvKernel<<<dim3(static_cast<unsigned>(rows), 3), BlockFor(int64_t{heads} * padded_dim), 0, stream>>>(
       qkv, rows, heads, head_dim, padded_dim, q, k, v);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchPadOneOfQkv(CUstream_st* stream, const float* qkv, int64_t rows, int heads, int head_dim, int padded_dim,
@@ -97,7 +96,7 @@ int LaunchPadOneOfQkv(CUstream_st* stream, const float* qkv, int64_t rows, int h
   if (rows == 0) return 0;
   PadOneOfQkvKernel<<<static_cast<unsigned>(rows), BlockFor(int64_t{heads} * padded_dim), 0, stream>>>(
       qkv, rows, heads, head_dim, padded_dim, which, out);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchUnpadHeads(CUstream_st* stream, const float* padded, int64_t rows, int heads, int head_dim, int padded_dim,
@@ -105,21 +104,21 @@ int LaunchUnpadHeads(CUstream_st* stream, const float* padded, int64_t rows, int
   const int64_t n = rows * heads * head_dim;
   if (n == 0) return 0;
   UnpadHeadsKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(padded, rows, heads, head_dim, padded_dim, out);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchGatherRows(CUstream_st* stream, const float* src, int64_t width, const int32_t* index, int64_t n,
                      float* dst) {
   if (n * width == 0) return 0;
   GatherRowsKernel<<<FlatBlocks(n * width), kFlatThreads, 0, stream>>>(src, width, index, n, dst);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchScatterRows(CUstream_st* stream, const float* src, int64_t width, const int32_t* index, int64_t n,
                       float* dst) {
   if (n * width == 0) return 0;
   ScatterRowsKernel<<<FlatBlocks(n * width), kFlatThreads, 0, stream>>>(src, width, index, n, dst);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchEmbeddingLookup(CUstream_st* stream, const void* table, EmbeddingDType dtype, int64_t vocab, int64_t width,
@@ -142,13 +141,13 @@ int LaunchEmbeddingLookup(CUstream_st* stream, const void* table, EmbeddingDType
     default:
       return static_cast<int>(cudaErrorInvalidValue);
   }
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t vocab, int32_t* out) {
   if (rows == 0) return 0;
   ArgmaxKernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(logits, vocab, out);
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchWritePagedKv(CUstream_st* stream, const float* k, int64_t k_row_stride, const float* v, int64_t v_row_stride,
@@ -166,7 +165,7 @@ int LaunchWritePagedKv(CUstream_st* stream, const float* k, int64_t k_row_stride
                                                                     row_elems, num_slots, static_cast<float*>(k_pool),
                                                                     static_cast<float*>(v_pool));
   }
-  return LastError();
+  return LastLaunchError();
 }
 
 int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
@@ -198,7 +197,7 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
     PagedAttentionCombineKernel<<<dim3(grid.x, grid.y), 128, 0, stream>>>(partials, splits, num_heads, head_dim, out,
                                                                          out_row_stride, row_begin);
   }
-  return LastError();
+  return LastLaunchError();
 }
 
 int PagedAttentionSplits(int64_t rows, int num_heads, int sm_count) {
