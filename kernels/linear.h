@@ -13,8 +13,8 @@
 namespace iris::kernels {
 
 // f32: weights upcast to float32, f32 math (for checking against the reference).
-// bf16: bf16 weights and activations, f32 accumulation and f32 output (AVX512-BF16/AMX; on the
-// CPU it needs AVX-512: Linear::Create fails with FAILED_PRECONDITION below).
+// bf16: bf16 weights and activations, f32 accumulation and f32 output (AVX512-BF16/AMX; on a
+// CPU without a bf16 matmul, bf16-rounded operands on the f32 matmul: the same products).
 enum class ComputeType { kF32, kBF16 };
 
 // What happens to the matmul result before it is stored in y.
@@ -43,7 +43,19 @@ class Linear {
 
 // Measures this machine's dense matmul rate (FLOP/s) with a large oneDNN matmul of the given
 // compute type (M=N=K=`size`), best of `repeats` after a warm-up. Used by benchmarks as the peak.
-// 0 where the device has no matmul of that compute type.
+// bf16 on a CPU without a bf16 matmul: the f32 matmul's rate (what bf16 compute runs on there).
 double MeasureMatmulPeakFlops(Device& device, ComputeType compute, int64_t size = 2048, int repeats = 5);
+
+// Whether a Linear's output rows are bit-identical however its input rows are split between
+// calls (one call of M rows, or pieces of them). oneDNN 2.6 on the CPU: yes from AVX-512 on (its
+// brgemm matmuls fix the K order per kernel), no below (the AVX2 gemm picks its K blocking by M:
+// rows then differ in the last bits). No on a GPU (cuBLASLt picks algorithms by shape). The
+// resumable encoder and chunked prefill equal the unsplit forward bit for bit where this holds,
+// and to rounding elsewhere.
+bool MatmulRowsSplitInvariant(const Device& device);
+
+// Bytes a Linear keeps per weight for `compute` on a device of `kind`: 4 for f32, 2 for bf16,
+// but 4 for bf16 on a CPU without a bf16 matmul (weights kept widened). For the memory plan.
+int64_t LinearWeightBytes(DeviceKind kind, ComputeType compute);
 
 }  // namespace iris::kernels

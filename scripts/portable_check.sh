@@ -2,8 +2,8 @@
 # Proves that the default build (IRIS_MARCH=x86-64-v3) runs on a processor without AVX-512: the
 # kernels suites, cpu_features_test and the tiny model's f32 decoder goldens run under QEMU's
 # Haswell model (AVX2 + FMA; QEMU 7.2 raises SIGILL on any AVX-512 instruction) with IRIS_CPU_ISA
-# unset, so the binaries must find the avx2 tier themselves. bf16 Linear cases skip themselves
-# there (oneDNN has no bf16 matmul below AVX-512). Takes about 13 minutes on 2 shared cores (the
+# unset, so the binaries must find the avx2 tier themselves. bf16 Linear cases run there on the
+# f32 matmul (oneDNN has no bf16 matmul below AVX-512). Takes about 13 minutes on 2 shared cores (the
 # attention suites and the decoder goldens about 4 each).
 set -euo pipefail
 cd "$(dirname "$0")/.."

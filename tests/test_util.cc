@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "core/model_config.h"
@@ -56,6 +57,19 @@ double RelativeL2(const float* a, const float* b, int64_t n) {
     den += static_cast<double>(b[i]) * b[i];
   }
   return std::sqrt(num / (den > 0 ? den : 1.0));
+}
+
+::testing::AssertionResult SameUnderRowSplits(const float* got, const float* want, int64_t n, bool split_invariant,
+                                              double tolerance) {
+  if (split_invariant) {
+    if (std::memcmp(got, want, static_cast<size_t>(n) * sizeof(float)) == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "not bit-identical (relative L2 " << RelativeL2(got, want, n)
+                                         << ") on a device whose matmuls are split-invariant";
+  }
+  const double err = RelativeL2(got, want, n);
+  if (err <= tolerance) return ::testing::AssertionSuccess() << "relative L2 " << err;
+  return ::testing::AssertionFailure() << "relative L2 " << err << " > " << tolerance
+                                       << " (matmuls not split-invariant here: compared to rounding)";
 }
 
 double MaxAbsDiff(const float* a, const float* b, int64_t n) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "core/tensor.h"
 #include "vision/image.h"
@@ -30,6 +31,13 @@ std::vector<int64_t> Int64Values(const core::Tensor& t);
 // ||a - b||_2 / ||b||_2 over float32 arrays of equal size.
 double RelativeL2(const float* a, const float* b, int64_t n);
 double MaxAbsDiff(const float* a, const float* b, int64_t n);
+
+// `got` against `want`, the same computation with its matmul rows split between calls in another
+// way (pieces, chunks): bit for bit where the device's matmuls are split-invariant
+// (kernels::MatmulRowsSplitInvariant), else within `tolerance` relative L2, and never bit-equal
+// by accident of a sloppy check: the message says which was asked.
+::testing::AssertionResult SameUnderRowSplits(const float* got, const float* want, int64_t n, bool split_invariant,
+                                              double tolerance);
 
 // n floats uniform in [lo, hi) from a seeded generator (the same seed gives the same values).
 std::vector<float> RandomFloats(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f);

@@ -25,6 +25,10 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CpuDevice& dev, const core:
                                                      const core::Tensor* bias, ComputeType compute,
                                                      RowToBf16Fn to_bf16);
 double MeasureMatmulPeakFlops(CpuDevice& dev, ComputeType compute, int64_t size, int repeats);
+// Whether oneDNN has a bf16 matmul on this processor (2.6: from AVX-512 on); asked once.
+bool HasBf16Matmul();
+// Whether oneDNN's matmuls run on its brgemm kernels here (its effective ISA is AVX-512 or newer).
+bool OneDnnUsesBrgemm();
 
 // Plain C++, any ISA: row copies (the paged KV cache's writes among them) and the embedding lookup.
 void GatherRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst);
