@@ -139,7 +139,7 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b)
   MemoryEstimate e;
   int64_t widest_input = 0;          // elements of the decoder's largest matmul input at the budgets
   int64_t widest_encoder_input = 0;  // and the encoder's
-  const int64_t wb = b.f32_compute || b.bf16_weights_widened ? 4 : 2;
+  const int64_t wb = b.f32_compute ? 4 : 2;
   const int64_t stored = config.torch_dtype == "float32" ? 4 : 2;
   e.parameters = CountParameters(config);
   if (config.has_text) {

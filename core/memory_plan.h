@@ -31,8 +31,6 @@ absl::Status CheckCheckpointTensors(const ModelConfig& config, const Checkpoint&
 
 struct MemoryBudgets {
   bool f32_compute = false;            // --dtype f32 (weights kept as f32) or bf16
-  // bf16 compute whose matmuls run on f32 (a CPU without a bf16 matmul): weights kept widened.
-  bool bf16_weights_widened = false;
   int64_t kv_cache_bytes = 0;          // --kv-cache-bytes
   std::string kv_cache_flag = "--kv-cache-bytes";  // the flag that sets it, for messages
   int64_t max_num_batched_tokens = 2048;

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "kernels/device.h"
-#include "kernels/linear.h"
 
 namespace iris::engine {
 
@@ -27,11 +26,7 @@ absl::StatusOr<MemoryCheck> CheckMemoryBeforeLoad(const std::string& dir, const 
   IRIS_ASSIGN_OR_RETURN(core::Checkpoint ckpt, core::Checkpoint::Open(dir));
   IRIS_RETURN_IF_ERROR(core::CheckCheckpointTensors(config, ckpt));
   MemoryCheck check;
-  const bool on_cpu = model.device.name == "cpu";
   check.budgets.f32_compute = model.compute == kernels::ComputeType::kF32;
-  check.budgets.bf16_weights_widened =
-      !check.budgets.f32_compute &&
-      kernels::LinearWeightBytes(on_cpu ? kernels::DeviceKind::kCpu : kernels::DeviceKind::kCuda, model.compute) == 4;
   check.budgets.kv_cache_bytes = engine.kv_cache_bytes;
   check.budgets.kv_cache_flag = kv_cache_flag;
   check.budgets.max_num_batched_tokens = engine.max_num_batched_tokens;
@@ -42,6 +37,7 @@ absl::StatusOr<MemoryCheck> CheckMemoryBeforeLoad(const std::string& dir, const 
     check.budgets.max_encoder_patches = std::max(check.budgets.max_encoder_patches,
                                                  pre.max_pixels / (int64_t{pre.patch_size} * pre.patch_size));
   }
+  const bool on_cpu = model.device.name == "cpu";
   check.budgets.gpu = !on_cpu;
   check.budgets.encoder_device_apart = model.encoder_device.has_value();
   check.estimate = core::EstimateMemory(config, check.budgets);

@@ -37,11 +37,6 @@ bool MatmulRowsSplitInvariant(const Device& device) {
   return device.kind() == DeviceKind::kCpu && cpu::OneDnnUsesBrgemm();
 }
 
-int64_t LinearWeightBytes(DeviceKind kind, ComputeType compute) {
-  if (compute == ComputeType::kF32) return 4;
-  return kind == DeviceKind::kCpu && !cpu::HasBf16Matmul() ? 4 : 2;
-}
-
 double MeasureMatmulPeakFlops(Device& device, ComputeType compute, int64_t size, int repeats) {
   switch (device.kind()) {
     case DeviceKind::kCpu:

@@ -14,7 +14,8 @@ namespace iris::kernels {
 
 // f32: weights upcast to float32, f32 math (for checking against the reference).
 // bf16: bf16 weights and activations, f32 accumulation and f32 output (AVX512-BF16/AMX; on a
-// CPU without a bf16 matmul, bf16-rounded operands on the f32 matmul: the same products).
+// CPU without a bf16 matmul, bf16 weights and bf16-rounded inputs on f32 arithmetic: the same
+// products).
 enum class ComputeType { kF32, kBF16 };
 
 // What happens to the matmul result before it is stored in y.
@@ -53,9 +54,5 @@ double MeasureMatmulPeakFlops(Device& device, ComputeType compute, int64_t size 
 // resumable encoder and chunked prefill equal the unsplit forward bit for bit where this holds,
 // and to rounding elsewhere.
 bool MatmulRowsSplitInvariant(const Device& device);
-
-// Bytes a Linear keeps per weight for `compute` on a device of `kind`: 4 for f32, 2 for bf16,
-// but 4 for bf16 on a CPU without a bf16 matmul (weights kept widened). For the memory plan.
-int64_t LinearWeightBytes(DeviceKind kind, ComputeType compute);
 
 }  // namespace iris::kernels

@@ -159,7 +159,11 @@ TEST(LinearBf16Test, ComputesTheProductsOfBf16RoundedOperands) {
   // product of the bf16-rounded input and weight it differs only by f32 summation (native bf16
   // matmul or the f32 matmul that stands in for it below AVX-512). f32 and f16 weights are rounded
   // to bf16 first, as a bf16 matmul takes them.
-  const Case cases[] = {{1, 13, 5}, {7, 80, 129}, {33, 1176, 64}, {70, 2048, 96}};
+  // Row counts on both sides of the few-row kernel of CPUs without a bf16 matmul (up to 4 rows;
+  // 131 = 128 + 3, 200 = 192 + 8), column counts across its 256-column panels and blocks.
+  const Case cases[] = {{1, 13, 5},      {7, 80, 129},   {33, 1176, 64}, {70, 2048, 96},
+                        {3, 1000, 700},  {4, 77, 263},   {2, 8, 9},      {131, 300, 600},
+                        {200, 64, 520}};
   uint32_t seed = 500;
   for (DType wdtype : {DType::kBF16, DType::kF32, DType::kF16}) {
     for (const Case& c : cases) {
@@ -175,10 +179,13 @@ TEST(LinearBf16Test, ComputesTheProductsOfBf16RoundedOperands) {
       const std::vector<float> x = Random(c.m * c.k, seed++);
       std::vector<float> xr = x;
       for (float& v : xr) v = RoundToBf16(v);
-      std::vector<float> y(c.m * c.n);
-      (*lin)->Forward(x.data(), c.m, y.data());
-      const std::vector<float> ref = Reference(xr, wr, bv.data(), c.m, c.k, c.n, Epilogue::kNone, {});
-      EXPECT_LT(testing::RelativeL2(y.data(), ref.data(), c.m * c.n), 2e-6);
+      for (Epilogue ep : {Epilogue::kNone, Epilogue::kGeluErf, Epilogue::kAccumulate}) {
+        const std::vector<float> y0 = Random(c.m * c.n, seed++);
+        std::vector<float> y = y0;
+        (*lin)->Forward(x.data(), c.m, y.data(), ep);
+        const std::vector<float> ref = Reference(xr, wr, bv.data(), c.m, c.k, c.n, ep, y0);
+        EXPECT_LT(testing::RelativeL2(y.data(), ref.data(), c.m * c.n), 2e-6) << "epilogue " << static_cast<int>(ep);
+      }
     }
   }
 }

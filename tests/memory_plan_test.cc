@@ -154,11 +154,6 @@ TEST(MemoryPlan, EstimateAddsUp) {
   const core::MemoryEstimate f32 = core::EstimateMemory(c, b);
   const int64_t embed = c.text.vocab_size * c.text.hidden_size;
   EXPECT_EQ(f32.weight_bytes, 4 * (bf16.parameters - embed) + 2 * embed);  // the table stays mapped
-  // bf16 compute on a CPU without a bf16 matmul keeps its weights widened, as f32 does.
-  b.f32_compute = false;
-  b.bf16_weights_widened = true;
-  EXPECT_EQ(core::EstimateMemory(c, b).weight_bytes, f32.weight_bytes);
-  b.bf16_weights_widened = false;
   // A VL model has encoder buffers too.
   const core::MemoryEstimate vl = core::EstimateMemory(ConfigOf(*tools::FindPreset("7b")), core::MemoryBudgets{});
   EXPECT_GT(vl.encoder_activation_bytes, 0);

@@ -25,7 +25,7 @@ CpuDevice::~CpuDevice() = default;
 
 std::string CpuDevice::Describe() const {
   const CpuFeatures& f = DetectCpuFeatures();
-  // Without AVX-512 oneDNN has no bf16 matmul: bf16 compute runs bf16-rounded operands on f32's.
+  // Without AVX-512 oneDNN has no bf16 matmul: bf16 compute runs bf16 weights on f32 arithmetic.
   return absl::StrCat("cpu: ", f.brand, ", ", threads_, " threads, kernels ", CpuIsaName(isa_),
                       f.amx ? ", AMX (oneDNN)" : "", f.avx512 ? "" : ", bf16 matmuls on f32 (no AVX-512)");
 }

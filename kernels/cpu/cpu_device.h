@@ -43,7 +43,7 @@ class CpuDevice final : public Device {
   // Workspace that grows to the largest request and stays (64-byte aligned). `thread` is the
   // team member (omp_get_thread_num() inside a parallel region, 0 outside); `slot` separates
   // buffers one op uses at the same time. Contents are not kept between calls.
-  enum Slot { kSlotBf16Activations, kSlotPackedKeys, kSlotTile, kNumSlots };
+  enum Slot { kSlotBf16Activations, kSlotPackedKeys, kSlotTile, kSlotWeightPanel, kNumSlots };
   void* Scratch(Slot slot, int thread, size_t bytes);
 
  private:

@@ -25,6 +25,10 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CpuDevice& dev, const core:
                                                      const core::Tensor* bias, ComputeType compute,
                                                      RowToBf16Fn to_bf16);
 double MeasureMatmulPeakFlops(CpuDevice& dev, ComputeType compute, int64_t size, int repeats);
+// bf16 compute where oneDNN has no bf16 matmul: bf16 weights, read directly for a few rows and
+// widened in panels for oneDNN's f32 matmul otherwise (bf16_weight_linear.cc). Arguments checked.
+absl::StatusOr<std::unique_ptr<Linear>> CreateBf16WeightLinear(CpuDevice& dev, const core::Tensor& weight,
+                                                               const core::Tensor* bias, RowToBf16Fn to_bf16);
 // Whether oneDNN has a bf16 matmul on this processor (2.6: from AVX-512 on); asked once.
 bool HasBf16Matmul();
 // Whether oneDNN's matmuls run on its brgemm kernels here (its effective ISA is AVX-512 or newer).

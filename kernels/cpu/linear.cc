@@ -1,11 +1,5 @@
 // Linear on oneDNN matmul: weights reordered once into the primitive's preferred (blocked)
 // layout, one primitive per (row count, epilogue) created on first use and cached.
-//
-// bf16 compute where oneDNN has no bf16 matmul (oneDNN 2.6 below AVX-512, e.g. AVX2-only EPYCs):
-// the weights are rounded to bf16 and kept widened to f32, each input row is rounded to bf16 and
-// widened, and an f32 matmul does the rest. A product of two bf16 values is exact in f32, so this
-// computes what a bf16 matmul with f32 accumulation computes (up to the order of the sums), at
-// twice the weight memory.
 #include "kernels/cpu/cpu_ops.h"
 
 #include <algorithm>
@@ -43,45 +37,20 @@ dnnl::primitive_attr MakeAttr(Epilogue epilogue) {
   return attr;
 }
 
-// Rounds n floats to bf16 and widens them back, in chunks through to_bf16 (the tier's rounding).
-void RoundRowToBf16(RowToBf16Fn to_bf16, const float* x, int64_t n, float* y) {
-  constexpr int64_t kChunk = 1024;
-  uint16_t tmp[kChunk];
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t len = std::min(kChunk, n - i);
-    to_bf16(x + i, len, tmp);
-    for (int64_t j = 0; j < len; ++j) y[i + j] = core::Bf16ToFloat(tmp[j]);
-  }
-}
-
 class CpuLinear final : public Linear {
  public:
   CpuLinear(CpuDevice& dev, int64_t out, int64_t in, ComputeType compute, RowToBf16Fn to_bf16)
-      : dev_(dev),
-        out_(out),
-        in_(in),
-        compute_(compute),
-        to_bf16_(to_bf16),
-        emulate_bf16_(compute == ComputeType::kBF16 && !HasBf16Matmul()) {}
+      : dev_(dev), out_(out), in_(in), compute_(compute), to_bf16_(to_bf16) {}
 
   absl::Status Init(const core::Tensor& weight, const core::Tensor* bias) {
-    const Dt dt = matmul_dt();
-    // The weight in the matmul's type, as stored: [out, in] row-major == {K=in, N=out} "ba".
-    // Read in place where it already is in that type, else converted once here.
+    const Dt dt = compute_ == ComputeType::kBF16 ? Dt::bf16 : Dt::f32;
+    // The weight in the compute type, as stored: [out, in] row-major == {K=in, N=out} "ba".
+    // Read in place where it already is in the compute type, else converted once here.
     const void* plain = weight.raw();
     core::Tensor f32;                  // the weight upcast, when it is not f32 already
-    std::shared_ptr<void> bf16_copy;   // the weight rounded to bf16 (widened when emulating)
-    const core::DType want = dt == Dt::bf16 ? core::DType::kBF16 : core::DType::kF32;
-    if (emulate_bf16_ && weight.dtype() != core::DType::kBF16) {
-      // f32/f16 weights rounded to bf16 first, as a bf16 matmul would take them.
-      f32 = weight.ToF32();
-      const float* src = f32.data<float>();
-      float* dst = f32.data<float>();
-      const int64_t in = in_;
-#pragma omp parallel for num_threads(dev_.threads()) schedule(static)
-      for (int64_t r = 0; r < out_; ++r) RoundRowToBf16(to_bf16_, src + r * in, in, dst + r * in);
-      plain = f32.raw();
-    } else if (weight.dtype() != want) {
+    std::shared_ptr<void> bf16_copy;   // the weight rounded to bf16, when it is not bf16 already
+    const core::DType want = compute_ == ComputeType::kBF16 ? core::DType::kBF16 : core::DType::kF32;
+    if (weight.dtype() != want) {
       f32 = weight.ToF32();
       plain = f32.raw();
       if (want == core::DType::kBF16) {
@@ -129,7 +98,6 @@ class CpuLinear final : public Linear {
   int64_t out_features() const override { return out_; }
   ComputeType compute() const override { return compute_; }
 
-
   // Row counts vary from call to call (decoder steps); a primitive per exact M would grow without
   // bound. Up to kExactRows every M gets its own; above, M is split into a multiple of kExactRows
   // and a remainder, which bounds the cache.
@@ -150,16 +118,10 @@ class CpuLinear final : public Linear {
   void ForwardRows(const float* x, int64_t m, float* y, Epilogue epilogue) const {
     if (m <= 0) return;
     const dnnl::matmul prim = GetPrimitive(m, epilogue);
-    const Dt dt = matmul_dt();
+    const bool bf16 = compute_ == ComputeType::kBF16;
+    const Dt dt = bf16 ? Dt::bf16 : Dt::f32;
     void* src = const_cast<float*>(x);
-    if (emulate_bf16_) {
-      float* xr = static_cast<float*>(
-          dev_.Scratch(CpuDevice::kSlotBf16Activations, 0, static_cast<size_t>(m * in_) * sizeof(float)));
-      const int64_t in = in_;
-#pragma omp parallel for num_threads(dev_.threads()) schedule(static) if (m * in > 32768)
-      for (int64_t r = 0; r < m; ++r) RoundRowToBf16(to_bf16_, x + r * in, in, xr + r * in);
-      src = xr;
-    } else if (dt == Dt::bf16) {
+    if (bf16) {
       uint16_t* xb = static_cast<uint16_t*>(
           dev_.Scratch(CpuDevice::kSlotBf16Activations, 0, static_cast<size_t>(m * in_) * sizeof(uint16_t)));
       const int64_t in = in_;
@@ -190,7 +152,7 @@ class CpuLinear final : public Linear {
     }
     // Created outside the lock (primitive creation is the slow part); a racing creator of the
     // same key wastes one creation, the map keeps the first.
-    const Dt dt = matmul_dt();
+    const Dt dt = compute_ == ComputeType::kBF16 ? Dt::bf16 : Dt::f32;
     const memory::desc src_md({m, in_}, dt, Tag::ab);
     const memory::desc bias_md({1, out_}, Dt::f32, Tag::ab);
     const memory::desc dst_md({m, out_}, Dt::f32, Tag::ab);
@@ -209,14 +171,10 @@ class CpuLinear final : public Linear {
     return cache_.emplace(key, prim).first->second;
   }
 
-  // The matmul's input type: bf16 for bf16 compute where oneDNN has it, else f32.
-  Dt matmul_dt() const { return compute_ == ComputeType::kBF16 && !emulate_bf16_ ? Dt::bf16 : Dt::f32; }
-
   CpuDevice& dev_;
   const int64_t out_, in_;
   const ComputeType compute_;
   const RowToBf16Fn to_bf16_;
-  const bool emulate_bf16_;  // bf16 compute on an f32 matmul over bf16-rounded operands
   memory::desc weight_md_;
   std::shared_ptr<void> weight_buf_;
   std::shared_ptr<void> bias_;
@@ -281,6 +239,8 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CpuDevice& dev, const core:
                                                      " does not match weight ", weight.ShapeString()));
     }
   }
+  // oneDNN 2.6 has bf16 matmuls from AVX-512 on only; below, bf16 weights on the f32 matmul.
+  if (compute == ComputeType::kBF16 && !HasBf16Matmul()) return CreateBf16WeightLinear(dev, weight, bias, to_bf16);
   auto linear = std::make_unique<CpuLinear>(dev, out, in, compute, to_bf16);
   absl::Status status = linear->Init(weight, bias);
   if (!status.ok()) return status;
