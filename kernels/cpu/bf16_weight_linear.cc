@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/matmul_epilogue.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace iris::kernels::cpu {
@@ -95,18 +96,6 @@ void Direct(const float* x, int64_t k, const uint16_t* w, const float* bias, int
             int64_t ldy, Epilogue epilogue) {
   // 4 weight rows for one or two input rows, 2 for three or four: at most 8 accumulators.
   DirectColumns<M, (M <= 2 ? 4 : 2)>(x, k, w, bias, n0, n1, y, ldy, epilogue);
-}
-
-dnnl::primitive_attr MakeAttr(Epilogue epilogue) {
-  dnnl::post_ops ops;
-  switch (epilogue) {
-    case Epilogue::kNone: break;
-    case Epilogue::kGeluErf: ops.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f); break;
-    case Epilogue::kAccumulate: ops.append_sum(1.f); break;
-  }
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(ops);
-  return attr;
 }
 
 class Bf16WeightLinear final : public Linear {
@@ -229,7 +218,7 @@ class Bf16WeightLinear final : public Linear {
     dnnl::matmul prim;
     try {
       prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_md, bias_md, dst_md),
-                                                       MakeAttr(epilogue), dev_.dnnl_engine()));
+                                                       MatmulEpilogueAttr(epilogue), dev_.dnnl_engine()));
     } catch (const dnnl::error& e) {
       // f32 matmuls exist on every x86-64 oneDNN supports; a refusal is a broken installation.
       std::fprintf(stderr, "iris Linear: oneDNN f32 matmul creation failed (m=%lld, n=%lld): %s\n",

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/bf16.h"
+#include "kernels/cpu/matmul_epilogue.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace iris::kernels::cpu {
@@ -24,18 +25,6 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
-
-dnnl::primitive_attr MakeAttr(Epilogue epilogue) {
-  dnnl::post_ops ops;
-  switch (epilogue) {
-    case Epilogue::kNone: break;
-    case Epilogue::kGeluErf: ops.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f); break;
-    case Epilogue::kAccumulate: ops.append_sum(1.f); break;
-  }
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(ops);
-  return attr;
-}
 
 class CpuLinear final : public Linear {
  public:
@@ -159,7 +148,7 @@ class CpuLinear final : public Linear {
     dnnl::matmul prim;
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, weight_md_, bias_md, dst_md),
-                                      MakeAttr(epilogue), dev_.dnnl_engine());
+                                      MatmulEpilogueAttr(epilogue), dev_.dnnl_engine());
       prim = dnnl::matmul(pd);
     } catch (const dnnl::error& e) {
       // Shapes were validated at creation; oneDNN refusing them is a broken installation.
