@@ -1,17 +1,19 @@
 // bf16 compute where oneDNN has no bf16 matmul (oneDNN 2.6 below AVX-512: AVX2-only processors
-// such as Zen 3 EPYCs). The weights stay bf16 ([out, in] as HF stores them, rounded once at load),
-// so they cost what they cost on an AVX-512 machine; each input row is rounded to bf16 (a bf16
-// matmul's input). A product of two bf16 values is exact in f32, so both paths below compute what
-// a bf16 matmul with f32 accumulation computes, up to the order of the sums:
+// such as Zen 3 EPYCs). The weights stay bf16 (rounded once at load), so they cost what they cost
+// on an AVX-512 machine; each input row is rounded to bf16 (a bf16 matmul's input). A product of
+// two bf16 values is exact in f32, so both paths below compute what a bf16 matmul with f32
+// accumulation computes, up to the order of the sums:
 //
-//  * few rows (decode): an AVX2 kernel reads the bf16 weights directly (a shift widens them), all
-//    rows against each weight row while it is in registers — the step is bound by weight bytes,
-//    and these are half of f32's;
-//  * more rows (prefill, the encoder): panels of output columns are widened to f32 into a small
-//    buffer and multiplied by oneDNN's f32 matmul, its output written in place in y's columns.
+//  * up to kDirectRows rows (decode): an AVX2 kernel over the bf16 weights, packed at load in
+//    blocks of 4 output columns x 8 inputs (one 64-byte line per step: one sequential stream).
+//    One or two rows widen each line as they read it (the step is bound by weight bytes, half of
+//    f32's); more rows widen a block once into an L1/L2 buffer and run rows three at a time over it;
+//  * more rows (prefill, the encoder): panels of 256 output columns are widened to f32 into a
+//    small buffer and multiplied by oneDNN's f32 matmul, its output written in place in y's columns.
 //
 // The baseline build is x86-64-v3, so AVX2 and FMA are always there.
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -20,6 +22,7 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -34,9 +37,11 @@ namespace {
 using dnnl::memory;
 using Dt = memory::data_type;
 
-constexpr int64_t kDirectRows = 4;    // up to this many rows: the direct kernel
-constexpr int64_t kPanel = 256;       // output columns widened per oneDNN call
-constexpr int64_t kColumnBlock = 64;  // output columns per work item of the direct kernel
+constexpr int64_t kDirectRows = 64;   // up to this many rows: the direct kernel
+constexpr int64_t kPanel = 256;       // output columns widened per oneDNN call (a multiple of kCols)
+constexpr int kCols = 4;              // output columns of a packed block
+constexpr int kLanes = 8;             // inputs per packed step (one AVX2 vector)
+constexpr int64_t kBlocksPerItem = 16;  // packed blocks (64 columns) per work item of the direct kernel
 
 float GeluErf(float v) { return 0.5f * v * (1.f + std::erf(v * 0.70710678118654752f)); }
 
@@ -50,7 +55,7 @@ inline float Store(Epilogue epilogue, float acc, float prev) {
 }
 
 inline __m256 WidenBf16(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i h = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
@@ -61,59 +66,85 @@ inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// y[r, n] for r < M, n in [n0, n1): C weight rows at a time against every input row.
-template <int M, int C>
-void DirectColumns(const float* x, int64_t k, const uint16_t* w, const float* bias, int64_t n0, int64_t n1, float* y,
-                   int64_t ldy, Epilogue epilogue) {
-  const int64_t k8 = k / 8 * 8;
-  int64_t n = n0;
-  for (; n + C <= n1; n += C) {
-    __m256 acc[M][C];
-    for (int r = 0; r < M; ++r)
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-    for (int64_t t = 0; t < k8; t += 8) {
-      __m256 wv[C];
-      for (int c = 0; c < C; ++c) wv[c] = WidenBf16(w + (n + c) * k + t);
-      for (int r = 0; r < M; ++r) {
-        const __m256 xv = _mm256_loadu_ps(x + r * k + t);
-        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
-      }
+// acc[r][c] over the steps of one packed block: R rows of x (row stride ldx, zero-padded to
+// steps * kLanes), the block's weights either bf16 as packed (kWide false) or widened to f32.
+template <int R, bool kWide>
+inline void BlockRows(const float* x, int64_t ldx, const void* wblock, int64_t steps, __m256 (&acc)[R][kCols]) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < kCols; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < steps; ++t) {
+    __m256 wv[kCols];
+    if constexpr (kWide) {
+      const float* w = static_cast<const float*>(wblock) + t * kCols * kLanes;
+      for (int c = 0; c < kCols; ++c) wv[c] = _mm256_load_ps(w + c * kLanes);
+    } else {
+      const uint16_t* w = static_cast<const uint16_t*>(wblock) + t * kCols * kLanes;
+      for (int c = 0; c < kCols; ++c) wv[c] = WidenBf16(w + c * kLanes);
     }
-    for (int r = 0; r < M; ++r) {
-      for (int c = 0; c < C; ++c) {
-        float s = HorizontalSum(acc[r][c]);
-        for (int64_t t = k8; t < k; ++t) s += x[r * k + t] * core::Bf16ToFloat(w[(n + c) * k + t]);
-        float* out = y + r * ldy + n + c;
-        *out = Store(epilogue, s + bias[n + c], *out);
-      }
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * ldx + t * kLanes);
+      for (int c = 0; c < kCols; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
     }
   }
-  if (n < n1) DirectColumns<M, 1>(x, k, w, bias, n, n1, y, ldy, epilogue);
 }
 
-template <int M>
-void Direct(const float* x, int64_t k, const uint16_t* w, const float* bias, int64_t n0, int64_t n1, float* y,
-            int64_t ldy, Epilogue epilogue) {
-  // 4 weight rows for one or two input rows, 2 for three or four: at most 8 accumulators.
-  DirectColumns<M, (M <= 2 ? 4 : 2)>(x, k, w, bias, n0, n1, y, ldy, epilogue);
+// Three rows over a widened block: 12 accumulators, the weights read as FMA memory operands
+// (a block of 4 x K floats stays in L1/L2 while the rows pass over it).
+inline void WideBlockThreeRows(const float* x, int64_t ldx, const float* w, int64_t steps, __m256 (&acc)[3][kCols]) {
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < kCols; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < steps; ++t) {
+    const float* wt = w + t * kCols * kLanes;
+    for (int r = 0; r < 3; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * ldx + t * kLanes);
+      for (int c = 0; c < kCols; ++c) acc[r][c] = _mm256_fmadd_ps(xv, _mm256_load_ps(wt + c * kLanes), acc[r][c]);
+    }
+  }
+}
+
+template <int R>
+inline void StoreBlock(const __m256 (&acc)[R][kCols], const float* bias, int64_t n, int64_t n_end, float* y,
+                       int64_t ldy, Epilogue epilogue) {
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < kCols && n + c < n_end; ++c) {
+      float* out = y + r * ldy + n + c;
+      *out = Store(epilogue, HorizontalSum(acc[r][c]) + bias[n + c], *out);
+    }
+  }
 }
 
 class Bf16WeightLinear final : public Linear {
  public:
   Bf16WeightLinear(CpuDevice& dev, int64_t out, int64_t in, RowToBf16Fn to_bf16)
-      : dev_(dev), out_(out), in_(in), to_bf16_(to_bf16) {}
+      : dev_(dev),
+        out_(out),
+        in_(in),
+        to_bf16_(to_bf16),
+        steps_((in + kLanes - 1) / kLanes),
+        blocks_((out + kCols - 1) / kCols) {}
 
   absl::Status Init(const core::Tensor& weight, const core::Tensor* bias) {
-    weight_ = core::AllocateAligned(static_cast<size_t>(out_ * in_) * sizeof(uint16_t));
+    // Packed [block][step][column][lane], zero past the last column and input.
+    const size_t packed = static_cast<size_t>(blocks_ * steps_) * kCols * kLanes;
+    weight_ = core::AllocateAligned(packed * sizeof(uint16_t));
     uint16_t* w = static_cast<uint16_t*>(weight_.get());
-    if (weight.dtype() == core::DType::kBF16) {
-      std::memcpy(w, weight.raw(), static_cast<size_t>(out_ * in_) * sizeof(uint16_t));
-    } else {
-      const core::Tensor f32 = weight.ToF32();
-      const float* src = f32.data<float>();
-      const int64_t in = in_;
-#pragma omp parallel for num_threads(dev_.threads()) schedule(static)
-      for (int64_t r = 0; r < out_; ++r) to_bf16_(src + r * in, in, w + r * in);
+    const core::Tensor f32 = weight.dtype() == core::DType::kBF16 ? core::Tensor() : weight.ToF32();
+    const int64_t in = in_, steps = steps_;
+#pragma omp parallel num_threads(dev_.threads())
+    {
+      std::vector<uint16_t> row(static_cast<size_t>(steps * kLanes), 0);
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < blocks_ * kCols; ++n) {
+        if (n < out_ && weight.dtype() == core::DType::kBF16) {
+          std::memcpy(row.data(), weight.data<uint16_t>() + n * in, static_cast<size_t>(in) * sizeof(uint16_t));
+        } else if (n < out_) {
+          to_bf16_(f32.data<float>() + n * in, in, row.data());
+        } else {
+          std::fill(row.begin(), row.end(), uint16_t{0});
+        }
+        uint16_t* block = w + (n / kCols) * steps * kCols * kLanes + (n % kCols) * kLanes;
+        for (int64_t t = 0; t < steps; ++t) std::memcpy(block + t * kCols * kLanes, row.data() + t * kLanes, kLanes * 2);
+      }
     }
     bias_ = core::AllocateAligned(static_cast<size_t>(out_) * sizeof(float));
     float* b = static_cast<float*>(bias_.get());
@@ -132,27 +163,29 @@ class Bf16WeightLinear final : public Linear {
 
   void Forward(const float* x, int64_t m, float* y, Epilogue epilogue) const override {
     if (m <= 0) return;
-    // The input rows rounded to bf16 (kept as f32: the f32 matmul's and the kernel's input).
+    // The input rows rounded to bf16 (kept as f32: both paths' input), each padded with zeros to
+    // whole steps so that the direct kernel reads no further than its row.
+    const int64_t ldx = steps_ * kLanes;
     float* xr = static_cast<float*>(
-        dev_.Scratch(CpuDevice::kSlotBf16Activations, 0, static_cast<size_t>(m * in_) * sizeof(float)));
+        dev_.Scratch(CpuDevice::kSlotBf16Activations, 0, static_cast<size_t>(m * ldx) * sizeof(float)));
     const int64_t in = in_;
 #pragma omp parallel for num_threads(dev_.threads()) schedule(static) if (m * in > 32768)
-    for (int64_t r = 0; r < m; ++r) RoundRow(x + r * in, in, xr + r * in);
+    for (int64_t r = 0; r < m; ++r) RoundRow(x + r * in, in, xr + r * ldx, ldx);
     for (int64_t r = 0; r < m;) {
       if (m - r <= kDirectRows) {
-        ForwardDirect(xr + r * in_, m - r, y + r * out_, epilogue);
+        ForwardDirect(xr + r * ldx, ldx, m - r, y + r * out_, epilogue);
         return;
       }
-      // Row counts vary from call to call: primitives for exact counts up to 64, then multiples
-      // of 64 (as CpuLinear), the remainder in the next round.
-      const int64_t rows = m - r <= 64 ? m - r : (m - r) / 64 * 64;
-      ForwardPanels(xr + r * in_, rows, y + r * out_, epilogue);
+      // Row counts vary from call to call: primitives for multiples of 64 rows (as CpuLinear),
+      // the remainder by the direct kernel.
+      const int64_t rows = (m - r) / 64 * 64;
+      ForwardPanels(xr + r * ldx, ldx, rows, y + r * out_, epilogue);
       r += rows;
     }
   }
 
  private:
-  void RoundRow(const float* x, int64_t n, float* y) const {
+  void RoundRow(const float* x, int64_t n, float* y, int64_t padded) const {
     constexpr int64_t kChunk = 1024;
     uint16_t tmp[kChunk];
     for (int64_t i = 0; i < n; i += kChunk) {
@@ -160,39 +193,84 @@ class Bf16WeightLinear final : public Linear {
       to_bf16_(x + i, len, tmp);
       for (int64_t j = 0; j < len; ++j) y[i + j] = core::Bf16ToFloat(tmp[j]);
     }
+    std::fill(y + n, y + padded, 0.f);
   }
 
-  void ForwardDirect(const float* xr, int64_t m, float* y, Epilogue epilogue) const {
-    const uint16_t* w = static_cast<const uint16_t*>(weight_.get());
-    const float* b = static_cast<const float*>(bias_.get());
-    const int64_t blocks = (out_ + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for num_threads(dev_.threads()) schedule(static) if (blocks > 1)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t n0 = blk * kColumnBlock, n1 = std::min(out_, n0 + kColumnBlock);
-      switch (m) {
-        case 1: Direct<1>(xr, in_, w, b, n0, n1, y, out_, epilogue); break;
-        case 2: Direct<2>(xr, in_, w, b, n0, n1, y, out_, epilogue); break;
-        case 3: Direct<3>(xr, in_, w, b, n0, n1, y, out_, epilogue); break;
-        default: Direct<4>(xr, in_, w, b, n0, n1, y, out_, epilogue); break;
+  const uint16_t* Block(int64_t b) const {
+    return static_cast<const uint16_t*>(weight_.get()) + b * steps_ * kCols * kLanes;
+  }
+
+  void ForwardDirect(const float* xr, int64_t ldx, int64_t m, float* y, Epilogue epilogue) const {
+    const float* bias = static_cast<const float*>(bias_.get());
+    const int64_t items = (blocks_ + kBlocksPerItem - 1) / kBlocksPerItem;
+    const size_t wide_bytes = static_cast<size_t>(steps_) * kCols * kLanes * sizeof(float);
+#pragma omp parallel num_threads(dev_.threads()) if (items > 1)
+    {
+      // More than two rows: each block widened once into this buffer, then rows three at a time.
+      float* wide = m > 2 ? static_cast<float*>(dev_.Scratch(CpuDevice::kSlotTile, omp_get_thread_num(), wide_bytes))
+                          : nullptr;
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < items; ++item) {
+        const int64_t b1 = std::min(blocks_, (item + 1) * kBlocksPerItem);
+        for (int64_t b = item * kBlocksPerItem; b < b1; ++b) {
+          const int64_t n = b * kCols;
+          if (m == 1) {
+            __m256 acc[1][kCols];
+            BlockRows<1, false>(xr, ldx, Block(b), steps_, acc);
+            StoreBlock<1>(acc, bias, n, out_, y, out_, epilogue);
+            continue;
+          }
+          if (m == 2) {
+            __m256 acc[2][kCols];
+            BlockRows<2, false>(xr, ldx, Block(b), steps_, acc);
+            StoreBlock<2>(acc, bias, n, out_, y, out_, epilogue);
+            continue;
+          }
+          const uint16_t* src = Block(b);
+          for (int64_t i = 0; i < steps_ * kCols; ++i) _mm256_store_ps(wide + i * kLanes, WidenBf16(src + i * kLanes));
+          int64_t r = 0;
+          for (; r + 3 <= m; r += 3) {
+            __m256 acc[3][kCols];
+            WideBlockThreeRows(xr + r * ldx, ldx, wide, steps_, acc);
+            StoreBlock<3>(acc, bias, n, out_, y + r * out_, out_, epilogue);
+          }
+          if (r + 2 <= m) {
+            __m256 acc[2][kCols];
+            BlockRows<2, true>(xr + r * ldx, ldx, wide, steps_, acc);
+            StoreBlock<2>(acc, bias, n, out_, y + r * out_, out_, epilogue);
+            r += 2;
+          }
+          if (r < m) {
+            __m256 acc[1][kCols];
+            BlockRows<1, true>(xr + r * ldx, ldx, wide, steps_, acc);
+            StoreBlock<1>(acc, bias, n, out_, y + r * out_, out_, epilogue);
+          }
+        }
       }
     }
   }
 
-  void ForwardPanels(const float* xr, int64_t m, float* y, Epilogue epilogue) const {
-    const uint16_t* w = static_cast<const uint16_t*>(weight_.get());
+  void ForwardPanels(const float* xr, int64_t ldx, int64_t m, float* y, Epilogue epilogue) const {
     float* panel = static_cast<float*>(
         dev_.Scratch(CpuDevice::kSlotWeightPanel, 0, static_cast<size_t>(kPanel * in_) * sizeof(float)));
     dnnl::engine& eng = dev_.dnnl_engine();
     dnnl::stream& s = dev_.dnnl_stream();
+    const int64_t in = in_, steps = steps_;
     for (int64_t n0 = 0; n0 < out_; n0 += kPanel) {
       const int64_t np = std::min(kPanel, out_ - n0);
-      const int64_t count = np * in_;
-      const uint16_t* src = w + n0 * in_;
-#pragma omp parallel for simd num_threads(dev_.threads()) schedule(static) if (count > 65536)
-      for (int64_t i = 0; i < count; ++i) panel[i] = core::Bf16ToFloat(src[i]);
-      const dnnl::matmul prim = GetPrimitive(m, np, epilogue);
+      // The panel's rows [np, in] from the packed blocks (n0 is a multiple of kCols).
+#pragma omp parallel for num_threads(dev_.threads()) schedule(static) if (np * in > 65536)
+      for (int64_t j = 0; j < np; ++j) {
+        const uint16_t* src = Block((n0 + j) / kCols) + ((n0 + j) % kCols) * kLanes;
+        float* dst = panel + j * in;
+        for (int64_t t = 0; t < steps; ++t) {
+          const int64_t len = std::min<int64_t>(kLanes, in - t * kLanes);
+          for (int64_t l = 0; l < len; ++l) dst[t * kLanes + l] = core::Bf16ToFloat(src[t * kCols * kLanes + l]);
+        }
+      }
+      const dnnl::matmul prim = GetPrimitive(m, ldx, np, epilogue);
       // Weights {K, np} read from the panel's rows ([np, K]: "ba"); dst: y's columns, row stride out_.
-      dnnl::memory src_mem({{m, in_}, Dt::f32, memory::dims{in_, 1}}, eng, const_cast<float*>(xr));
+      dnnl::memory src_mem({{m, in_}, Dt::f32, memory::dims{ldx, 1}}, eng, const_cast<float*>(xr));
       dnnl::memory wei_mem({{in_, np}, Dt::f32, memory::dims{1, in_}}, eng, panel);
       dnnl::memory bias_mem({{1, np}, Dt::f32, memory::dims{np, 1}}, eng, static_cast<float*>(bias_.get()) + n0);
       dnnl::memory dst_mem({{m, np}, Dt::f32, memory::dims{out_, 1}}, eng, y + n0);
@@ -204,14 +282,14 @@ class Bf16WeightLinear final : public Linear {
     }
   }
 
-  dnnl::matmul GetPrimitive(int64_t m, int64_t np, Epilogue epilogue) const {
+  dnnl::matmul GetPrimitive(int64_t m, int64_t ldx, int64_t np, Epilogue epilogue) const {
     const int64_t key = (m * (kPanel + 1) + np) * 4 + static_cast<int64_t>(epilogue);
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = cache_.find(key);
       if (it != cache_.end()) return it->second;
     }
-    const memory::desc src_md({m, in_}, Dt::f32, memory::dims{in_, 1});
+    const memory::desc src_md({m, in_}, Dt::f32, memory::dims{ldx, 1});
     const memory::desc wei_md({in_, np}, Dt::f32, memory::dims{1, in_});
     const memory::desc bias_md({1, np}, Dt::f32, memory::dims{np, 1});
     const memory::desc dst_md({m, np}, Dt::f32, memory::dims{out_, 1});
@@ -232,7 +310,9 @@ class Bf16WeightLinear final : public Linear {
   CpuDevice& dev_;
   const int64_t out_, in_;
   const RowToBf16Fn to_bf16_;
-  std::shared_ptr<void> weight_;  // bf16 [out, in]
+  const int64_t steps_;   // packed steps of kLanes inputs (in rounded up)
+  const int64_t blocks_;  // packed blocks of kCols output columns (out rounded up)
+  std::shared_ptr<void> weight_;  // bf16, packed (see Init)
   std::shared_ptr<void> bias_;    // f32 [out]
   mutable std::mutex mu_;
   mutable std::unordered_map<int64_t, dnnl::matmul> cache_;
