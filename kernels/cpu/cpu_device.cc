@@ -6,6 +6,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace iris::kernels::cpu {
@@ -25,9 +26,10 @@ CpuDevice::~CpuDevice() = default;
 
 std::string CpuDevice::Describe() const {
   const CpuFeatures& f = DetectCpuFeatures();
-  // Without AVX-512 oneDNN has no bf16 matmul: bf16 compute runs bf16 weights on f32 arithmetic.
+  // Where oneDNN has no bf16 matmul, bf16 compute runs bf16 weights on f32 arithmetic (the same
+  // probe that picks that Linear).
   return absl::StrCat("cpu: ", f.brand, ", ", threads_, " threads, kernels ", CpuIsaName(isa_),
-                      f.amx ? ", AMX (oneDNN)" : "", f.avx512 ? "" : ", bf16 matmuls on f32 (no AVX-512)");
+                      f.amx ? ", AMX (oneDNN)" : "", HasBf16Matmul() ? "" : ", bf16 matmuls on f32 (no AVX-512)");
 }
 
 absl::StatusOr<core::Tensor> CpuDevice::Allocate(core::DType dtype, std::vector<int64_t> shape) {
