@@ -179,6 +179,39 @@ void BenchLinear(int64_t tokens) {
                   100 * rate[0] / g_peak_f32, rate[1] * 1e-9, 100 * rate[1] / g_peak_bf16);
     }
   }
+  // Decode batches: the decoder's shapes (`small`: hidden 1024) at the rows of a decode step, where
+  // the weights are read once per call and the rows decide whether it is bound by bytes or FMAs.
+  // bf16 compute is oneDNN's bf16 matmul where it has one, else the bf16-weight kernel
+  // (kernels/cpu/bf16_weight_linear.cc); against oneDNN's f32 matmul on the same weights widened.
+  std::printf("Decode batches (the decoder of `small`), best call; f32 = oneDNN on f32 weights, same run:\n");
+  std::printf("%-12s %4s %6s %6s | %9s %9s | %10s %10s | %7s\n", "layer", "M", "K", "N", "f32 ms", "bf16 ms",
+              "f32 GF/s", "bf16 GF/s", "f32/bf16");
+  const Shape decoder[] = {{1024, 1536, "qkv"}, {1024, 5632, "gate_up"}, {2816, 1024, "down"},
+                           {1024, 151936, "lm_head"}};
+  for (const Shape& s : decoder) {
+    core::Tensor w = core::Tensor::Empty(core::DType::kBF16, {s.n, s.k});
+    std::mt19937 rng(3);
+    for (int64_t i = 0; i < s.n * s.k; ++i) w.data<uint16_t>()[i] = static_cast<uint16_t>(0x3C00 + (rng() & 0xFF));
+    std::unique_ptr<Linear> lin[2];
+    for (int i = 0; i < 2; ++i) {
+      auto created = Linear::Create(dev, w, nullptr, i == 0 ? ComputeType::kF32 : ComputeType::kBF16);
+      if (!created.ok()) {
+        std::printf("create failed: %s\n", created.status().ToString().c_str());
+        return;
+      }
+      lin[i] = std::move(*created);
+    }
+    for (int64_t m : {int64_t{1}, int64_t{8}, int64_t{32}, int64_t{64}}) {
+      const std::vector<float> x = Random(m * s.k, 4);
+      std::vector<float> y(m * s.n);
+      double t[2];
+      for (int i = 0; i < 2; ++i) t[i] = Time([&] { lin[i]->Forward(x.data(), m, y.data()); });
+      const double flop = 2.0 * m * s.k * s.n;
+      std::printf("%-12s %4lld %6lld %6lld | %9.3f %9.3f | %10.1f %10.1f | %6.2fx\n", s.what, static_cast<long long>(m),
+                  static_cast<long long>(s.k), static_cast<long long>(s.n), t[0] * 1e3, t[1] * 1e3, flop / t[0] * 1e-9,
+                  flop / t[1] * 1e-9, t[0] / t[1]);
+    }
+  }
   // Decode-like: one row, bandwidth bound (weight bytes / time).
   std::printf("M=1 (decode-like), weight bytes streamed per call:\n");
   for (const Shape& s : {Shape{2048, 11008, "3B mlp up"}, Shape{11008, 2048, "3B mlp down"}}) {

@@ -159,11 +159,13 @@ TEST(LinearBf16Test, ComputesTheProductsOfBf16RoundedOperands) {
   // product of the bf16-rounded input and weight it differs only by f32 summation (native bf16
   // matmul or the f32 matmul that stands in for it below AVX-512). f32 and f16 weights are rounded
   // to bf16 first, as a bf16 matmul takes them.
-  // Row counts on both sides of the few-row kernel of CPUs without a bf16 matmul (up to 4 rows;
-  // 131 = 128 + 3, 200 = 192 + 8), column counts across its 256-column panels and blocks.
-  const Case cases[] = {{1, 13, 5},      {7, 80, 129},   {33, 1176, 64}, {70, 2048, 96},
-                        {3, 1000, 700},  {4, 77, 263},   {2, 8, 9},      {131, 300, 600},
-                        {200, 64, 520}};
+  // CPUs without a bf16 matmul: row counts across the direct kernel's forms (1 and 2 rows; passes
+  // of 6 rows and each remainder 1-5: 7, 33, 11, 4, 3, 64; more than 64 rows by oneDNN on panels:
+  // 70 = 64 + 6, 131 = 128 + 3, 200 = 192 + 8), column counts across its widened panels of 16
+  // columns (4 blocks of 4; 5, 9, 45, 77, 129, 263 end inside one) and the 256-column panels.
+  const Case cases[] = {{1, 13, 5},     {7, 80, 129},   {33, 1176, 64}, {70, 2048, 96}, {3, 1000, 700},
+                        {4, 77, 263},   {2, 8, 9},      {131, 300, 600}, {200, 64, 520}, {11, 520, 45},
+                        {64, 96, 77}};
   uint32_t seed = 500;
   for (DType wdtype : {DType::kBF16, DType::kF32, DType::kF16}) {
     for (const Case& c : cases) {

@@ -7,7 +7,9 @@
 //  * up to kDirectRows rows (decode): an AVX2 kernel over the bf16 weights, packed at load in
 //    blocks of 4 output columns x 8 inputs (one 64-byte line per step: one sequential stream).
 //    One or two rows widen each line as they read it (the step is bound by weight bytes, half of
-//    f32's); more rows widen a block once into an L1/L2 buffer and run rows three at a time over it;
+//    f32's); more rows widen 16 output columns (four blocks) once, transposed to [input][16], into
+//    an L2 buffer and run over it six rows at a time as outer products (12 accumulators fed by two
+//    weight loads and six broadcasts per input: bound by the FMA units, not by loads);
 //  * more rows (prefill, the encoder): panels of 256 output columns are widened to f32 into a
 //    small buffer and multiplied by oneDNN's f32 matmul, its output written in place in y's columns.
 //
@@ -37,11 +39,12 @@ namespace {
 using dnnl::memory;
 using Dt = memory::data_type;
 
-constexpr int64_t kDirectRows = 64;   // up to this many rows: the direct kernel
+constexpr int64_t kDirectRows = 128;  // up to this many rows: the direct kernel (faster than the panels there)
 constexpr int64_t kPanel = 256;       // output columns widened per oneDNN call (a multiple of kCols)
 constexpr int kCols = 4;              // output columns of a packed block
 constexpr int kLanes = 8;             // inputs per packed step (one AVX2 vector)
 constexpr int64_t kBlocksPerItem = 16;  // packed blocks (64 columns) per work item of the direct kernel
+                                        // (a multiple of the four blocks of a widened panel)
 
 float GeluErf(float v) { return 0.5f * v * (1.f + std::erf(v * 0.70710678118654752f)); }
 
@@ -67,20 +70,15 @@ inline float HorizontalSum(__m256 v) {
 }
 
 // acc[r][c] over the steps of one packed block: R rows of x (row stride ldx, zero-padded to
-// steps * kLanes), the block's weights either bf16 as packed (kWide false) or widened to f32.
-template <int R, bool kWide>
-inline void BlockRows(const float* x, int64_t ldx, const void* wblock, int64_t steps, __m256 (&acc)[R][kCols]) {
+// steps * kLanes) against the block's bf16 weights, widened as they are read.
+template <int R>
+inline void BlockRows(const float* x, int64_t ldx, const uint16_t* wblock, int64_t steps, __m256 (&acc)[R][kCols]) {
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < kCols; ++c) acc[r][c] = _mm256_setzero_ps();
   for (int64_t t = 0; t < steps; ++t) {
     __m256 wv[kCols];
-    if constexpr (kWide) {
-      const float* w = static_cast<const float*>(wblock) + t * kCols * kLanes;
-      for (int c = 0; c < kCols; ++c) wv[c] = _mm256_load_ps(w + c * kLanes);
-    } else {
-      const uint16_t* w = static_cast<const uint16_t*>(wblock) + t * kCols * kLanes;
-      for (int c = 0; c < kCols; ++c) wv[c] = WidenBf16(w + c * kLanes);
-    }
+    const uint16_t* w = wblock + t * kCols * kLanes;
+    for (int c = 0; c < kCols; ++c) wv[c] = WidenBf16(w + c * kLanes);
     for (int r = 0; r < R; ++r) {
       const __m256 xv = _mm256_loadu_ps(x + r * ldx + t * kLanes);
       for (int c = 0; c < kCols; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
@@ -88,18 +86,113 @@ inline void BlockRows(const float* x, int64_t ldx, const void* wblock, int64_t s
   }
 }
 
-// Three rows over a widened block: 12 accumulators, the weights read as FMA memory operands
-// (a block of 4 x K floats stays in L1/L2 while the rows pass over it).
-inline void WideBlockThreeRows(const float* x, int64_t ldx, const float* w, int64_t steps, __m256 (&acc)[3][kCols]) {
-  for (int r = 0; r < 3; ++r)
-    for (int c = 0; c < kCols; ++c) acc[r][c] = _mm256_setzero_ps();
+constexpr int kPanelCols = 4 * kCols;  // output columns of a widened, transposed panel (two vectors)
+constexpr int kPanelRows = 6;          // rows per pass of the outer-product kernel
+static_assert(kBlocksPerItem % (kPanelCols / kCols) == 0, "a work item holds whole widened panels");
+
+// Widens packed blocks [b0, b0 + 4) (those at or past `blocks` as zeros) into wide[k * 16 + j]:
+// input k, output column b0 * 4 + j. Per step, two 8x8 transposes of the widened columns.
+inline void WidenPanelTransposed(const uint16_t* blocks_base, int64_t b0, int64_t blocks, int64_t steps,
+                                 float* wide) {
+  const int64_t block_elems = steps * kCols * kLanes;
   for (int64_t t = 0; t < steps; ++t) {
-    const float* wt = w + t * kCols * kLanes;
-    for (int r = 0; r < 3; ++r) {
-      const __m256 xv = _mm256_loadu_ps(x + r * ldx + t * kLanes);
-      for (int c = 0; c < kCols; ++c) acc[r][c] = _mm256_fmadd_ps(xv, _mm256_load_ps(wt + c * kLanes), acc[r][c]);
+    for (int half = 0; half < 2; ++half) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) {
+        const int64_t b = b0 + half * 2 + i / kCols;
+        r[i] = b < blocks ? WidenBf16(blocks_base + b * block_elems + t * kCols * kLanes + (i % kCols) * kLanes)
+                          : _mm256_setzero_ps();
+      }
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+      float* out = wide + t * kLanes * kPanelCols + half * kLanes;
+      // Row l of the transpose: input t * 8 + l of the eight columns.
+      _mm256_store_ps(out + 0 * kPanelCols, _mm256_permute2f128_ps(s0, s4, 0x20));
+      _mm256_store_ps(out + 1 * kPanelCols, _mm256_permute2f128_ps(s1, s5, 0x20));
+      _mm256_store_ps(out + 2 * kPanelCols, _mm256_permute2f128_ps(s2, s6, 0x20));
+      _mm256_store_ps(out + 3 * kPanelCols, _mm256_permute2f128_ps(s3, s7, 0x20));
+      _mm256_store_ps(out + 4 * kPanelCols, _mm256_permute2f128_ps(s0, s4, 0x31));
+      _mm256_store_ps(out + 5 * kPanelCols, _mm256_permute2f128_ps(s1, s5, 0x31));
+      _mm256_store_ps(out + 6 * kPanelCols, _mm256_permute2f128_ps(s2, s6, 0x31));
+      _mm256_store_ps(out + 7 * kPanelCols, _mm256_permute2f128_ps(s3, s7, 0x31));
     }
   }
+}
+
+// acc[r] = the 16 columns of R rows of x (row stride ldx) over a widened panel of k_len inputs:
+// per input two weight vectors and one broadcast per row. (Keep the loop plain: unrolled, or with
+// a branch in it, GCC spills an accumulator, whose store-to-load round trip then bounds the loop
+// at half the FMA rate, measured.)
+template <int R>
+inline void PanelRows(const float* __restrict x, int64_t ldx, const float* __restrict w, int64_t k_len,
+                      __m256 (&acc)[R][2]) {
+  // Local accumulators, their loops unrolled before GCC decides what lives in registers: otherwise
+  // it stores all twelve every input (measured: 31 instead of 80 GFLOP/s on one Zen 3 core).
+  __m256 c[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < k_len; ++k) {
+    const __m256 w0 = _mm256_load_ps(w + k * kPanelCols);
+    const __m256 w1 = _mm256_load_ps(w + k * kPanelCols + kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 xb = _mm256_broadcast_ss(x + r * ldx + k);
+      c[r][0] = _mm256_fmadd_ps(xb, w0, c[r][0]);
+      c[r][1] = _mm256_fmadd_ps(xb, w1, c[r][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = c[r][0];
+    acc[r][1] = c[r][1];
+  }
+}
+
+// Stores R rows of a panel's 16 columns (those below n_end) at y[r * ldy + n ...] with the bias
+// and the epilogue.
+template <int R>
+inline void StorePanel(const __m256 (&acc)[R][2], const float* bias, int64_t n, int64_t n_end, float* y, int64_t ldy,
+                       Epilogue epilogue) {
+  const int cols = static_cast<int>(std::min<int64_t>(kPanelCols, n_end - n));
+  if (cols == kPanelCols && epilogue != Epilogue::kGeluErf) {  // whole vectors
+    const __m256 b0 = _mm256_loadu_ps(bias + n), b1 = _mm256_loadu_ps(bias + n + kLanes);
+    for (int r = 0; r < R; ++r) {
+      float* out = y + r * ldy + n;
+      __m256 v0 = _mm256_add_ps(acc[r][0], b0), v1 = _mm256_add_ps(acc[r][1], b1);
+      if (epilogue == Epilogue::kAccumulate) {
+        v0 = _mm256_add_ps(_mm256_loadu_ps(out), v0);
+        v1 = _mm256_add_ps(_mm256_loadu_ps(out + kLanes), v1);
+      }
+      _mm256_storeu_ps(out, v0);
+      _mm256_storeu_ps(out + kLanes, v1);
+    }
+    return;
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float v[kPanelCols];
+    _mm256_store_ps(v, acc[r][0]);
+    _mm256_store_ps(v + kLanes, acc[r][1]);
+    float* out = y + r * ldy + n;
+    for (int c = 0; c < cols; ++c) out[c] = Store(epilogue, v[c] + bias[n + c], out[c]);
+  }
+}
+
+template <int R>
+inline void PanelPass(const float* x, int64_t ldx, const float* w, int64_t k_len, const float* bias, int64_t n,
+                      int64_t n_end, float* y, int64_t ldy, Epilogue epilogue) {
+  __m256 acc[R][2];
+  PanelRows<R>(x, ldx, w, k_len, acc);
+  StorePanel<R>(acc, bias, n, n_end, y, ldy, epilogue);
 }
 
 template <int R>
@@ -203,47 +296,46 @@ class Bf16WeightLinear final : public Linear {
   void ForwardDirect(const float* xr, int64_t ldx, int64_t m, float* y, Epilogue epilogue) const {
     const float* bias = static_cast<const float*>(bias_.get());
     const int64_t items = (blocks_ + kBlocksPerItem - 1) / kBlocksPerItem;
-    const size_t wide_bytes = static_cast<size_t>(steps_) * kCols * kLanes * sizeof(float);
+    const size_t wide_bytes = static_cast<size_t>(steps_) * kLanes * kPanelCols * sizeof(float);
+    const uint16_t* packed = static_cast<const uint16_t*>(weight_.get());
 #pragma omp parallel num_threads(dev_.threads()) if (items > 1)
     {
-      // More than two rows: each block widened once into this buffer, then rows three at a time.
+      // More than two rows: 16 columns at a time widened, transposed, into this buffer.
       float* wide = m > 2 ? static_cast<float*>(dev_.Scratch(CpuDevice::kSlotTile, omp_get_thread_num(), wide_bytes))
                           : nullptr;
 #pragma omp for schedule(static)
       for (int64_t item = 0; item < items; ++item) {
         const int64_t b1 = std::min(blocks_, (item + 1) * kBlocksPerItem);
-        for (int64_t b = item * kBlocksPerItem; b < b1; ++b) {
+        if (m <= 2) {
+          for (int64_t b = item * kBlocksPerItem; b < b1; ++b) {
+            const int64_t n = b * kCols;
+            if (m == 1) {
+              __m256 acc[1][kCols];
+              BlockRows<1>(xr, ldx, Block(b), steps_, acc);
+              StoreBlock<1>(acc, bias, n, out_, y, out_, epilogue);
+            } else {
+              __m256 acc[2][kCols];
+              BlockRows<2>(xr, ldx, Block(b), steps_, acc);
+              StoreBlock<2>(acc, bias, n, out_, y, out_, epilogue);
+            }
+          }
+          continue;
+        }
+        const int64_t k_len = steps_ * kLanes;
+        for (int64_t b = item * kBlocksPerItem; b < b1; b += kPanelCols / kCols) {
+          WidenPanelTransposed(packed, b, blocks_, steps_, wide);
           const int64_t n = b * kCols;
-          if (m == 1) {
-            __m256 acc[1][kCols];
-            BlockRows<1, false>(xr, ldx, Block(b), steps_, acc);
-            StoreBlock<1>(acc, bias, n, out_, y, out_, epilogue);
-            continue;
-          }
-          if (m == 2) {
-            __m256 acc[2][kCols];
-            BlockRows<2, false>(xr, ldx, Block(b), steps_, acc);
-            StoreBlock<2>(acc, bias, n, out_, y, out_, epilogue);
-            continue;
-          }
-          const uint16_t* src = Block(b);
-          for (int64_t i = 0; i < steps_ * kCols; ++i) _mm256_store_ps(wide + i * kLanes, WidenBf16(src + i * kLanes));
-          int64_t r = 0;
-          for (; r + 3 <= m; r += 3) {
-            __m256 acc[3][kCols];
-            WideBlockThreeRows(xr + r * ldx, ldx, wide, steps_, acc);
-            StoreBlock<3>(acc, bias, n, out_, y + r * out_, out_, epilogue);
-          }
-          if (r + 2 <= m) {
-            __m256 acc[2][kCols];
-            BlockRows<2, true>(xr + r * ldx, ldx, wide, steps_, acc);
-            StoreBlock<2>(acc, bias, n, out_, y + r * out_, out_, epilogue);
-            r += 2;
-          }
-          if (r < m) {
-            __m256 acc[1][kCols];
-            BlockRows<1, true>(xr + r * ldx, ldx, wide, steps_, acc);
-            StoreBlock<1>(acc, bias, n, out_, y + r * out_, out_, epilogue);
+          for (int64_t r = 0; r < m; r += kPanelRows) {
+            const float* xp = xr + r * ldx;
+            float* yp = y + r * out_;
+            switch (std::min<int64_t>(kPanelRows, m - r)) {
+              case 6: PanelPass<6>(xp, ldx, wide, k_len, bias, n, out_, yp, out_, epilogue); break;
+              case 5: PanelPass<5>(xp, ldx, wide, k_len, bias, n, out_, yp, out_, epilogue); break;
+              case 4: PanelPass<4>(xp, ldx, wide, k_len, bias, n, out_, yp, out_, epilogue); break;
+              case 3: PanelPass<3>(xp, ldx, wide, k_len, bias, n, out_, yp, out_, epilogue); break;
+              case 2: PanelPass<2>(xp, ldx, wide, k_len, bias, n, out_, yp, out_, epilogue); break;
+              default: PanelPass<1>(xp, ldx, wide, k_len, bias, n, out_, yp, out_, epilogue); break;
+            }
           }
         }
       }
@@ -283,7 +375,8 @@ class Bf16WeightLinear final : public Linear {
   }
 
   dnnl::matmul GetPrimitive(int64_t m, int64_t ldx, int64_t np, Epilogue epilogue) const {
-    const int64_t key = (m * (kPanel + 1) + np) * 4 + static_cast<int64_t>(epilogue);
+    // One primitive per team size too (CpuLinear::GetPrimitive says why).
+    const int64_t key = ((m * (kPanel + 1) + np) * 4 + static_cast<int64_t>(epilogue)) * 1024 + std::min(dev_.threads(), 1023);
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = cache_.find(key);
