@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -23,9 +24,11 @@ constexpr double kCpuPiecesPerJob = 32;
 
 absl::StatusOr<std::unique_ptr<EncoderWorker>> EncoderWorker::Start(vision::VisionEncoder* encoder,
                                                                     kernels::Device* device,
-                                                                    const std::vector<int>& cpus) {
+                                                                    const std::vector<int>& cpus,
+                                                                    std::shared_ptr<kernels::ComputeShare> share) {
   if (encoder == nullptr || device == nullptr) return absl::InvalidArgumentError("EncoderWorker: no encoder or device");
   std::unique_ptr<EncoderWorker> worker(new EncoderWorker(encoder, device));
+  worker->share_ = std::move(share);
   worker->thread_ = std::thread([w = worker.get()] {
     w->device_->AttachThread();
     w->Loop();
@@ -165,6 +168,11 @@ void EncoderWorker::Loop() {
 }
 
 std::optional<absl::StatusOr<core::Tensor>> EncoderWorker::RunJob(const Job& job) {
+  if (share_ != nullptr) share_->SetBusy(kernels::ComputeShare::kEncoder, true);
+  absl::Cleanup idle = [this] {
+    if (share_ != nullptr) share_->SetBusy(kernels::ComputeShare::kEncoder, false);
+  };
+  device_->Rebalance();
   if (absl::Status s = encoder_->Begin(job.pixels, job.grids); !s.ok()) return absl::StatusOr<core::Tensor>(s);
   const double piece = device_->kind() == kernels::DeviceKind::kCpu
                            ? std::max(encoder_->remaining_flops() / kCpuPiecesPerJob, 1.0)
@@ -174,6 +182,7 @@ std::optional<absl::StatusOr<core::Tensor>> EncoderWorker::RunJob(const Job& job
       encoder_->Abandon();
       return std::nullopt;
     }
+    device_->Rebalance();  // the decoder's rows may have come or gone since the last piece
     if (absl::StatusOr<double> ran = encoder_->Advance(piece); !ran.ok()) {
       encoder_->Abandon();
       return absl::StatusOr<core::Tensor>(ran.status());

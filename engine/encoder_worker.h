@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/tensor.h"
+#include "kernels/compute_share.h"
 #include "kernels/device.h"
 #include "vision/encoder_plan.h"
 #include "vision/vision_encoder.h"
@@ -36,9 +37,12 @@ class EncoderWorker {
 
   // `encoder` was loaded on `device`, and only this worker issues work to either while it lives.
   // `cpus` non-empty: the worker thread, and the compute team it starts, run only on these.
+  // `share` set: the device shares its compute with the decoder's as ComputeShare::kEncoder; the
+  // worker marks itself busy for each job and rebalances the device between the job's pieces.
   static absl::StatusOr<std::unique_ptr<EncoderWorker>> Start(vision::VisionEncoder* encoder,
                                                               kernels::Device* device,
-                                                              const std::vector<int>& cpus);
+                                                              const std::vector<int>& cpus,
+                                                              std::shared_ptr<kernels::ComputeShare> share = nullptr);
   ~EncoderWorker();  // abandons the job in flight and joins the thread
 
   EncoderWorker(const EncoderWorker&) = delete;
@@ -83,6 +87,7 @@ class EncoderWorker {
 
   vision::VisionEncoder* encoder_;
   kernels::Device* device_;
+  std::shared_ptr<kernels::ComputeShare> share_;
 
   mutable absl::Mutex mu_;
   std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "core/cpu_affinity.h"
 #include "core/status_macros.h"
+#include "kernels/cpu/cpu_device.h"
 #include "engine/warm_up.h"
 #include "llm/incremental_detokenizer.h"
 
@@ -78,10 +79,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   const bool decode_graphs = options.decode_graphs.value_or(device.records_graphs());
   // The encoder's own device gets its own thread, which issues everything the encoder does from
   // here on (its warm-up included).
+  std::shared_ptr<kernels::ComputeShare> share;
+  if (options.share_encoder_cores) {
+    if (model->encoder == nullptr || model->encoder_device == nullptr) {
+      return absl::InvalidArgumentError("engine options: share_encoder_cores is for an encoder with a device of its own");
+    }
+    const int cores = model->device->kind() == kernels::DeviceKind::kCpu ? kernels::cpu::AsCpu(*model->device).max_threads() : 0;
+    share = std::make_shared<kernels::ComputeShare>(cores);
+    IRIS_RETURN_IF_ERROR(model->device->ShareCompute(share, kernels::ComputeShare::kDecoder));
+    IRIS_RETURN_IF_ERROR(model->encoder_device->ShareCompute(share, kernels::ComputeShare::kEncoder));
+  }
   std::unique_ptr<EncoderWorker> encoder_worker;
   if (model->encoder != nullptr && model->encoder_device != nullptr) {
-    IRIS_ASSIGN_OR_RETURN(encoder_worker,
-                          EncoderWorker::Start(model->encoder.get(), model->encoder_device.get(), options.encoder_cpus));
+    IRIS_ASSIGN_OR_RETURN(encoder_worker, EncoderWorker::Start(model->encoder.get(), model->encoder_device.get(),
+                                                               options.encoder_cpus, share));
   } else if (!options.encoder_cpus.empty()) {
     return absl::InvalidArgumentError("engine options: encoder_cpus is for an encoder with a device of its own");
   }
@@ -103,6 +114,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
     IRIS_ASSIGN_OR_RETURN(trace, StepTrace::Open(options.step_trace_path));
   }
   std::unique_ptr<Engine> engine(new Engine(std::move(model), options, std::move(cache), std::move(encoder_worker)));
+  engine->compute_share_ = std::move(share);
   engine->trace_ = std::move(trace);
   engine->trace_start_ = absl::Now();
   engine->thread_ = std::thread([e = engine.get()] {
@@ -243,6 +255,8 @@ void Engine::Loop() {
       // Sleep while there is nothing to do (or nothing could be scheduled last step) until a
       // request, a cancel, the encoder worker's result or the shutdown arrives.
       const bool idle = scheduler_.empty() || !progressed_;
+      // An idle decoder leaves every shared core to the encoder until its next step with rows.
+      if (idle && compute_share_ != nullptr) compute_share_->SetBusy(kernels::ComputeShare::kDecoder, false);
       if (scheduler_.empty() && trim_when_idle_) {
         // Activations of varying sizes leave freed memory in the heap; hand it back to the OS
         // when the engine runs dry, so an idle server's footprint returns to its idle level.
@@ -305,6 +319,14 @@ bool Engine::Step() {
     slices = budget_.Next(pending.decode_rows, pending.prefill, pending.encoder && !concurrent_encoder);
   }
   StepPlan plan = scheduler_.Schedule(StepAllowance{slices.prefill_tokens});
+  bool shared_cores = false;  // this step's decoder runs on its part of the cores
+  if (compute_share_ != nullptr) {
+    // The decoder's side is busy while it has rows to run (decode or prefill); a step without any
+    // leaves the shared cores to the encoder's job.
+    compute_share_->SetBusy(kernels::ComputeShare::kDecoder, !plan.work.empty());
+    model_->device->Rebalance();
+    shared_cores = !plan.work.empty() && compute_share_->busy(kernels::ComputeShare::kEncoder);
+  }
   Outbox outbox;
   // Admissions and preemptions move requests between the counts Submit's queue limit reads:
   // published before the forward passes, not after them.
@@ -323,6 +345,7 @@ bool Engine::Step() {
                         .encoder_cache_misses = result.encoder_cache_misses,
                         .encoder_ms = result.encode_ms,
                         .encoder_slices = result.encoder_flops > 0 ? 1 : 0,
+                        .shared_core_steps = shared_cores ? 1 : 0,
                         .target_ms = slices.target_ms};
   for (const auto& [id, status] : result.job_errors) {
     if (Sequence* seq = scheduler_.Find(id)) Finish(AsRequest(seq), llm::FinishReason::kError, status, outbox);
@@ -407,6 +430,7 @@ void Engine::Publish(const StepCounters& c, Outbox& outbox) {
     stats_.encoder_cache_misses += c.encoder_cache_misses;
     stats_.total_encoder_ms += c.encoder_ms;
     stats_.encoder_slices += c.encoder_slices;
+    stats_.shared_core_steps += c.shared_core_steps;
     stats_.prompt_tokens_computed += c.prompt_tokens_computed;
     stats_.tokens_generated += c.tokens_generated;
     stats_.prefix_cache_queries += c.prefix_cache_queries;

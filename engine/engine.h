@@ -76,6 +76,10 @@ struct EngineOptions {
   // the steps only poll it), and interleave_encoder sizes prefill only. Non-empty: that thread
   // and its compute team run only on these CPUs (give them cores the engine's team does not use).
   std::vector<int> encoder_cpus;
+  // With an encoder device of its own on the CPU sharing the decoder's cores (both teams as large
+  // as the decoder's): the two split the cores while both have work, and each takes them all
+  // while the other is idle (kernels/compute_share.h). Off: each team keeps its own size.
+  bool share_encoder_cores = false;
   // Set: called on the engine thread after every step that ran something, with its time, the
   // time of its encoder forwards, their count and the images they finished (for metrics). Must
   // return quickly.
@@ -106,6 +110,7 @@ struct EngineStats {
   double total_encoder_ms = 0;
   int64_t encoder_slices = 0;      // steps that ran a piece of an encode job (interleaved)
   bool concurrent_encoder = false; // encode jobs run beside the steps, on the encoder's own device
+  int64_t shared_core_steps = 0;   // share_encoder_cores: steps whose decoder ran on its part of the cores (an encode job busy)
   int64_t decode_graph_steps = 0;  // decode-only steps padded to a graph size (replayed where graphs exist)
   double last_step_target_ms = 0;  // the step budget's target for the last step (0: unbounded)
 
@@ -155,6 +160,7 @@ class Engine {
     int64_t tokens_generated = 0;
     double encoder_ms = 0;
     int64_t encoder_slices = 0;
+    int64_t shared_core_steps = 0;
     double step_ms = 0;
     double target_ms = 0;
   };
@@ -182,6 +188,7 @@ class Engine {
   EncoderCache encoder_cache_;
   // Null unless the encoder has a device of its own. Goes before the model, after the runner.
   std::unique_ptr<EncoderWorker> encoder_worker_;
+  std::shared_ptr<kernels::ComputeShare> compute_share_;  // share_encoder_cores: the decoder's side
 
   // Shared with other threads.
   mutable absl::Mutex mu_;

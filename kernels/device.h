@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "kernels/compute_share.h"
 
 namespace iris::kernels {
 
@@ -64,6 +65,17 @@ class Device {
   // first op. The CPU device sets that thread's OpenMP team size to threads(), so that oneDNN's
   // parallel regions (sized by the thread's OpenMP setting) use the same team as iris's kernels.
   virtual void AttachThread() {}
+  // From here on this device's compute follows `share` as `side` (kernels/compute_share.h: the
+  // CPU's cores, split between the decoder's and the encoder's device objects while both have
+  // work). Before the device is used. UNIMPLEMENTED where a device has no such split (a GPU:
+  // its second stream runs beside the first); INVALID_ARGUMENT when the share's size is not the
+  // device's (the CPU: its team's size).
+  virtual absl::Status ShareCompute(std::shared_ptr<ComputeShare> share, ComputeShare::Side side) {
+    return absl::UnimplementedError("this device does not split its compute with another");
+  }
+  // Called by the thread that issues this device's work, between ops: under a ComputeShare, takes
+  // the part of the compute it may use now. Nothing elsewhere.
+  virtual void Rebalance() {}
 
   // Whether BeginCapture/EndCapture record graphs here (a CUDA GPU), so that callers can choose
   // before issuing anything.

@@ -91,7 +91,9 @@ ABSL_FLAG(std::string, engine_cpus, "", "CPUs (Linux list syntax, e.g. 0-3,8) fo
           "(empty = not pinned); the team's size defaults to their count unless OMP_NUM_THREADS is set");
 ABSL_FLAG(std::string, encoder_cpus, "", "CPUs (e.g. 3 or 6-7) for the vision encoder's own thread and compute team "
           "(--device cpu; needs --engine-cpus, apart from them): images are encoded there, beside the running "
-          "requests' decoding, instead of in slices between engine steps (empty = off)");
+          "requests' decoding, instead of in slices between engine steps; or 'shared': the encoder's own thread "
+          "and team on the engine's cores, which the two split while both have work and either takes whole while "
+          "the other is idle (empty = off)");
 ABSL_FLAG(bool, encoder_stream, true, "with --device cuda: the vision encoder on a CUDA stream of its own, issued by a "
           "thread of its own, so that an image being encoded overlaps the running requests' decoding (false: in "
           "slices between engine steps, as on the CPU)");
@@ -210,7 +212,8 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags() {
 // --engine-cpus and --worker-cpus, parsed and checked against the CPUs this process may run on.
 struct CpuPlan {
   core::CpuList engine;   // empty: not pinned
-  core::CpuList encoder;  // empty: the encoder runs on the engine's team
+  core::CpuList encoder;  // empty: the encoder runs on the engine's team (or shares its cores)
+  bool encoder_shared = false;  // --encoder-cpus shared
   core::CpuList workers;  // empty: not pinned
   core::CpuList allowed;  // the process's CPUs at startup
 };
@@ -233,7 +236,12 @@ absl::StatusOr<CpuPlan> CpuPlanFromFlags() {
                                                      "compute team by it instead; unset it or drop the flag"));
     }
   }
-  IRIS_RETURN_IF_ERROR(ParseCpuFlag(absl::GetFlag(FLAGS_encoder_cpus), "--encoder-cpus", plan.allowed, &plan.encoder));
+  if (absl::GetFlag(FLAGS_encoder_cpus) == "shared") {
+    plan.encoder_shared = true;
+  } else {
+    IRIS_RETURN_IF_ERROR(
+        ParseCpuFlag(absl::GetFlag(FLAGS_encoder_cpus), "--encoder-cpus", plan.allowed, &plan.encoder));
+  }
   if (!plan.encoder.empty()) {
     // Two compute teams on shared cores would wait on each other's barriers.
     if (plan.engine.empty()) {
@@ -265,6 +273,11 @@ absl::Status ApplyCpuPlan(const CpuPlan& plan, engine::EngineOptions& engine_opt
   if (!plan.engine.empty() && std::getenv("OMP_NUM_THREADS") == nullptr) {
     model_options.device.threads = static_cast<int>(plan.engine.size());  // one team thread per engine CPU
   }
+  if (plan.encoder_shared) {
+    // The encoder thread on the engine's CPUs (its device, as large as the decoder's: ApplyEncoderDevice).
+    engine_options.encoder_cpus = engine_options.cpus;
+    engine_options.share_encoder_cores = true;
+  }
   if (!plan.encoder.empty()) {
     model_options.encoder_device = kernels::DeviceOptions{.name = "cpu",
                                                           .threads = static_cast<int>(plan.encoder.size()),
@@ -279,6 +292,12 @@ absl::Status ApplyCpuPlan(const CpuPlan& plan, engine::EngineOptions& engine_opt
 // stream unless --encoder-stream=false.
 absl::Status ApplyEncoderDevice(const CpuPlan& plan, engine::ModelOptions& model_options) {
   const bool gpu = model_options.device.name != "cpu";
+  if (gpu && plan.encoder_shared) {
+    return absl::InvalidArgumentError(absl::StrCat("--encoder-cpus shared is for --device cpu; on ",
+                                                   model_options.device.name,
+                                                   " the encoder gets a stream of its own (--encoder-stream)"));
+  }
+  if (plan.encoder_shared) model_options.encoder_device = model_options.device;
   if (gpu && !plan.encoder.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--encoder-cpus is for --device cpu; on ", model_options.device.name,
                                                    " the encoder gets a stream of its own (--encoder-stream)"));
@@ -308,6 +327,7 @@ std::string CpuPlanText(const CpuPlan& plan) {
   std::string text;
   if (!plan.engine.empty()) absl::StrAppend(&text, ", engine on CPUs ", core::FormatCpuList(plan.engine));
   if (!plan.encoder.empty()) absl::StrAppend(&text, ", encoder on CPUs ", core::FormatCpuList(plan.encoder));
+  if (plan.encoder_shared) absl::StrAppend(&text, ", encoder sharing the engine's cores");
   if (!plan.workers.empty()) absl::StrAppend(&text, ", workers on CPUs ", core::FormatCpuList(plan.workers));
   return text;
 }

@@ -160,6 +160,9 @@ std::string Metrics::Render(const ScrapeState& state) const {
   Scalar(&out, "iris:num_preemptions_total", "counter", "Sequences preempted (blocks freed, recomputed later).",
          static_cast<double>(s.preemptions));
   Scalar(&out, "iris:engine_steps_total", "counter", "Engine steps that ran something.", static_cast<double>(s.steps));
+  Scalar(&out, "iris:shared_core_steps_total", "counter",
+         "Engine steps whose decoder ran on its part of cores shared with a busy encoder (--encoder-cpus shared).",
+         static_cast<double>(s.shared_core_steps));
   Scalar(&out, "iris:decode_graph_steps_total", "counter",
          "Decode-only steps padded to a decode graph's batch size (replayed from a CUDA graph on a GPU).",
          static_cast<double>(s.decode_graph_steps));

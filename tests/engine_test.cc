@@ -15,6 +15,7 @@
 #include "engine/model.h"
 #include "engine/prompt_builder.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_device.h"
 #include "kernels/linear.h"
 #include "tests/engine_cases.h"
 #include "tests/test_util.h"
@@ -101,6 +102,7 @@ TEST_F(EngineMixedTest, ConcurrentWithTheEncoderBesideTheStepsEqualsAlone) {
     EXPECT_GE(stats.encoder_forwards, 1);
     EXPECT_LE(stats.encoder_forwards, 4);
     EXPECT_EQ(stats.encoder_slices, 0) << "the engine thread ran encoder work";
+    EXPECT_EQ(stats.shared_core_steps, 0) << "cores apart: nothing shared";
   }
 }
 
@@ -109,6 +111,38 @@ TEST_F(EngineMixedTest, ConcurrentWithPreemptionAndTheEncoderBesideTheStepsEqual
   RunConcurrent(*specs_, TooSmallCacheOptions(), *alone_, &stats, kCpuDevice, kOneThreadCpu);
   EXPECT_GT(stats.preemptions, 0) << "the cache was meant to be too small";
   EXPECT_EQ(stats.requests_finished, 32);
+}
+
+// The encoder's device as large as the decoder's, on the same cores, the two splitting them while
+// both have work (EngineOptions::share_encoder_cores): the same tokens as alone, every image
+// encoded by the worker.
+TEST_F(EngineMixedTest, ConcurrentWithTheEncoderSharingTheCoresEqualsAlone) {
+  EngineOptions o;
+  o.max_num_batched_tokens = 256;
+  o.share_encoder_cores = true;
+  EngineStats stats;
+  RunConcurrent(*specs_, o, *alone_, &stats, kCpuDevice, kCpuDevice);
+  EXPECT_TRUE(stats.concurrent_encoder);
+  EXPECT_EQ(stats.requests_finished, 32);
+  EXPECT_EQ(stats.images_encoded, 4);
+  EXPECT_EQ(stats.encoder_slices, 0) << "the engine thread ran encoder work";
+  // Text-only requests decode while the images are encoded: those steps ran on the decoder's part.
+  EXPECT_GT(stats.shared_core_steps, 0);
+  EXPECT_LT(stats.shared_core_steps, stats.steps);
+}
+
+// Sharing needs an encoder device of its own, of the decoder's size.
+TEST(EngineTest, SharingTheCoresNeedsAnEncoderDeviceOfTheDecodersSize) {
+  EngineOptions o;
+  o.share_encoder_cores = true;
+  kernels::DeviceOptions other = kOneThreadCpu;
+  other.threads = kernels::cpu::AsCpu(kernels::DefaultCpuDevice()).max_threads() + 1;
+  for (const std::optional<kernels::DeviceOptions>& encoder : {std::optional<kernels::DeviceOptions>(), std::optional(other)}) {
+    auto model = LoadModel(testing::ModelPath("tiny"), ModelOptions{kernels::ComputeType::kF32, {}, {}, encoder});
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto engine = Engine::Create(std::move(*model), o);
+    EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument) << engine.status();
+  }
 }
 
 // While the worker encodes the only request's image the engine has nothing to run: it sleeps until

@@ -60,6 +60,7 @@ SCHEDULING_CONFIGS = {
     "interleaved (1 ms budget)": ["--step_budget_ms=1"],
     "interleave off": ["--interleave_encoder=false"],
     "encoder on its own core": _encoder_beside_flags(),
+    "encoder sharing the cores": ["--encoder_cpus=shared"],
 }
 SCHEDULING_COLUMNS = (
     ("mean TTFT (ms)", "mean_ttft_ms"), ("P99 TTFT (ms)", "p99_ttft_ms"),

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -18,6 +19,7 @@ struct CpuDevice::Dnnl {
 
 CpuDevice::CpuDevice(int threads, CpuIsa isa)
     : threads_(threads > 0 ? threads : std::max(1, omp_get_max_threads())),
+      active_threads_(threads_),
       isa_(isa),
       dnnl_(std::make_unique<Dnnl>()),
       scratch_(static_cast<size_t>(kNumSlots) * threads_) {}
@@ -63,7 +65,26 @@ void CpuDevice::CopyToHost(const void* device, void* host, size_t bytes) {
 dnnl::engine& CpuDevice::dnnl_engine() { return dnnl_->engine; }
 dnnl::stream& CpuDevice::dnnl_stream() { return dnnl_->stream; }
 
-void CpuDevice::AttachThread() { omp_set_num_threads(threads_); }
+void CpuDevice::AttachThread() { omp_set_num_threads(active_threads_); }
+
+absl::Status CpuDevice::ShareCompute(std::shared_ptr<ComputeShare> share, ComputeShare::Side side) {
+  if (share == nullptr || share->cores() != threads_) {
+    return absl::InvalidArgumentError(absl::StrCat("a CPU device of ", threads_, " threads cannot share ",
+                                                   share == nullptr ? 0 : share->cores(),
+                                                   " cores: both teams must be as large as the cores they share"));
+  }
+  share_ = std::move(share);
+  side_ = side;
+  return absl::OkStatus();
+}
+
+void CpuDevice::Rebalance() {
+  if (share_ == nullptr) return;
+  const int n = std::clamp(share_->ThreadsFor(side_), 1, threads_);
+  if (n == active_threads_) return;
+  active_threads_ = n;
+  omp_set_num_threads(n);  // oneDNN's regions follow the thread's OpenMP setting
+}
 
 void* CpuDevice::Scratch(Slot slot, int thread, size_t bytes) {
   Buffer& b = scratch_[static_cast<size_t>(slot) * threads_ + thread];

@@ -1,6 +1,7 @@
 // The CPU device: what used to be process-global in the CPU kernels — oneDNN's engine and
 // stream, per-thread scratch, the thread team's size — and the instruction-set tier its ops
-// dispatch on. Used by one thread at a time (the engine thread), like a GPU stream.
+// dispatch on. Used by one thread at a time (the engine thread, or the encoder's worker for an
+// encoder device of its own), like a GPU stream.
 #pragma once
 
 #include <cstddef>
@@ -32,8 +33,13 @@ class CpuDevice final : public Device {
   void CopyToDevice(const void* host, void* device, size_t bytes) override;
   void CopyToHost(const void* device, void* host, size_t bytes) override;
   void Synchronize() override {}  // ops return when done
+  void Rebalance() override;
 
-  int threads() const { return threads_; }
+  // The team size ops use now: max_threads(), or the part of the cores a ComputeShare gives.
+  int threads() const { return active_threads_; }
+  int max_threads() const { return threads_; }
+  // The team size follows the share (whose cores must be max_threads()), taken at each Rebalance.
+  absl::Status ShareCompute(std::shared_ptr<ComputeShare> share, ComputeShare::Side side) override;
   CpuIsa isa() const { return isa_; }
   bool native_bf16() const { return isa_ >= CpuIsa::kAvx512Bf16; }
 
@@ -53,6 +59,9 @@ class CpuDevice final : public Device {
     size_t bytes = 0;
   };
   const int threads_;
+  int active_threads_;  // changed only by the issuing thread (Rebalance), between ops
+  std::shared_ptr<ComputeShare> share_;
+  ComputeShare::Side side_ = ComputeShare::kDecoder;
   const CpuIsa isa_;
   std::unique_ptr<Dnnl> dnnl_;
   std::vector<Buffer> scratch_;  // [slot * threads + thread]

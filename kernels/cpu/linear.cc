@@ -133,7 +133,9 @@ class CpuLinear final : public Linear {
   }
 
   dnnl::matmul GetPrimitive(int64_t m, Epilogue epilogue) const {
-    const int64_t key = m * 4 + static_cast<int64_t>(epilogue);
+    // oneDNN sizes a primitive's parallel work for the team it is created under (the thread's
+    // OpenMP setting), which a ComputeShare changes between ops: one primitive per team size.
+    const int64_t key = (m * 4 + static_cast<int64_t>(epilogue)) * 1024 + std::min(dev_.threads(), 1023);
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = cache_.find(key);
