@@ -142,7 +142,8 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::
                                   options.enable_prefix_caching},
                  &cache_, &encoder_cache_),
       runner_(model_.get(), &cache_, &encoder_cache_, &scheduler_, options.interleave_encoder, encoder_worker_.get()),
-      budget_(StepBudgetOptions{.step_budget_ms = options.step_budget_ms}) {
+      budget_(StepBudgetOptions{.step_budget_ms = options.step_budget_ms}),
+      shared_budget_(StepBudgetOptions{.step_budget_ms = options.step_budget_ms, .min_prefill_tokens = 8}) {
   max_model_len_ = MaxModelLen(options, model_->config.text);
   if (encoder_worker_ != nullptr) {
     encoder_worker_->set_on_ready([this] {
@@ -316,7 +317,11 @@ bool Engine::Step() {
   if (options_.interleave_encoder) {
     const PendingWork pending = scheduler_.Pending();
     // An encoder on its own device takes nothing from the step.
-    slices = budget_.Next(pending.decode_rows, pending.prefill, pending.encoder && !concurrent_encoder);
+    // Sized by the costs of the cores the decoder will have (shared while an encode job runs, once
+    // such steps have been measured).
+    const bool encoder_busy = compute_share_ != nullptr && compute_share_->busy(kernels::ComputeShare::kEncoder);
+    const StepBudget& budget = encoder_busy && shared_budget_.measured() ? shared_budget_ : budget_;
+    slices = budget.Next(pending.decode_rows, pending.prefill, pending.encoder && !concurrent_encoder);
   }
   StepPlan plan = scheduler_.Schedule(StepAllowance{slices.prefill_tokens});
   bool shared_cores = false;  // this step's decoder runs on its part of the cores
@@ -337,7 +342,10 @@ bool Engine::Step() {
   StepResult result = runner_.Run(plan, slices.encoder_flops);
   if (result.encode_job_ended) scheduler_.EndEncodeJob();
   budget_.ObserveEncoder(result.encoder_flops, result.encoder_slice_ms);
-  if (result.decoder_rows > 0) budget_.ObserveDecoder(result.decoder_rows, result.decoder_logit_rows, result.decoder_ms);
+  if (result.decoder_rows > 0) {
+    (shared_cores ? shared_budget_ : budget_)
+        .ObserveDecoder(result.decoder_rows, result.decoder_logit_rows, result.decoder_ms);
+  }
   StepCounters counters{.steps = 1,
                         .images_encoded = result.images_encoded,
                         .encoder_forwards = result.images_encoded > 0 ? 1 : 0,

@@ -203,6 +203,10 @@ class Engine {
   Scheduler scheduler_;
   StepRunner runner_;
   StepBudget budget_;
+  // share_encoder_cores: the costs of steps whose decoder ran on its part of the cores (about
+  // twice a whole-core step's), learned apart; its prefill floor is smaller, as a floor-sized
+  // chunk there alone outlasts the target.
+  StepBudget shared_budget_;
   std::unique_ptr<StepTrace> trace_;  // null unless options.step_trace_path
   absl::Time trace_start_;
   bool progressed_ = true;  // the last step ran something

@@ -49,6 +49,7 @@ class StepBudget {
 
   // The learned costs (for stats and tests).
   DecoderCost decoder_cost() const;
+  bool measured() const { return m_[0][0] > 0; }  // a decoder step observed
   double encoder_ms_per_gflop() const { return encoder_ms_per_flop_ * 1e9; }
 
  private:
