@@ -80,8 +80,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   // The encoder's own device gets its own thread, which issues everything the encoder does from
   // here on (its warm-up included).
   std::shared_ptr<kernels::ComputeShare> share;
-  if (options.share_encoder_cores) {
-    if (model->encoder == nullptr || model->encoder_device == nullptr) {
+  if (options.share_encoder_cores && model->encoder != nullptr) {  // a text-only model has nothing to share
+    if (model->encoder_device == nullptr) {
       return absl::InvalidArgumentError("engine options: share_encoder_cores is for an encoder with a device of its own");
     }
     const int cores = model->device->kind() == kernels::DeviceKind::kCpu ? kernels::cpu::AsCpu(*model->device).max_threads() : 0;

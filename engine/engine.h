@@ -78,7 +78,8 @@ struct EngineOptions {
   std::vector<int> encoder_cpus;
   // With an encoder device of its own on the CPU sharing the decoder's cores (both teams as large
   // as the decoder's): the two split the cores while both have work, and each takes them all
-  // while the other is idle (kernels/compute_share.h). Off: each team keeps its own size.
+  // while the other is idle (kernels/compute_share.h). Off: each team keeps its own size. A
+  // text-only model (no encoder) ignores it.
   bool share_encoder_cores = false;
   // Set: called on the engine thread after every step that ran something, with its time, the
   // time of its encoder forwards, their count and the images they finished (for metrics). Must

@@ -89,11 +89,11 @@ ABSL_FLAG(int64_t, max_pixels, 0, "largest resize target per image (0 = the chec
 ABSL_FLAG(int32_t, workers, 0, "threads decoding images and building prompts (0 = one per core, of --worker-cpus when set)");
 ABSL_FLAG(std::string, engine_cpus, "", "CPUs (Linux list syntax, e.g. 0-3,8) for the engine thread and its compute team "
           "(empty = not pinned); the team's size defaults to their count unless OMP_NUM_THREADS is set");
-ABSL_FLAG(std::string, encoder_cpus, "", "CPUs (e.g. 3 or 6-7) for the vision encoder's own thread and compute team "
-          "(--device cpu; needs --engine-cpus, apart from them): images are encoded there, beside the running "
-          "requests' decoding, instead of in slices between engine steps; or 'shared': the encoder's own thread "
-          "and team on the engine's cores, which the two split while both have work and either takes whole while "
-          "the other is idle (empty = off)");
+ABSL_FLAG(std::string, encoder_cpus, "auto", "with --device cpu: 'shared': the vision encoder gets its own thread and "
+          "compute team on the engine's cores, which the two split while both have work and either takes whole while "
+          "the other is idle, so images are encoded beside the running requests' decoding; or CPUs (e.g. 3 or 6-7, "
+          "with --engine-cpus, apart from them) for a team of its own; 'off' (or empty): the encoder runs in slices "
+          "between engine steps; 'auto': shared where the engine has two or more CPUs and --interleave-encoder is on, else off");
 ABSL_FLAG(bool, encoder_stream, true, "with --device cuda: the vision encoder on a CUDA stream of its own, issued by a "
           "thread of its own, so that an image being encoded overlaps the running requests' decoding (false: in "
           "slices between engine steps, as on the CPU)");
@@ -236,9 +236,19 @@ absl::StatusOr<CpuPlan> CpuPlanFromFlags() {
                                                      "compute team by it instead; unset it or drop the flag"));
     }
   }
-  if (absl::GetFlag(FLAGS_encoder_cpus) == "shared") {
+  const std::string encoder_flag = absl::GetFlag(FLAGS_encoder_cpus);
+  if (encoder_flag == "auto") {
+    // The cores the engine's team will have: --engine-cpus, else OMP_NUM_THREADS or every CPU of
+    // the process (as the CPU device sizes its team).
+    int cores = static_cast<int>(!plan.engine.empty() ? plan.engine.size() : plan.allowed.size());
+    if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && plan.engine.empty()) {
+      cores = std::atoi(omp);
+    }
+    // --interleave-encoder=false asks for whole images in the admitting step: no worker then.
+    plan.encoder_shared = absl::GetFlag(FLAGS_device) == "cpu" && cores >= 2 && absl::GetFlag(FLAGS_interleave_encoder);
+  } else if (encoder_flag == "shared") {
     plan.encoder_shared = true;
-  } else {
+  } else if (encoder_flag != "off") {
     IRIS_RETURN_IF_ERROR(
         ParseCpuFlag(absl::GetFlag(FLAGS_encoder_cpus), "--encoder-cpus", plan.allowed, &plan.encoder));
   }

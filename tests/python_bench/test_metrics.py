@@ -292,8 +292,8 @@ class AblationTableTest(unittest.TestCase):
     def test_scheduling_table_has_the_itl_ratio(self):
         from iris_bench import ablation
         configs, columns, base = ablation.SUITES["scheduling"]
-        self.assertEqual(base, "interleaved (auto budget)")
-        self.assertEqual(configs["interleave off"], ["--interleave_encoder=false"])
+        self.assertEqual(base, "encoder sharing the cores")  # the CPU server's default
+        self.assertEqual(configs["interleave off"], ["--encoder_cpus=off", "--interleave_encoder=false"])
         keys = [k for _, k in columns if k != "itl_p99_over_median"]
         on = dict({k: 100.0 for k in keys}, median_itl_ms=50.0, p99_itl_ms=100.0, failed=0)
         off = dict({k: 100.0 for k in keys}, median_itl_ms=40.0, p99_itl_ms=4000.0, failed=0)

@@ -306,7 +306,11 @@ class GenerateTest(ServerTestCase):
         self.assertEqual(info.architecture, "Qwen2_5_VLForConditionalGeneration")
         self.assertTrue(info.accepts_images)
         self.assertTrue(info.device.startswith("cpu: "), info.device)
-        self.assertEqual(info.encoder_device, "")  # the encoder runs between steps on `device`
+        cores = int(os.environ.get("OMP_NUM_THREADS") or 0) or len(os.sched_getaffinity(0))
+        if cores >= 2:  # --encoder-cpus auto: a thread and team of its own, sharing the engine's cores
+            self.assertEqual(info.encoder_device, info.device)
+        else:  # the encoder runs between steps on `device`
+            self.assertEqual(info.encoder_device, "")
         self.assertEqual(info.dtype, "f32")
         self.assertEqual(info.vocab_size, TINY_VOCAB)
         limits = info.limits
