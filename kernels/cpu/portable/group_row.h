@@ -1,0 +1,177 @@
+// The online softmax of one query row's group of q heads (the heads that share a kv head) over
+// blocks of up to 64 keys, in AVX2 + FMA intrinsics (the x86-64-v3 baseline), for paged
+// attention on processors without AVX-512. Keys are read through row pointers (f32 rows, or bf16
+// rows widened on load), each K and V row once per group instead of once per head.
+//
+// Why not flash_row.h's AttendKeys per head: there a head's score for a key ends in a horizontal
+// sum, each head widens the same bf16 row again, and P·V updates o in memory; at 4-8 heads per kv
+// head that made bf16 pages compute-bound at about half the streaming bandwidth (kernels_bench
+// --filter=paged, AMD EPYC Zen 3). Here the G heads' partial sums for a key are reduced together
+// into one vector (lane h = head h), so the softmax runs on vectors across heads, and P·V keeps
+// G x W vectors of o in registers while the block's V rows stream past.
+//
+// f32 arithmetic throughout (PagedAttentionArgs::bf16 is not used on this tier).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <limits>
+
+namespace iris::kernels::cpu::portable::group_row {
+
+constexpr int kMaxGroup = 8;  // heads per pass: one lane each
+constexpr int kBlock = 64;    // keys per online-softmax step
+constexpr int kKAhead = 8;    // K rows prefetched this many keys ahead
+
+// 8 elements of a row from p: f32 as is, bf16 bits widened exactly.
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// Lane h of the result = the sum of v[h]'s 8 lanes.
+inline __m256 SumEach(const __m256 v[8]) {
+  const __m256 a = _mm256_hadd_ps(v[0], v[1]);  // per 128-bit half: [v0 pair sums, v1 pair sums]
+  const __m256 b = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 c = _mm256_hadd_ps(v[4], v[5]);
+  const __m256 d = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 ab = _mm256_hadd_ps(a, b);  // [v0..v3 sums of lanes 0-3 | v0..v3 sums of lanes 4-7]
+  const __m256 cd = _mm256_hadd_ps(c, d);
+  return _mm256_add_ps(_mm256_permute2f128_ps(ab, cd, 0x20), _mm256_permute2f128_ps(ab, cd, 0x31));
+}
+
+// e^x per lane: portable::Exp's formula (Cephes polynomial after Cody-Waite reduction), exactly 0
+// below -88 (so e^-inf = 0), +inf above ~88.72, NaN for NaN (a NaN read from a pool must show).
+inline __m256 Exp8(__m256 x) {
+  const __m256 xc = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.8f)), _mm256_set1_ps(-88.0f));
+  const __m256 magic = _mm256_set1_ps(12582912.0f);
+  const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), magic), magic);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  // p * 2^n as two normal powers of two (n in [-127, 128]).
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i n1 = _mm256_srai_epi32(ni, 1);
+  const __m256i n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 y = _mm256_mul_ps(
+      _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23))),
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23)));
+  const __m256 y_or_0 = _mm256_and_ps(y, _mm256_cmp_ps(x, _mm256_set1_ps(-88.0f), _CMP_GE_OQ));
+  return _mm256_blendv_ps(y_or_0, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN stays NaN
+}
+
+// The running state of up to 8 heads of one query row: lane h holds head h's max score m and sum
+// l of e^(score - m); o[h * head_dim + d] its unnormalised output.
+struct State {
+  __m256 m;
+  __m256 l;
+  float* o;
+};
+
+inline void Start(State& st, float* o, int heads, int head_dim) {
+  st.m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  st.l = _mm256_setzero_ps();
+  st.o = o;
+  for (int i = 0; i < heads * head_dim; ++i) o[i] = 0.f;
+}
+
+// Folds keys [0, n) (n <= 64; K row j at krows[j], V row j at vrows[j], each head_dim elements of
+// T) into the state of G heads whose queries are q[h * head_dim + d] (scores scaled by scale).
+// head_dim % (8 * W) == 0. s: 64 * 8 floats of scratch (scores, then probabilities, key-major).
+template <int G, int W, typename T>
+void Attend(const float* __restrict q, int n, const T* const* krows, const T* const* vrows, int head_dim,
+            float scale, float* __restrict s, State& st) {
+  static_assert(G >= 1 && G <= kMaxGroup);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  __m256 mx = st.m;
+  // Scores: G dot products per key, reduced together into lane h = head h.
+  for (int j = 0; j < n; ++j) {
+    const T* k = krows[j];
+    // V row j is needed by P·V below, a few 64-byte pieces per pass over the block: fetched whole
+    // now, while the scores compute, so those passes hit the cache.
+    {
+      const char* v = reinterpret_cast<const char*>(vrows[j]);
+      const int bytes = head_dim * static_cast<int>(sizeof(T));
+      for (int off = 0; off < bytes; off += 64) _mm_prefetch(v + off, _MM_HINT_T0);
+      _mm_prefetch(v + bytes - 1, _MM_HINT_T0);
+      if (j + kKAhead < n) {
+        const char* k_ahead = reinterpret_cast<const char*>(krows[j + kKAhead]);
+        for (int off = 0; off < bytes; off += 64) _mm_prefetch(k_ahead + off, _MM_HINT_T0);
+        _mm_prefetch(k_ahead + bytes - 1, _MM_HINT_T0);
+      }
+    }
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int h = 0; h < 8; ++h) acc[h] = _mm256_setzero_ps();
+    for (int d = 0; d < head_dim; d += 8) {
+      const __m256 kv = Load8(k + d);
+#pragma GCC unroll 8
+      for (int h = 0; h < G; ++h) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * head_dim + d), kv, acc[h]);
+    }
+    const __m256 sj = _mm256_mul_ps(SumEach(acc), vscale);
+    _mm256_store_ps(s + j * 8, sj);
+    mx = _mm256_max_ps(mx, sj);
+  }
+  // Online softmax, all heads at once.
+  const __m256 alpha = Exp8(_mm256_sub_ps(st.m, mx));  // 0 on the first block (m = -inf)
+  __m256 sum = _mm256_setzero_ps();
+  for (int j = 0; j < n; ++j) {
+    const __m256 p = Exp8(_mm256_sub_ps(_mm256_load_ps(s + j * 8), mx));
+    _mm256_store_ps(s + j * 8, p);
+    sum = _mm256_add_ps(sum, p);
+  }
+  st.l = _mm256_fmadd_ps(st.l, alpha, sum);
+  st.m = mx;
+  alignas(32) float a[8];
+  _mm256_store_ps(a, alpha);
+  // P·V: o[h][d0, d0 + 8W) in registers across the block's keys.
+  for (int d0 = 0; d0 < head_dim; d0 += 8 * W) {
+    __m256 acc[G][W];
+#pragma GCC unroll 8
+    for (int h = 0; h < G; ++h) {
+      const __m256 ah = _mm256_set1_ps(a[h]);
+#pragma GCC unroll 4
+      for (int w = 0; w < W; ++w) acc[h][w] = _mm256_mul_ps(ah, _mm256_loadu_ps(st.o + h * head_dim + d0 + 8 * w));
+    }
+    for (int j = 0; j < n; ++j) {
+      __m256 v[W];
+#pragma GCC unroll 4
+      for (int w = 0; w < W; ++w) v[w] = Load8(vrows[j] + d0 + 8 * w);
+#pragma GCC unroll 8
+      for (int h = 0; h < G; ++h) {
+        const __m256 p = _mm256_broadcast_ss(s + j * 8 + h);
+#pragma GCC unroll 4
+        for (int w = 0; w < W; ++w) acc[h][w] = _mm256_fmadd_ps(p, v[w], acc[h][w]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < G; ++h)
+#pragma GCC unroll 4
+      for (int w = 0; w < W; ++w) _mm256_storeu_ps(st.o + h * head_dim + d0 + 8 * w, acc[h][w]);
+  }
+}
+
+// out[h * out_head_stride + d] = o / l for the G heads.
+inline void Finish(const State& st, int heads, int head_dim, float* out) {
+  alignas(32) float l[8];
+  _mm256_store_ps(l, st.l);
+  for (int h = 0; h < heads; ++h) {
+    const float inv_l = 1.f / l[h];
+    for (int d = 0; d < head_dim; ++d) out[h * head_dim + d] = st.o[h * head_dim + d] * inv_l;
+  }
+}
+
+// The widest W (8-float vectors of o per head kept in registers in P·V) that leaves registers for
+// G heads: G x W accumulators + W rows of V + a broadcast within 16 ymm registers.
+constexpr int PreferredWidth(int g) { return g <= 2 ? 4 : g <= 4 ? 2 : 1; }
+
+}  // namespace iris::kernels::cpu::portable::group_row
