@@ -292,6 +292,9 @@ TEST(PagedAttentionTest, OddShapes) {
   Check({{{66, 2}}, 2, 1, 200, 16}, 10);       // 13 vectors: three P·V chunks
   Check({{{40, 40}}, 2, 2, 256, 7}, 11);
   Check({{{17, 17}}, 1, 1, 1, 1}, 12);
+  // Groups above 8 q heads per kv head: the AVX2 tier takes them 8 at a time (8 + 4, 8 + 8 + 3).
+  Check({{{70, 9}, {130, 1}}, 24, 2, 64, 16}, 22);
+  Check({{{65, 3}}, 19, 1, 40, 5}, 23);
 }
 
 TEST(PagedAttentionTest, PeakySoftmaxStaysAccurate) {
