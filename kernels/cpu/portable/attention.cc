@@ -1,7 +1,8 @@
-// Varlen attention in plain C++ for processors without AVX-512 (flash_row.h's online softmax).
-// Units of (sequence, head, block of 64 queries) run in parallel, as in the AVX-512 kernel; a
-// unit walks its keys in blocks of 64, packs each block once and folds it into every query row
-// that sees it. f32 only: AttentionArgs::bf16 is ignored.
+// Varlen attention for processors without AVX-512. Units of (sequence, head, block of 64 queries)
+// run in parallel, as in the AVX-512 kernel; a unit walks its keys in blocks of 64, packs each
+// block once (transposed) and folds it into every query row that sees it: six rows at a time in
+// row_tile.h's AVX2 kernels where head_dim is a multiple of 8 (every model iris serves), one row at
+// a time in flash_row.h's plain C++ otherwise. f32 only: AttentionArgs::bf16 is ignored.
 #include <omp.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/portable/flash_row.h"
+#include "kernels/cpu/portable/row_tile.h"
 
 namespace iris::kernels::cpu::portable {
 namespace {
@@ -49,15 +51,19 @@ void VarlenAttention(CpuDevice& dev, const AttentionArgs& a) {
       for (int q0 = lo; q0 < hi; q0 += kQueryBlock) units.push_back({s, h, q0, std::min(q0 + kQueryBlock, hi)});
   }
   const int64_t num_units = static_cast<int64_t>(units.size());
+  const bool tiled = hd % 8 == 0;
 
 #pragma omp parallel num_threads(dev.threads())
   {
-    // Per thread: the unit's row outputs o[64][hd], the packed key block kt[hd][64], scores s[64].
-    const size_t floats = (static_cast<size_t>(kQueryBlock) + kKeyBlock) * hd + kKeyBlock;
+    // Per thread: the unit's row outputs o[64][hd], the packed key block kt[hd][64], scores
+    // s[6][64] (one row's 64 on the per-row path), and the output of a tile's unused rows.
+    const size_t floats = (static_cast<size_t>(kQueryBlock) + kKeyBlock + 1) * hd + row_tile::kRows * kKeyBlock;
     float* o = static_cast<float*>(dev.Scratch(CpuDevice::kSlotTile, omp_get_thread_num(), floats * sizeof(float)));
     float* kt = o + static_cast<size_t>(kQueryBlock) * hd;
     float* s = kt + static_cast<size_t>(kKeyBlock) * hd;
+    float* unused_o = s + row_tile::kRows * kKeyBlock;
     RowState st[kQueryBlock];
+    RowState unused;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < num_units; ++u) {
       const Unit& unit = units[u];
@@ -75,6 +81,26 @@ void VarlenAttention(CpuDevice& dev, const AttentionArgs& a) {
         const float* k0 = kh + kb0 * a.k.row_stride;
         const float* v0 = vh + kb0 * a.v.row_stride;
         PackKeysT([&](int j) { return k0 + j * a.k.row_stride; }, kn, hd, kt);
+        if (tiled) {
+          for (int r0 = 0; r0 < nq; r0 += row_tile::kRows) {
+            row_tile::Tile tile;
+            for (int r = 0; r < row_tile::kRows; ++r) {
+              const int i = r0 + r;
+              if (i < nq) {
+                tile.q[r] = qh + i * a.q.row_stride;
+                tile.st[r] = &st[i];
+                tile.keys[r] = a.causal ? std::min(kn, unit.q0 + i - kb0 + 1) : kn;
+              } else {  // past the unit's rows: computed on row r0's query, kept nowhere
+                StartRow(unused, unused_o, hd);
+                tile.q[r] = qh + r0 * a.q.row_stride;
+                tile.st[r] = &unused;
+                tile.keys[r] = 0;
+              }
+            }
+            row_tile::Attend(tile, kt, v0, a.v.row_stride, hd, a.scale, s);
+          }
+          continue;
+        }
         for (int i = 0; i < nq; ++i) {
           const int keys = a.causal ? std::min(kn, unit.q0 + i - kb0 + 1) : kn;
           if (keys <= 0) continue;
