@@ -63,7 +63,8 @@ void VarlenAttention(CpuDevice& dev, const AttentionArgs& a) {
     float* s = kt + static_cast<size_t>(kKeyBlock) * hd;
     float* unused_o = s + row_tile::kRows * kKeyBlock;
     RowState st[kQueryBlock];
-    RowState unused;
+    RowState unused;  // the state of a tile's rows past the unit's end: never read
+    StartRow(unused, unused_o, hd);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < num_units; ++u) {
       const Unit& unit = units[u];
@@ -91,7 +92,6 @@ void VarlenAttention(CpuDevice& dev, const AttentionArgs& a) {
                 tile.st[r] = &st[i];
                 tile.keys[r] = a.causal ? std::min(kn, unit.q0 + i - kb0 + 1) : kn;
               } else {  // past the unit's rows: computed on row r0's query, kept nowhere
-                StartRow(unused, unused_o, hd);
                 tile.q[r] = qh + r0 * a.q.row_stride;
                 tile.st[r] = &unused;
                 tile.keys[r] = 0;

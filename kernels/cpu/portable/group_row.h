@@ -23,7 +23,6 @@
 namespace iris::kernels::cpu::portable::group_row {
 
 constexpr int kMaxGroup = 8;  // heads per pass: one lane each
-constexpr int kBlock = 64;    // keys per online-softmax step
 constexpr int kKAhead = 8;    // K rows prefetched this many keys ahead
 
 // Lane h of the result = the sum of v[h]'s 8 lanes.
@@ -35,6 +34,15 @@ inline __m256 SumEach(const __m256 v[8]) {
   const __m256 ab = _mm256_hadd_ps(a, b);  // [v0..v3 sums of lanes 0-3 | v0..v3 sums of lanes 4-7]
   const __m256 cd = _mm256_hadd_ps(c, d);
   return _mm256_add_ps(_mm256_permute2f128_ps(ab, cd, 0x20), _mm256_permute2f128_ps(ab, cd, 0x31));
+}
+
+// Every cache line of a row of head_dim elements of T (rows need not start on a line).
+template <typename T>
+inline void PrefetchRow(const T* row, int head_dim) {
+  const char* p = reinterpret_cast<const char*>(row);
+  const int bytes = head_dim * static_cast<int>(sizeof(T));
+  for (int off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  _mm_prefetch(p + bytes - 1, _MM_HINT_T0);
 }
 
 // The running state of up to 8 heads of one query row: lane h holds head h's max score m and sum
@@ -66,17 +74,8 @@ void Attend(const float* __restrict q, int n, const T* const* krows, const T* co
     const T* k = krows[j];
     // V row j is needed by P·V below, a few 64-byte pieces per pass over the block: fetched whole
     // now, while the scores compute, so those passes hit the cache.
-    {
-      const char* v = reinterpret_cast<const char*>(vrows[j]);
-      const int bytes = head_dim * static_cast<int>(sizeof(T));
-      for (int off = 0; off < bytes; off += 64) _mm_prefetch(v + off, _MM_HINT_T0);
-      _mm_prefetch(v + bytes - 1, _MM_HINT_T0);
-      if (j + kKAhead < n) {
-        const char* k_ahead = reinterpret_cast<const char*>(krows[j + kKAhead]);
-        for (int off = 0; off < bytes; off += 64) _mm_prefetch(k_ahead + off, _MM_HINT_T0);
-        _mm_prefetch(k_ahead + bytes - 1, _MM_HINT_T0);
-      }
-    }
+    PrefetchRow(vrows[j], head_dim);
+    if (j + kKAhead < n) PrefetchRow(krows[j + kKAhead], head_dim);
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int h = 0; h < 8; ++h) acc[h] = _mm256_setzero_ps();
@@ -128,7 +127,7 @@ void Attend(const float* __restrict q, int n, const T* const* krows, const T* co
   }
 }
 
-// out[h * out_head_stride + d] = o / l for the G heads.
+// out[h * head_dim + d] = o / l for the first `heads` heads.
 inline void Finish(const State& st, int heads, int head_dim, float* out) {
   alignas(32) float l[8];
   _mm256_store_ps(l, st.l);

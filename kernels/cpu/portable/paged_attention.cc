@@ -96,46 +96,48 @@ void Run(CpuDevice& dev, const PagedAttentionArgs& a, const std::vector<PagedSeq
       const int64_t keys = seq.context_len - seq.q_len + item.row + 1;  // causal: up to its own position
       const int64_t q_row = seq.q_begin + item.row;
       const int h0 = item.g * group;
-      if (grouped) {
-        for (int c = 0; c < num_chunks; ++c) {
-          const int h = c * group_row::kMaxGroup;
-          group_row::Start(chunk_states[c], o + static_cast<size_t>(h) * hd, std::min(group_row::kMaxGroup, group - h),
-                           hd);
-        }
-      } else {
-        for (int i = 0; i < group; ++i) StartRow(states[i], o + static_cast<size_t>(i) * hd, hd);
-      }
-      for (int64_t kb = 0; kb < keys; kb += kKeyBlock) {
-        const int n = static_cast<int>(std::min<int64_t>(kKeyBlock, keys - kb));
+      const float* q = a.q + q_row * a.q_row_stride + static_cast<int64_t>(h0) * hd;  // the group's heads
+      float* out = a.out + q_row * a.out_row_stride + static_cast<int64_t>(h0) * hd;
+      // The pool rows of keys [kb, kb + n) of this item's kv head into krows / vrows.
+      const auto gather = [&](int64_t kb, int n) {
         for (int j = 0; j < n; ++j) {
           const int64_t t = kb + j;
           const int64_t slot = int64_t{seq.block_table[t / bs]} * bs + t % bs;
           krows[j] = kpool + slot * row_floats + static_cast<int64_t>(item.g) * hd;
           vrows[j] = vpool + slot * row_floats + static_cast<int64_t>(item.g) * hd;
         }
-        if (grouped) {
+      };
+      if (grouped) {  // chunk c: heads [8c, 8c + 8) of the group
+        for (int c = 0; c < num_chunks; ++c) {
+          const int h = c * group_row::kMaxGroup;
+          group_row::Start(chunk_states[c], o + static_cast<size_t>(h) * hd, std::min(group_row::kMaxGroup, group - h),
+                           hd);
+        }
+        for (int64_t kb = 0; kb < keys; kb += kKeyBlock) {
+          const int n = static_cast<int>(std::min<int64_t>(kKeyBlock, keys - kb));
+          gather(kb, n);
           for (int c = 0; c < num_chunks; ++c) {
-            const int h = c * group_row::kMaxGroup;
-            const float* q = a.q + q_row * a.q_row_stride + static_cast<int64_t>(h0 + h) * hd;
-            chunk_fn[c](q, n, krows, vrows, hd, a.scale, s, chunk_states[c]);
+            const int64_t h = c * group_row::kMaxGroup;
+            chunk_fn[c](q + h * hd, n, krows, vrows, hd, a.scale, s, chunk_states[c]);
           }
-          continue;
         }
-        for (int i = 0; i < group; ++i) {
-          const float* q = a.q + q_row * a.q_row_stride + static_cast<int64_t>(h0 + i) * hd;
-          AttendKeys(
-              q, n, [&](int j) { return krows[j]; }, [&](int j) { return vrows[j]; }, hd, a.scale, s, states[i]);
-        }
-      }
-      float* out = a.out + q_row * a.out_row_stride + static_cast<int64_t>(h0) * hd;
-      if (grouped) {
         for (int c = 0; c < num_chunks; ++c) {
           const int h = c * group_row::kMaxGroup;
           group_row::Finish(chunk_states[c], std::min(group_row::kMaxGroup, group - h), hd, out + h * hd);
         }
-        continue;
+      } else {
+        for (int i = 0; i < group; ++i) StartRow(states[i], o + static_cast<size_t>(i) * hd, hd);
+        for (int64_t kb = 0; kb < keys; kb += kKeyBlock) {
+          const int n = static_cast<int>(std::min<int64_t>(kKeyBlock, keys - kb));
+          gather(kb, n);
+          for (int i = 0; i < group; ++i) {
+            AttendKeys(
+                q + static_cast<int64_t>(i) * hd, n, [&](int j) { return krows[j]; }, [&](int j) { return vrows[j]; },
+                hd, a.scale, s, states[i]);
+          }
+        }
+        for (int i = 0; i < group; ++i) FinishRow(states[i], hd, out + static_cast<int64_t>(i) * hd);
       }
-      for (int i = 0; i < group; ++i) FinishRow(states[i], hd, out + static_cast<int64_t>(i) * hd);
     }
   }
 }
