@@ -180,6 +180,16 @@ inline void RunConcurrent(const std::vector<Spec>& specs, const EngineOptions& o
   EXPECT_EQ(stats_out->running + stats_out->waiting, 0);
 }
 
+// The mixed workload run with an encoder worker (the encoder's device beside the decoder's, or
+// sharing its cores): every request finished, each of the 4 distinct images encoded once, all by
+// the worker and none on the engine thread.
+inline void ExpectEveryImageEncodedByTheWorker(const EngineStats& stats) {
+  EXPECT_TRUE(stats.concurrent_encoder);
+  EXPECT_EQ(stats.requests_finished, 32);
+  EXPECT_EQ(stats.images_encoded, 4);
+  EXPECT_EQ(stats.encoder_slices, 0) << "the engine thread ran encoder work";
+}
+
 // Budgets under which the mixed workload preempts: 40 KV blocks of 16 tokens (the tiny model's f32
 // pages) hold the largest request alone, never the 32 at once.
 inline constexpr int64_t kTooSmallCacheBlocks = 40;
