@@ -6,7 +6,9 @@
 #   on a GPU machine without iris's Debian libraries (the lent H100/H200), from a bundle made by
 #   scripts/gpu_bundle.sh on a build machine:  scripts/gpu_check.sh --bundle .gpu/bundle.tar.xz
 # Options: --sanitize (memcheck + racecheck), --benches, --out DIR (logs and gtest XML; default a
-# temporary folder). Exit: 0 all passed, 1 a check failed, 77 no usable GPU here.
+# temporary folder). Environment for a short lease: TEST_TIMEOUT_S (each suite, default 300),
+# SANITIZE_SUITES and SANITIZE_TIMEOUT_S, BENCH_MIN_SECONDS, ENCODER_ROUNDS.
+# Exit: 0 all passed, 1 a check failed, 77 no usable GPU here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=build
@@ -64,8 +66,11 @@ FAILED=()
 for t in $TESTS; do
   name=$(basename "$t")
   echo "gpu_check: === $name"
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$t" --gtest_output="xml:$OUT_DIR/$name.xml" >"$OUT_DIR/$name.log" 2>&1
+  # Bounded, so a hang in one suite (a lost event, a deadlocked stream) cannot eat the lease.
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} timeout "${TEST_TIMEOUT_S:-300}" "$t" --gtest_output="xml:$OUT_DIR/$name.xml" \
+    >"$OUT_DIR/$name.log" 2>&1
   rc=$?
+  [ $rc -eq 124 ] && { echo "gpu_check: $name stopped after ${TEST_TIMEOUT_S:-300} s; its last lines:"; tail -5 "$OUT_DIR/$name.log"; }
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED_PRECONDITION' "$OUT_DIR/$name.log" | head -40
   # Each failure's first lines (what was expected, where), so a remote run's tail says what broke.
   grep -A5 'Failure$' "$OUT_DIR/$name.log" | cut -c1-300 | head -60
@@ -100,7 +105,7 @@ if [ "$BENCHES" = 1 ]; then
   else
     echo "gpu_check: === encoder_bench --device cuda"
     "$ENCODER" --model "$OUT_DIR/models/vision-3b" --device cuda --min_seconds "${BENCH_MIN_SECONDS:-1}" \
-      --rounds 5 --slice_gflop= 2>&1 | tee "$OUT_DIR/encoder_bench.log" || FAILED+=(encoder_bench)
+      --rounds "${ENCODER_ROUNDS:-5}" --slice_gflop= 2>&1 | tee "$OUT_DIR/encoder_bench.log" || FAILED+=(encoder_bench)
     if python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
       echo "gpu_check: === transformers' vision tower, same weights and inputs"
       python3 bench/hf_vision_tower.py --model "$OUT_DIR/models/vision-3b" --min-seconds "${BENCH_MIN_SECONDS:-1}" \
