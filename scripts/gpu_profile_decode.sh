@@ -3,16 +3,18 @@
 # run (GPU time per launch, the kernels serialised), and the last decode step's launches are
 # printed in order with their durations, then summed by kernel. Compare the sum with the step's
 # wall time from decode_bench: the difference is host time (launch overhead, synchronisation).
-#   scripts/gpu_profile_decode.sh --bundle .gpu/bundle.tar.xz [--batch 1] [--context 512] [--out DIR]
+#   scripts/gpu_profile_decode.sh --bundle .gpu/bundle.tar.xz [--preset small|3b] [--batch 1] [--context 512] [--out DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=""
+PRESET=small
 BATCH=1
 CONTEXT=512
 OUT_DIR=$(mktemp -d)
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
+    --preset) PRESET=$2; shift 2 ;;
     --batch) BATCH=$2; shift 2 ;;
     --context) CONTEXT=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
@@ -31,11 +33,12 @@ else
   [ -x "$BIN/decode_bench" ] || BIN=build
 fi
 MAKE_MODEL=$(ls "$BIN/iris-make-model" build/tools/iris-make-model/iris-make-model 2>/dev/null | head -1)
-"$MAKE_MODEL" --preset small --out "$OUT_DIR/small" >"$OUT_DIR/make_model.log" 2>&1 || { echo "iris-make-model failed" >&2; exit 1; }
-# 2 warm-up + 2 timed steps; nothing else timed.
+"$MAKE_MODEL" --preset "$PRESET" --out "$OUT_DIR/$PRESET" >"$OUT_DIR/make_model.log" 2>&1 || { echo "iris-make-model failed" >&2; exit 1; }
+# 2 warm-up + 2 timed steps, issued op by op (no graphs: each launch is then its own record);
+# nothing else timed.
 "$NCU" --metrics gpu__time_duration.sum --csv --log-file "$OUT_DIR/ncu.csv" \
-  "$BIN/decode_bench" --model "$OUT_DIR/small" --device cuda --batches "$BATCH" --context "$CONTEXT" --steps 2 \
-  --linears=false --kv_compare_contexts= --prompt 16 --prompt_repeats 1 >"$OUT_DIR/decode_bench.log" 2>&1 \
+  "$BIN/decode_bench" --model "$OUT_DIR/$PRESET" --device cuda --batches "$BATCH" --context "$CONTEXT" --steps 2 \
+  --graphs=false --linears=false --kv_compare_contexts= --prompt 16 --prompt_repeats 1 >"$OUT_DIR/decode_bench.log" 2>&1 \
   || { tail -20 "$OUT_DIR/decode_bench.log"; exit 1; }
 python3 - "$OUT_DIR/ncu.csv" <<'EOF'
 import csv, sys, collections
@@ -47,11 +50,14 @@ for r in rows[1:]:
     us = float(r[value_i].replace(",", "")) / (1000.0 if r[unit_i] in ("nsecond", "ns") else 1.0)
     if r[unit_i] in ("msecond", "ms"):
         us = float(r[value_i].replace(",", "")) * 1000.0
-    launches.append((r[name_i].split("(")[0][:70], us))
+    launches.append((r[name_i].split("(")[0][:120], us))
 # The last decode step: from the last embedding lookup to the end (the step starts with it).
 start = max(i for i, (n, _) in enumerate(launches) if "Embedding" in n)
 step = launches[start:]
 print(f"last decode step: {len(step)} kernels, {sum(u for _, u in step):.1f} us of GPU time")
+print("its first 30 launches, in order (the embedding, then the first layer):")
+for n, u in step[:30]:
+    print(f"  {u:8.2f} us  {n}")
 by = collections.OrderedDict()
 for n, u in step:
     c, t = by.get(n, (0, 0.0))
