@@ -3,6 +3,8 @@
 # run (GPU time per launch, the kernels serialised), and the last decode step's launches are
 # printed in order with their durations, then summed by kernel. Compare the sum with the step's
 # wall time from decode_bench: the difference is host time (launch overhead, synchronisation).
+# The clocks and caches are left as a run has them (METHOD: ncu's defaults lock base clocks and
+# flush the caches before each kernel, which inflated small kernels ~1.3x in the first H200 run).
 #   scripts/gpu_profile_decode.sh --bundle .gpu/bundle.tar.xz [--preset small|3b] [--batch 1] [--context 512] [--out DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +38,7 @@ MAKE_MODEL=$(ls "$BIN/iris-make-model" build/tools/iris-make-model/iris-make-mod
 "$MAKE_MODEL" --preset "$PRESET" --out "$OUT_DIR/$PRESET" >"$OUT_DIR/make_model.log" 2>&1 || { echo "iris-make-model failed" >&2; exit 1; }
 # 2 warm-up + 2 timed steps, issued op by op (no graphs: each launch is then its own record);
 # nothing else timed.
-"$NCU" --metrics gpu__time_duration.sum --csv --log-file "$OUT_DIR/ncu.csv" \
+"$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT_DIR/ncu.csv" \
   "$BIN/decode_bench" --model "$OUT_DIR/$PRESET" --device cuda --batches "$BATCH" --context "$CONTEXT" --steps 2 \
   --graphs=false --linears=false --kv_compare_contexts= --prompt 16 --prompt_repeats 1 >"$OUT_DIR/decode_bench.log" 2>&1 \
   || { tail -20 "$OUT_DIR/decode_bench.log"; exit 1; }

@@ -84,6 +84,30 @@ TEST(CudaKernelsOnSimtTest, RmsNormMatchesTheCpuKernel) {
   }
 }
 
+// The register-kept form, where rows are whole 16-byte vectors: a block of fewer threads than
+// vectors (several per thread), the decoder's hidden size in one warp-rounded block, a dim whose
+// last thread has a partial share, and the limit of 1024 threads; unaligned or ragged rows are
+// refused (the strided kernel takes them). In place as the model calls it.
+TEST(CudaKernelsOnSimtTest, RmsNormVecMatchesTheCpuKernel) {
+  Device& cpu = DefaultCpuDevice();
+  for (const auto& [rows, dim] : {std::pair{3, 4}, {2, 2048}, {4, 1284}, {1, 16384}}) {
+    std::vector<float> x = RandomNormal(static_cast<size_t>(rows) * dim, 5 + dim);
+    const std::vector<float> w = RandomNormal(dim, 6 + dim);
+    std::vector<float> want(x.size());
+    RmsNorm(cpu, x.data(), w.data(), rows, dim, 1e-6f, want.data());
+    const int threads = RmsNormVecThreads(x.data(), w.data(), x.data(), dim);
+    ASSERT_GT(threads, 0) << dim;
+    EXPECT_EQ(threads % kWarpSize, 0);
+    EXPECT_GE(threads * 4 * kRmsNormVecs, dim);
+    Launch(Dim3(rows), Dim3(threads), RmsNormVecKernel, x.data(), w.data(), int64_t{dim}, 1e-6f, x.data());
+    ExpectCloseRel(x, want, 2e-6f, "rms_norm vec");
+  }
+  std::vector<float> buf(64);
+  EXPECT_EQ(RmsNormVecThreads(buf.data() + 1, buf.data(), buf.data(), 8), 0) << "unaligned x";
+  EXPECT_EQ(RmsNormVecThreads(buf.data(), buf.data(), buf.data(), 10), 0) << "ragged row";
+  EXPECT_EQ(RmsNormVecThreads(buf.data(), buf.data(), buf.data(), 16384 + 4), 0) << "past 1024 threads";
+}
+
 TEST(CudaKernelsOnSimtTest, SiluMulRowsMatchesTheCpuKernel) {
   Device& cpu = DefaultCpuDevice();
   for (const auto& [rows, inter] : {std::pair{1, 1}, {3, 37}, {7, 3420}}) {

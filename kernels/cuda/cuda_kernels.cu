@@ -28,7 +28,11 @@ unsigned FlatBlocks(int64_t n) {
 int LaunchRmsNorm(CUstream_st* stream, const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                   float* y) {
   if (rows == 0) return 0;
-  RmsNormKernel<<<static_cast<unsigned>(rows), BlockFor(dim), 0, stream>>>(x, weight, dim, eps, y);
+  if (const int threads = RmsNormVecThreads(x, weight, y, dim); threads > 0) {
+    RmsNormVecKernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, weight, dim, eps, y);
+  } else {
+    RmsNormKernel<<<static_cast<unsigned>(rows), BlockFor(dim), 0, stream>>>(x, weight, dim, eps, y);
+  }
   return LastLaunchError();
 }
 

@@ -19,15 +19,6 @@
 
 namespace iris::kernels::cuda {
 
-// Four floats read as one 16-byte load (the buffer is 16-byte aligned).
-#if defined(__CUDACC__)
-using Float4 = float4;
-#else
-struct alignas(16) Float4 {
-  float x, y, z, w;
-};
-#endif
-
 // out[r * ld + c] = bf16(x[r * cols + c]) for r < rows, c < cols; out's padding columns
 // [cols, ld) are left as they are. Any grid: rows strided over blockIdx.y, columns over the x
 // threads (no per-element division).

@@ -26,6 +26,7 @@
 namespace iris::kernels::cuda {
 
 constexpr int kWarpSize = 32;
+
 __device__ __forceinline__ void SyncThreads() { __syncthreads(); }
 __device__ __forceinline__ void SyncWarp() { __syncwarp(); }
 template <typename T>
@@ -49,6 +50,9 @@ __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], c
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
 }
+
+// Four floats read as one 16-byte load (the address is 16-byte aligned).
+using Float4 = float4;
 
 }  // namespace iris::kernels::cuda
 
@@ -74,6 +78,11 @@ __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], c
 namespace iris::kernels::cuda {
 
 constexpr int kWarpSize = 32;
+
+// The harness's float4: four floats read as one 16-byte load.
+struct alignas(16) Float4 {
+  float x, y, z, w;
+};
 
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
