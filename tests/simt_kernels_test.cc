@@ -398,6 +398,9 @@ void CheckPagedAttention(int head_dim, int splits) {
   const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/4, head_dim, /*num_blocks=*/40,
                              {{1, 1}, {17, 1}, {40, 3}, {70, 1}, {32, 1}}, /*block_step=*/17, /*block_offset=*/5);
   std::vector<float> got(c.q.size(), NAN);
+  // Whole 16-byte chunks take the chunked V path: make sure the pool's alignment does not hide it.
+  const bool whole_chunks = head_dim % (16 / static_cast<int>(sizeof(T))) == 0 && head_dim * sizeof(T) <= 16 * 32;
+  ASSERT_EQ(PagedVChunks(static_cast<const T*>(c.v(kBf16)), head_dim) > 0, whole_chunks);
   // The partials' end: the index row `rows` would start at.
   std::vector<float> partials(splits > 1 ? PagedPartialIndex(c.rows, 0, c.heads, 0, splits, head_dim) : 0, NAN);
   float* partials_or_null = splits > 1 ? partials.data() : nullptr;
@@ -417,12 +420,16 @@ TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnF32Pages) {
   CheckPagedAttention<float>(80, 1);
   CheckPagedAttention<float>(77, 1);
   CheckPagedAttention<float>(80, 3);
+  CheckPagedAttention<float>(128, 1);  // 32 chunks: one key per load, two batches per tile
 }
 
 TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnBf16Pages) {
-  CheckPagedAttention<uint16_t>(80, 1);
-  CheckPagedAttention<uint16_t>(77, 1);
+  CheckPagedAttention<uint16_t>(80, 1);   // V in 16-byte chunks: 10 per row, 3 keys per load, 2 lanes idle
+  CheckPagedAttention<uint16_t>(77, 1);   // element by element
   CheckPagedAttention<uint16_t>(77, 3);
+  CheckPagedAttention<uint16_t>(128, 1);  // the models' head dim: 2 keys per load
+  CheckPagedAttention<uint16_t>(64, 3);   // 4 keys per load, split
+  CheckPagedAttention<uint16_t>(256, 1);  // the largest: one key per load, two batches per tile
 }
 
 }  // namespace

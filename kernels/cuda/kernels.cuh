@@ -410,6 +410,30 @@ IRIS_DEVICE float KeyDot(const float* kr, const float* qs, int head_dim) {
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
+// V rows read 16 bytes per lane: a row of head_dim values is `chunks` = head_dim / (16 / sizeof(T))
+// chunks, so a warp reads `32 / chunks` keys' rows per load instruction, and a lane keeps a batch of
+// kPagedVBatch loads in flight before its products: a short tile's V rows arrive in one memory
+// round trip instead of four. Where the rows are not whole aligned chunks (an odd head dim), lanes
+// own head dims instead (lane + 32 i) and load element by element. 0: that case.
+constexpr int kPagedVBatch = 16;
+template <typename T>
+IRIS_HOST_DEVICE int PagedVChunks(const T* v_pool, int head_dim) {
+  constexpr int kPerChunk = 16 / static_cast<int>(sizeof(T));
+  if (reinterpret_cast<uintptr_t>(v_pool) % 16 != 0 || head_dim % kPerChunk != 0) return 0;
+  const int chunks = head_dim / kPerChunk;
+  return chunks <= kWarpSize ? chunks : 0;
+}
+// acc[e] += p * the chunk's e-th value.
+IRIS_DEVICE void AccumulateChunk(float* acc, const KvChunk& c, float p, const uint16_t*) {
+  for (int i = 0; i < 4; ++i) {
+    acc[2 * i] += p * BitsToFloat(c.w[i] << 16);
+    acc[2 * i + 1] += p * BitsToFloat(c.w[i] & 0xffff0000u);
+  }
+}
+IRIS_DEVICE void AccumulateChunk(float* acc, const KvChunk& c, float p, const float*) {
+  for (int i = 0; i < 4; ++i) acc[i] += p * BitsToFloat(c.w[i]);
+}
+
 // One block per (query row, q head) of a step (grid (row_end - row_begin, num_heads)), the layout and metadata of
 // kernels/paged_attention.h: the row's sequence is found in query_start; it attends causally to
 // keys 0 .. its position, read through the block table. The keys go in tiles of 32, the warps
@@ -448,6 +472,12 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
   for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) q_shared[d] = qr[d];
   SyncThreads();
+  // Chunked V (PagedVChunks): lane = key group * chunks + chunk, the groups taking a tile's keys
+  // in turn; lanes past groups * chunks idle in the V products.
+  const int chunks = PagedVChunks(v_pool, head_dim);
+  const int groups = chunks > 0 ? kWarpSize / chunks : 0;
+  const int key_group = chunks > 0 ? lane / chunks : 0, chunk = chunks > 0 ? lane % chunks : 0;
+  constexpr int kPerChunk = 16 / static_cast<int>(sizeof(T));
 
   float acc[kPagedDimsPerLane];
   for (int i = 0; i < kPagedDimsPerLane; ++i) acc[i] = 0.f;
@@ -476,6 +506,24 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     tile_slot[warp][lane] = slot;
     SyncWarp();
     const int n = keys - t0 < kWarpSize ? static_cast<int>(keys - t0) : kWarpSize;
+    if (chunks > 0) {
+      if (key_group < groups) {
+        const int64_t column = static_cast<int64_t>(g) * head_dim + static_cast<int64_t>(chunk) * kPerChunk;
+        for (int u0 = key_group; u0 < n; u0 += groups * kPagedVBatch) {
+          KvChunk vv[kPagedVBatch];
+          for (int k = 0; k < kPagedVBatch; ++k) {
+            const int u = u0 + k * groups;
+            if (u < n) vv[k] = *reinterpret_cast<const KvChunk*>(v_pool + tile_slot[warp][u] * row_elems + column);
+          }
+          for (int k = 0; k < kPagedVBatch; ++k) {
+            const int u = u0 + k * groups;
+            if (u < n) AccumulateChunk(acc, vv[k], tile_p[warp][u], v_pool);
+          }
+        }
+      }
+      SyncWarp();  // the tile's p and slots are read before the next tile writes them
+      continue;
+    }
     int u = 0;
     // Eight V rows' loads issued before their products, so they are in flight together (one at
     // a time, each key would wait a full memory latency).
@@ -507,9 +555,24 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     warp_m[warp] = m;
     warp_l[warp] = l;
   }
-  for (int i = 0; i < kPagedDimsPerLane; ++i) {
-    const int d = lane + i * kWarpSize;
-    if (d < head_dim) warp_acc[warp][d] = acc[i];
+  if (chunks > 0) {
+    // Each key group's sums side by side (groups * head_dim <= 32 * kPerChunk <= kPagedMaxHeadDim
+    // floats), then each head dim's sum over the groups in its group-0 place, by the lane that
+    // alone reads that place.
+    if (key_group < groups) {
+      for (int e = 0; e < kPerChunk; ++e) warp_acc[warp][key_group * head_dim + chunk * kPerChunk + e] = acc[e];
+    }
+    SyncWarp();
+    for (int d = lane; d < head_dim; d += kWarpSize) {
+      float sum = warp_acc[warp][d];
+      for (int k = 1; k < groups; ++k) sum += warp_acc[warp][k * head_dim + d];
+      warp_acc[warp][d] = sum;
+    }
+  } else {
+    for (int i = 0; i < kPagedDimsPerLane; ++i) {
+      const int d = lane + i * kWarpSize;
+      if (d < head_dim) warp_acc[warp][d] = acc[i];
+    }
   }
   SyncThreads();
   float big, total;
