@@ -12,7 +12,6 @@
 #include "absl/time/time.h"
 #include "core/cpu_affinity.h"
 #include "core/status_macros.h"
-#include "kernels/cpu/cpu_device.h"
 #include "engine/warm_up.h"
 #include "llm/incremental_detokenizer.h"
 
@@ -84,8 +83,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
     if (model->encoder_device == nullptr) {
       return absl::InvalidArgumentError("engine options: share_encoder_cores is for an encoder with a device of its own");
     }
-    const int cores = model->device->kind() == kernels::DeviceKind::kCpu ? kernels::cpu::AsCpu(*model->device).max_threads() : 0;
-    share = std::make_shared<kernels::ComputeShare>(cores);
+    IRIS_ASSIGN_OR_RETURN(share, model->device->NewComputeShare());
     IRIS_RETURN_IF_ERROR(model->device->ShareCompute(share, kernels::ComputeShare::kDecoder));
     IRIS_RETURN_IF_ERROR(model->encoder_device->ShareCompute(share, kernels::ComputeShare::kEncoder));
   }

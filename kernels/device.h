@@ -65,6 +65,12 @@ class Device {
   // first op. The CPU device sets that thread's OpenMP team size to threads(), so that oneDNN's
   // parallel regions (sized by the thread's OpenMP setting) use the same team as iris's kernels.
   virtual void AttachThread() {}
+  // A share of this device's compute, sized by it (the CPU: its team's threads), for ShareCompute
+  // on this device and on a second device object beside it. UNIMPLEMENTED where a device has no
+  // such split (a GPU: its second stream runs beside the first).
+  virtual absl::StatusOr<std::shared_ptr<ComputeShare>> NewComputeShare() const {
+    return absl::UnimplementedError("this device does not split its compute with another");
+  }
   // From here on this device's compute follows `share` as `side` (kernels/compute_share.h: the
   // CPU's cores, split between the decoder's and the encoder's device objects while both have
   // work). Before the device is used. UNIMPLEMENTED where a device has no such split (a GPU:

@@ -67,6 +67,10 @@ dnnl::stream& CpuDevice::dnnl_stream() { return dnnl_->stream; }
 
 void CpuDevice::AttachThread() { omp_set_num_threads(active_threads_); }
 
+absl::StatusOr<std::shared_ptr<ComputeShare>> CpuDevice::NewComputeShare() const {
+  return std::make_shared<ComputeShare>(threads_);
+}
+
 absl::Status CpuDevice::ShareCompute(std::shared_ptr<ComputeShare> share, ComputeShare::Side side) {
   if (share == nullptr || share->cores() != threads_) {
     return absl::InvalidArgumentError(absl::StrCat("a CPU device of ", threads_, " threads cannot share ",

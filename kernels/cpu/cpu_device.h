@@ -38,6 +38,8 @@ class CpuDevice final : public Device {
   // The team size ops use now: max_threads(), or the part of the cores a ComputeShare gives.
   int threads() const { return active_threads_; }
   int max_threads() const { return threads_; }
+  // A share of max_threads() cores.
+  absl::StatusOr<std::shared_ptr<ComputeShare>> NewComputeShare() const override;
   // The team size follows the share (whose cores must be max_threads()), taken at each Rebalance.
   absl::Status ShareCompute(std::shared_ptr<ComputeShare> share, ComputeShare::Side side) override;
   CpuIsa isa() const { return isa_; }
