@@ -123,7 +123,8 @@ struct VarlenCase {
 // maximum it was taken against, and the normaliser by as much again. So an output element may be off
 // by 2u·Σ p_j|v_j|/Σ p_j, plus f32 summation order (1e-4 relative). The bound is per element: a
 // causal row with two keys and a peaked softmax gets no averaging of the roundings (the first
-// GPU run met 0.53% there, within its 0.84% bound, bit-equal to the SIMT harness's result).
+// GPU run met 0.53% there, within its bound of at least 2u·|want| = 0.84%, bit-equal to the SIMT
+// harness's result).
 inline void ExpectWithinBf16ProbabilityRounding(const std::vector<float>& got, const VarlenCase& c, const char* what) {
   std::vector<float> abs_mean;
   const std::vector<float> want = c.RoundedToBf16().DoubleReference(&abs_mean);

@@ -399,7 +399,7 @@ void CheckPagedAttention(int head_dim, int splits) {
                              {{1, 1}, {17, 1}, {40, 3}, {70, 1}, {32, 1}}, /*block_step=*/17, /*block_offset=*/5);
   std::vector<float> got(c.q.size(), NAN);
   // Whole 16-byte chunks take the chunked V path: make sure the pool's alignment does not hide it.
-  const bool whole_chunks = head_dim % (16 / static_cast<int>(sizeof(T))) == 0 && head_dim * sizeof(T) <= 16 * 32;
+  const bool whole_chunks = head_dim % kKvPerChunk<T> == 0 && head_dim / kKvPerChunk<T> <= kWarpSize;
   ASSERT_EQ(PagedVChunks(static_cast<const T*>(c.v(kBf16)), head_dim) > 0, whole_chunks);
   // The partials' end: the index row `rows` would start at.
   std::vector<float> partials(splits > 1 ? PagedPartialIndex(c.rows, 0, c.heads, 0, splits, head_dim) : 0, NAN);

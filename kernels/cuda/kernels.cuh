@@ -376,10 +376,23 @@ IRIS_DEVICE float MergedAcc(const float* m, int64_t stride, const float* acc, in
   return sum;
 }
 
-// 16 bytes of a K row: 8 bf16 or 4 f32 values, loaded at once where the row allows it.
+// 16 bytes of a K or V row: kKvPerChunk<T> values (8 bf16 or 4 f32), loaded at once where the
+// row allows it.
 struct alignas(16) KvChunk {
   uint32_t w[4];
 };
+template <typename T>
+constexpr int kKvPerChunk = 16 / static_cast<int>(sizeof(T));
+// The chunk's values in row order, widened to f32 (the pointer only picks the pool's type).
+IRIS_DEVICE void ChunkValues(const KvChunk& c, float (&v)[8], const uint16_t*) {
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = BitsToFloat(c.w[i] << 16);
+    v[2 * i + 1] = BitsToFloat(c.w[i] & 0xffff0000u);
+  }
+}
+IRIS_DEVICE void ChunkValues(const KvChunk& c, float (&v)[4], const float*) {
+  for (int i = 0; i < 4; ++i) v[i] = BitsToFloat(c.w[i]);
+}
 
 // q·k of one key, computed whole by one lane (q in shared memory). Rows whose address and length
 // allow it are read 16 bytes at a time; four partial sums keep the loads independent.
@@ -388,10 +401,10 @@ IRIS_DEVICE float KeyDot(const uint16_t* kr, const float* qs, int head_dim) {
   int d = 0;
   if (reinterpret_cast<uintptr_t>(kr) % 16 == 0) {
     for (; d + 8 <= head_dim; d += 8) {
-      const KvChunk c = *reinterpret_cast<const KvChunk*>(kr + d);
-      for (int i = 0; i < 4; ++i) {
-        s[i] += qs[d + 2 * i] * BitsToFloat(c.w[i] << 16) + qs[d + 2 * i + 1] * BitsToFloat(c.w[i] & 0xffff0000u);
-      }
+      const KvChunk c = *reinterpret_cast<const KvChunk*>(kr + d);  // one 16-byte load
+      float v[8];
+      ChunkValues(c, v, kr);
+      for (int i = 0; i < 4; ++i) s[i] += qs[d + 2 * i] * v[2 * i] + qs[d + 2 * i + 1] * v[2 * i + 1];
     }
   }
   for (; d < head_dim; ++d) s[d % 4] += qs[d] * Bf16ToFloat(kr[d]);
@@ -402,15 +415,17 @@ IRIS_DEVICE float KeyDot(const float* kr, const float* qs, int head_dim) {
   int d = 0;
   if (reinterpret_cast<uintptr_t>(kr) % 16 == 0) {
     for (; d + 4 <= head_dim; d += 4) {
-      const KvChunk c = *reinterpret_cast<const KvChunk*>(kr + d);
-      for (int i = 0; i < 4; ++i) s[i] += qs[d + i] * BitsToFloat(c.w[i]);
+      const KvChunk c = *reinterpret_cast<const KvChunk*>(kr + d);  // one 16-byte load
+      float v[4];
+      ChunkValues(c, v, kr);
+      for (int i = 0; i < 4; ++i) s[i] += qs[d + i] * v[i];
     }
   }
   for (; d < head_dim; ++d) s[d % 4] += qs[d] * kr[d];
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-// V rows read 16 bytes per lane: a row of head_dim values is `chunks` = head_dim / (16 / sizeof(T))
+// V rows read 16 bytes per lane: a row of head_dim values is `chunks` = head_dim / kKvPerChunk<T>
 // chunks, so a warp reads `32 / chunks` keys' rows per load instruction, and a lane keeps a batch of
 // kPagedVBatch loads in flight before its products: a short tile's V rows arrive in one memory
 // round trip instead of four. Where the rows are not whole aligned chunks (an odd head dim), lanes
@@ -418,20 +433,16 @@ IRIS_DEVICE float KeyDot(const float* kr, const float* qs, int head_dim) {
 constexpr int kPagedVBatch = 16;
 template <typename T>
 IRIS_HOST_DEVICE int PagedVChunks(const T* v_pool, int head_dim) {
-  constexpr int kPerChunk = 16 / static_cast<int>(sizeof(T));
-  if (reinterpret_cast<uintptr_t>(v_pool) % 16 != 0 || head_dim % kPerChunk != 0) return 0;
-  const int chunks = head_dim / kPerChunk;
+  if (reinterpret_cast<uintptr_t>(v_pool) % 16 != 0 || head_dim % kKvPerChunk<T> != 0) return 0;
+  const int chunks = head_dim / kKvPerChunk<T>;
   return chunks <= kWarpSize ? chunks : 0;
 }
 // acc[e] += p * the chunk's e-th value.
-IRIS_DEVICE void AccumulateChunk(float* acc, const KvChunk& c, float p, const uint16_t*) {
-  for (int i = 0; i < 4; ++i) {
-    acc[2 * i] += p * BitsToFloat(c.w[i] << 16);
-    acc[2 * i + 1] += p * BitsToFloat(c.w[i] & 0xffff0000u);
-  }
-}
-IRIS_DEVICE void AccumulateChunk(float* acc, const KvChunk& c, float p, const float*) {
-  for (int i = 0; i < 4; ++i) acc[i] += p * BitsToFloat(c.w[i]);
+template <typename T>
+IRIS_DEVICE void AccumulateChunk(float* acc, const KvChunk& c, float p) {
+  float v[kKvPerChunk<T>];
+  ChunkValues(c, v, static_cast<const T*>(nullptr));
+  for (int e = 0; e < kKvPerChunk<T>; ++e) acc[e] += p * v[e];
 }
 
 // One block per (query row, q head) of a step (grid (row_end - row_begin, num_heads)), the layout and metadata of
@@ -477,7 +488,6 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   const int chunks = PagedVChunks(v_pool, head_dim);
   const int groups = chunks > 0 ? kWarpSize / chunks : 0;
   const int key_group = chunks > 0 ? lane / chunks : 0, chunk = chunks > 0 ? lane % chunks : 0;
-  constexpr int kPerChunk = 16 / static_cast<int>(sizeof(T));
 
   float acc[kPagedDimsPerLane];
   for (int i = 0; i < kPagedDimsPerLane; ++i) acc[i] = 0.f;
@@ -508,7 +518,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     const int n = keys - t0 < kWarpSize ? static_cast<int>(keys - t0) : kWarpSize;
     if (chunks > 0) {
       if (key_group < groups) {
-        const int64_t column = static_cast<int64_t>(g) * head_dim + static_cast<int64_t>(chunk) * kPerChunk;
+        const int64_t column = static_cast<int64_t>(g) * head_dim + static_cast<int64_t>(chunk) * kKvPerChunk<T>;
         for (int u0 = key_group; u0 < n; u0 += groups * kPagedVBatch) {
           KvChunk vv[kPagedVBatch];
           for (int k = 0; k < kPagedVBatch; ++k) {
@@ -517,7 +527,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
           }
           for (int k = 0; k < kPagedVBatch; ++k) {
             const int u = u0 + k * groups;
-            if (u < n) AccumulateChunk(acc, vv[k], tile_p[warp][u], v_pool);
+            if (u < n) AccumulateChunk<T>(acc, vv[k], tile_p[warp][u]);
           }
         }
       }
@@ -556,11 +566,11 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     warp_l[warp] = l;
   }
   if (chunks > 0) {
-    // Each key group's sums side by side (groups * head_dim <= 32 * kPerChunk <= kPagedMaxHeadDim
+    // Each key group's sums side by side (groups * head_dim <= 32 * kKvPerChunk <= kPagedMaxHeadDim
     // floats), then each head dim's sum over the groups in its group-0 place, by the lane that
     // alone reads that place.
     if (key_group < groups) {
-      for (int e = 0; e < kPerChunk; ++e) warp_acc[warp][key_group * head_dim + chunk * kPerChunk + e] = acc[e];
+      for (int e = 0; e < kKvPerChunk<T>; ++e) warp_acc[warp][key_group * head_dim + chunk * kKvPerChunk<T> + e] = acc[e];
     }
     SyncWarp();
     for (int d = lane; d < head_dim; d += kWarpSize) {
