@@ -29,10 +29,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/model_config.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
 #include "kernels/linear.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/paged_attention.h"
@@ -55,7 +59,12 @@ ABSL_FLAG(bool, graphs, true,
           "where the device records graphs (a GPU): decode steps replayed from CUDA graphs, as the engine runs them, "
           "and a same-run table of steps with and without them");
 ABSL_FLAG(bool, linears, true,
-          "also time each Linear of the model's shapes alone at M = each batch size (weights from DRAM)");
+          "also time each Linear of the model's shapes alone at M = each batch size (weights from DRAM); on a GPU, "
+          "rows a GEMV takes are timed with both GEMV kernels and cuBLASLt");
+ABSL_FLAG(int, gemv_max_rows, -1, "GPU: bf16 Linears with at most this many rows run a GEMV (-1: the device's default)");
+ABSL_FLAG(std::string, gemv_kernel, "auto",
+          "GPU: which GEMV takes bf16 Linears of up to --gemv_max_rows rows: auto (the device's pick by rows and "
+          "weight size; cuBLASLt where it is faster), or cuda_cores / tensor_cores for every such call");
 
 namespace {
 
@@ -244,6 +253,21 @@ int main(int argc, char** argv) {
   absl::StatusOr<kernels::Device*> device = bench::DeviceNamed(absl::GetFlag(FLAGS_device), &own_device);
   if (!device.ok()) Die(std::string(device.status().message()));
   kernels::Device& dev = **device;
+#ifdef IRIS_HAVE_CUDA
+  if (dev.kind() == kernels::DeviceKind::kCuda) {
+    kernels::cuda::CudaDevice& gpu = kernels::cuda::AsCuda(dev);
+    if (const int rows = absl::GetFlag(FLAGS_gemv_max_rows); rows >= 0) {
+      if (absl::Status s = gpu.SetGemvMaxRows(rows); !s.ok()) Die(std::string(s.message()));
+    }
+    const std::string kernel = absl::GetFlag(FLAGS_gemv_kernel);
+    if (kernel == "cuda_cores" || kernel == "tensor_cores") {
+      gpu.ForceGemvKernel(kernel == "cuda_cores" ? kernels::cuda::GemvKernel::kCudaCores
+                                                 : kernels::cuda::GemvKernel::kTensorCores);
+    } else if (kernel != "auto") {
+      Die("--gemv_kernel must be auto, cuda_cores or tensor_cores, got " + kernel);
+    }
+  }
+#endif
   auto loaded = llm::Decoder::Load(dev, *ckpt, tc, options);
   if (!loaded.ok()) Die(std::string(loaded.status().message()));
   llm::Decoder& dec = **loaded;
@@ -424,6 +448,9 @@ int main(int argc, char** argv) {
     std::string name, shape;
     double bytes, sec, flops;
     int per_step;
+    // Where a GEMV took the call (a GPU): the same call on each GEMV kernel and through cuBLASLt;
+    // else 0.
+    double cuda_cores_sec, tensor_cores_sec, cublas_sec;
   };
   std::vector<std::vector<LinearRow>> linear_rows(batches.size());
   const std::string linear_load = iris::bench::LoadAverage();
@@ -453,20 +480,47 @@ int main(int argc, char** argv) {
       auto y_or = dev.Allocate(core::DType::kF32, {max_batch * s.out});
       if (!y_or.ok()) Die(std::string(y_or.status().message()));
       float* y = y_or->data<float>();
-      for (size_t bi = 0; bi < batches.size(); ++bi) {
-        const int m = batches[bi];
+      // The mean call of a run of calls with one synchronisation at its end (a GPU's calls are only
+      // enqueued, and a wait after each would time the launch, not the kernel), best of 3 runs.
+      const auto time_calls = [&](int m) {
         for (int c = 0; c < copies; ++c) lins[c]->Forward(x, m, y);  // primitives, warm-up
         dev.Synchronize();
-        std::vector<double> t;
-        const int calls = std::max(2 * copies, 16);
-        for (int i = 0; i < calls; ++i) {
+        const int calls = std::max(2 * copies, 32);
+        double best = 1e30;
+        for (int run = 0; run < 3; ++run) {
           const auto t0 = Clock::now();
-          lins[i % copies]->Forward(x, m, y);
-          dev.Synchronize();  // a GPU's call is only enqueued
-          t.push_back(Seconds(t0));
+          for (int i = 0; i < calls; ++i) lins[i % copies]->Forward(x, m, y);
+          dev.Synchronize();
+          best = std::min(best, Seconds(t0) / calls);
         }
+        return best;
+      };
+      for (size_t bi = 0; bi < batches.size(); ++bi) {
+        const int m = batches[bi];
+        const double sec = time_calls(m);
+        double cuda_cores_sec = 0, tensor_cores_sec = 0, cublas_sec = 0;
+#ifdef IRIS_HAVE_CUDA
+        if (dev.kind() == kernels::DeviceKind::kCuda && bf16) {
+          using kernels::cuda::GemvKernel;
+          kernels::cuda::CudaDevice& gpu = kernels::cuda::AsCuda(dev);
+          const int gemv_rows = gpu.gemv_max_rows();
+          const std::optional<GemvKernel> forced = gpu.forced_gemv_kernel();
+          if (m <= gemv_rows) {
+            gpu.ForceGemvKernel(GemvKernel::kCudaCores);
+            cuda_cores_sec = time_calls(m);
+            gpu.ForceGemvKernel(GemvKernel::kTensorCores);
+            tensor_cores_sec = time_calls(m);
+            gpu.ForceGemvKernel(std::nullopt);
+            (void)gpu.SetGemvMaxRows(0);
+            cublas_sec = time_calls(m);
+            (void)gpu.SetGemvMaxRows(gemv_rows);
+            gpu.ForceGemvKernel(forced);
+          }
+        }
+#endif
         linear_rows[bi].push_back({m, s.name, std::to_string(s.out) + " x " + std::to_string(s.in),
-                                   static_cast<double>(bytes), Median(t), 2.0 * m * s.out * s.in, s.per_step});
+                                   static_cast<double>(bytes), sec, 2.0 * m * s.out * s.in, s.per_step,
+                                   cuda_cores_sec, tensor_cores_sec, cublas_sec});
       }
     }
     measure_bw();
@@ -503,20 +557,29 @@ int main(int argc, char** argv) {
     std::printf("\ndecode graphs: %s\n", dev.records_graphs() ? "off (--graphs=false)" : "this device records none");
   }
   if (absl::GetFlag(FLAGS_linears)) {
-    std::printf("\nLinear alone at M = batch (%s, random weights read from DRAM; median call; load average %s; "
-                "share = of that batch's median decode step):\n", gemm, linear_load.c_str());
-    std::printf("| M | linear | out x in | MB | us/call | GB/s | of bandwidth | TFLOP/s | per step | ms/step | share of the step |\n");
-    std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    std::printf("\nLinear alone at M = batch (%s, random weights read from DRAM; mean call of a run, best of 3 runs; "
+                "load average %s; share = of that batch's median decode step; on a GPU, us/call is the path the "
+                "device picks (a GEMV or cuBLASLt), and for rows a GEMV may take the last columns time the same call "
+                "on each GEMV kernel and through cuBLASLt, f32 -> bf16 launch included, as GB/s):\n", gemm,
+                linear_load.c_str());
+    std::printf("| M | linear | out x in | MB | us/call | GB/s | of bandwidth | TFLOP/s | per step | ms/step | share of the step "
+                "| CUDA-core GEMV | tensor-core GEMV | cuBLASLt |\n");
+    std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       double sum = 0;
       for (const LinearRow& r : linear_rows[bi]) {
         const double ms = 1e3 * r.sec * r.per_step;
         sum += ms;
-        std::printf("| %d | %s | %s | %.1f | %.0f | %.1f | %.0f%% | %.3f | %d | %.1f | %.0f%% |\n", r.m, r.name.c_str(),
-                    r.shape.c_str(), r.bytes / 1e6, 1e6 * r.sec, r.bytes / r.sec / 1e9, 100.0 * r.bytes / r.sec / bw,
-                    r.flops / r.sec / 1e12, r.per_step, ms, 100.0 * ms / step_ms[bi]);
+        const std::string cublas = r.cublas_sec > 0 ? absl::StrFormat("%.0f | %.0f | %.0f", r.bytes / r.cuda_cores_sec / 1e9,
+                                                                       r.bytes / r.tensor_cores_sec / 1e9,
+                                                                       r.bytes / r.cublas_sec / 1e9)
+                                                    : " | | ";
+        std::printf("| %d | %s | %s | %.1f | %.1f | %.1f | %.0f%% | %.3f | %d | %.2f | %.0f%% | %s |\n", r.m,
+                    r.name.c_str(), r.shape.c_str(), r.bytes / 1e6, 1e6 * r.sec, r.bytes / r.sec / 1e9,
+                    100.0 * r.bytes / r.sec / bw, r.flops / r.sec / 1e12, r.per_step, ms, 100.0 * ms / step_ms[bi],
+                    cublas.c_str());
       }
-      std::printf("| %d | all linears of a step | | %.1f | | %.1f | %.0f%% | %.3f | | %.1f | %.0f%% |\n", batches[bi],
+      std::printf("| %d | all linears of a step | | %.1f | | %.1f | %.0f%% | %.3f | | %.2f | %.0f%% | | | |\n", batches[bi],
                   weight_bytes / 1e6, weight_bytes / (sum / 1e3) / 1e9, 100.0 * weight_bytes / (sum / 1e3) / bw,
                   dec.MatmulFlops(batches[bi], batches[bi]) / (sum / 1e3) / 1e12, sum, 100.0 * sum / step_ms[bi]);
     }

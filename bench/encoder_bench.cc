@@ -38,6 +38,9 @@ ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 or f32");
 ABSL_FLAG(double, min_seconds, 2.0, "time each measurement at least this long (after one warm-up)");
 ABSL_FLAG(bool, switches, true, "also measure with each technique switched off");
 ABSL_FLAG(int, rounds, 3, "alternating rounds for the technique-switch table");
+ABSL_FLAG(std::string, profile_input, "",
+          "for a profiler (Nsight Compute): encode only this input (a label of the table, e.g. \"448x448 x8\"), "
+          "once to warm up and once more, and measure nothing else");
 ABSL_FLAG(std::string, slice_gflop, "1,4,16",
           "also time the resumable forward in slices of these GFLOP (as the engine interleaves it), "
           "against the one-call forward; empty: skip");
@@ -131,6 +134,39 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  const std::vector<Shape> shapes = {
+      {"448x448", {{448, 448}}},
+      {"1000x667", {{1000, 667}}},
+      {"1344x1008", {{1344, 1008}}},
+      {"batch of 8 mixed",
+       {{448, 448}, {1000, 667}, {640, 480}, {300, 200}, {640, 480}, {56, 56}, {350, 70}, {800, 600}}},
+      {"448x448 x8", std::vector<std::pair<int, int>>(8, {448, 448})},
+  };
+  if (const std::string only = absl::GetFlag(FLAGS_profile_input); !only.empty()) {
+    // Two forwards and nothing else: a profile's second half is one warm forward.
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (shapes[i].label != only) continue;
+      auto p = Prepare(shapes[i], *pp, 7 + static_cast<uint32_t>(i));
+      if (!p.ok()) {
+        std::fprintf(stderr, "encoder_bench: %s\n", std::string(p.status().message()).c_str());
+        return 1;
+      }
+      for (int run = 0; run < 2; ++run) {
+        absl::StatusOr<core::Tensor> out = (*encoder)->Forward(p->pixel_values, p->grids);
+        if (out.ok()) dev.Synchronize();
+        if (!out.ok() || !dev.status().ok()) {
+          std::fprintf(stderr, "encoder_bench: %s\n",
+                       std::string((out.ok() ? dev.status() : out.status()).message()).c_str());
+          return 1;
+        }
+      }
+      std::printf("encoder_bench: %s encoded twice\n", only.c_str());
+      return 0;
+    }
+    std::fprintf(stderr, "encoder_bench: --profile_input: no input is labelled \"%s\"\n", only.c_str());
+    return 2;
+  }
+
   std::printf("machine: %s, %u hardware threads\n", iris::bench::CpuName().c_str(), std::thread::hardware_concurrency());
   std::printf("device: %s\n", dev.Describe().c_str());
   std::printf("model: %s (vision depth %d, hidden %d, heads %d x %d), compute %s\n", dir.c_str(),
@@ -145,14 +181,6 @@ int main(int argc, char** argv) {
   std::printf("matmul peak (%s %s, %dx%dx%d, same run): %.2f TFLOP/s\n\n", gpu ? "cuBLASLt" : "oneDNN",
               bf16 ? "bf16" : "f32", kPeakSize, kPeakSize, kPeakSize, peak / 1e12);
 
-  const std::vector<Shape> shapes = {
-      {"448x448", {{448, 448}}},
-      {"1000x667", {{1000, 667}}},
-      {"1344x1008", {{1344, 1008}}},
-      {"batch of 8 mixed",
-       {{448, 448}, {1000, 667}, {640, 480}, {300, 200}, {640, 480}, {56, 56}, {350, 70}, {800, 600}}},
-      {"448x448 x8", std::vector<std::pair<int, int>>(8, {448, 448})},
-  };
   std::vector<Prepared> inputs;
   for (size_t i = 0; i < shapes.size(); ++i) {
     auto p = Prepare(shapes[i], *pp, 7 + static_cast<uint32_t>(i));

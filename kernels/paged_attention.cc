@@ -59,12 +59,16 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
       cpu::CheckPagedAttentionArgs(args);
       cuda::CudaDevice& gpu = cuda::AsCuda(device);
       // A small step (a few decodes) splits each row's keys over several blocks to fill the GPU;
-      // their partials live in the activation scratch, which nothing else uses between this
-      // launch and its merge (stream order).
+      // their partials live in the activation scratch, which nothing else uses during the
+      // launch, and the device's split counters (sm_count ints: enough, as splits > 1 only where
+      // rows x heads <= sm_count / 2) say which block merges them.
       const int64_t rows = md.row_end - md.row_begin;
       const int splits = cuda::PagedAttentionSplits(rows, args.num_heads, gpu.sm_count());
       float* partials = nullptr;
       if (splits > 1) {
+        if (rows * args.num_heads > gpu.sm_count()) {
+          return gpu.Report(absl::InternalError("PagedAttention: more (row, head) splits than split counters"));
+        }
         partials = static_cast<float*>(
             gpu.ActivationScratch(cuda::PagedAttentionPartialBytes(rows, args.num_heads, L.head_dim, splits)));
         if (partials == nullptr) return;  // the device keeps the error
@@ -74,7 +78,8 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
                                                   L.dtype == core::DType::kBF16, L.block_size, L.num_kv_heads,
                                                   L.head_dim, md.query_start.data(), md.context_lens.data(),
                                                   md.block_tables.data(), md.max_blocks_per_seq, md.num_seqs,
-                                                  md.row_begin, md.row_end, splits, partials),
+                                                  md.row_begin, md.row_end, splits, partials,
+                                                  gpu.paged_split_counters()),
                        "PagedAttention");
 #else
       break;

@@ -56,7 +56,20 @@ void ArgmaxRows(Device& device, const float* logits, int64_t rows, int64_t vocab
     case DeviceKind::kCuda: {
 #ifdef IRIS_HAVE_CUDA
       cuda::CudaDevice& gpu = cuda::AsCuda(device);
-      return gpu.Check(cuda::LaunchArgmax(gpu.stream(), logits, rows, vocab, out), "ArgmaxRows");
+      // A few rows: each split over many blocks, their pairs in the activation scratch (nothing
+      // else uses it during the launch), arrivals in the device's split counters.
+      const int slices = cuda::ArgmaxSlices(rows, vocab, gpu.sm_count());
+      float* part_v = nullptr;
+      int32_t* part_i = nullptr;
+      if (slices > 1) {
+        const size_t pairs = static_cast<size_t>(rows) * slices;
+        part_v = static_cast<float*>(gpu.ActivationScratch(pairs * (sizeof(float) + sizeof(int32_t))));
+        if (part_v == nullptr) return;  // the device keeps the error
+        part_i = reinterpret_cast<int32_t*>(part_v + pairs);
+      }
+      return gpu.Check(cuda::LaunchArgmax(gpu.stream(), logits, rows, vocab, out, slices, part_v, part_i,
+                                          gpu.paged_split_counters()),
+                       "ArgmaxRows");
 #else
       break;
 #endif

@@ -56,7 +56,8 @@ for r in rows[1:]:
     launches.append((r[name_i].split("(")[0][:120], us))
 # The last decode step: from the last embedding lookup to the end (the step starts with it).
 start = max(i for i, (n, _) in enumerate(launches) if "Embedding" in n)
-step = launches[start:]
+# (The bandwidth probe's ReadSumKernel runs after the steps: not part of one.)
+step = [l for l in launches[start:] if "ReadSum" not in l[0]]
 print(f"last decode step: {len(step)} kernels, {sum(u for _, u in step):.1f} us of GPU time")
 print("its first 30 launches, in order (the embedding, then the first layer):")
 for n, u in step[:30]:

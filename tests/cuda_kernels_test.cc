@@ -259,18 +259,27 @@ TEST(CudaKernelsTest, ArgmaxPicksTheCpuSamplersToken) {
   logits[1 * vocab + 90000] = 50.f;
   for (int64_t i = 0; i < vocab; ++i) logits[2 * vocab + i] = NAN;  // no number: 0
   logits[3 * vocab + vocab - 1] = std::numeric_limits<float>::infinity();
-  int32_t* out = g->Up(std::vector<int32_t>(rows, -1));
-  ASSERT_EQ(cuda::LaunchArgmax(g->cuda().stream(), g->Up(logits), rows, vocab, out), 0);
-  const std::vector<int32_t> got = g->Down(out, rows);
-  for (int r = 0; r < rows; ++r) {
-    EXPECT_EQ(got[r], testing::CpuGreedyToken(logits.data() + r * vocab, vocab)) << "row " << r;
+  const float* dl = g->Up(logits);
+  // One block per row, and each row split over 7 and 75 blocks merged by the last of them.
+  for (const int slices : {1, 7, 75}) {
+    SCOPED_TRACE(::testing::Message() << slices << " slices");
+    int32_t* out = g->Up(std::vector<int32_t>(rows, -1));
+    float* part_v = g->Up(std::vector<float>(rows * slices, NAN));
+    int32_t* part_i = g->Up(std::vector<int32_t>(rows * slices, -1));
+    int* counters = g->Up(std::vector<int>(rows, 0));
+    ASSERT_EQ(cuda::LaunchArgmax(g->cuda().stream(), dl, rows, vocab, out, slices, part_v, part_i, counters), 0);
+    const std::vector<int32_t> got = g->Down(out, rows);
+    for (int r = 0; r < rows; ++r) {
+      EXPECT_EQ(got[r], testing::CpuGreedyToken(logits.data() + r * vocab, vocab)) << "row " << r;
+    }
+    EXPECT_EQ(g->Down(counters, rows), std::vector<int>(rows, 0));
   }
 }
 
 
 // Decodes and a prefill chunk over shuffled pages, f32 and bf16 pools, GQA, head_dim 80 and 128
 // (16-byte K loads) and 77 (element loads); whole and with each row's keys split over 5 and 16
-// blocks (merged by the second launch).
+// blocks (merged by the last of them).
 TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuKernel) {
   auto g = MakeGpu();
   ASSERT_NE(g, nullptr);
@@ -287,14 +296,17 @@ TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuKernel) {
         float* out = g->Up(std::vector<float>(c.q.size(), NAN));
         float* partials = g->Up(std::vector<float>(
             cuda::PagedAttentionPartialBytes(c.rows, c.heads, hd, splits) / sizeof(float), NAN));
+        int* counters = g->Up(std::vector<int>(c.rows * c.heads, 0));
         const void* kd = bf16 ? static_cast<const void*>(g->Up(c.kb)) : static_cast<const void*>(g->Up(c.kf));
         const void* vd = bf16 ? static_cast<const void*>(g->Up(c.vb)) : static_cast<const void*>(g->Up(c.vf));
         ASSERT_EQ(cuda::LaunchPagedAttention(g->cuda().stream(), g->Up(c.q), c.row_stride(), out, c.row_stride(),
                                              c.heads, c.scale(), kd, vd, bf16, c.block_size, c.kv_heads, hd,
                                              g->Up(qs), g->Up(cl), g->Up(bt), c.meta.max_blocks_per_seq,
-                                             c.meta.num_seqs, 0, c.rows, splits, partials),
+                                             c.meta.num_seqs, 0, c.rows, splits, partials, counters),
                   0);
         ExpectCloseRel(g->Down(out, c.q.size()), c.Reference(bf16), 2e-5f, bf16 ? "paged bf16" : "paged f32");
+        // The last split of each (row, head) left its counter zero for the next launch.
+        EXPECT_EQ(g->Down(counters, c.rows * c.heads), std::vector<int>(c.rows * c.heads, 0));
       }
     }
   }

@@ -23,6 +23,7 @@
 #include "kernels/memory_bandwidth.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/linear_kernels.h"
 #endif
 #include "tests/kernel_cases.h"
 #include "tests/test_util.h"
@@ -160,7 +161,10 @@ TEST(CudaLinearTest, MatchesTheCpuLinearAndADoubleReferenceOnOddShapes) {
     const bool bf16 = compute == ComputeType::kBF16;
     const double rel_l2 = bf16 ? 3e-5 : 1e-5, per_scale = bf16 ? 3e-5 : 1e-5;
     int shape_index = 0;
-    for (const auto& [in, out] : {std::pair<int64_t, int64_t>{80, 3}, {80, 1003}, {1280, 3}, {1280, 1003}}) {
+    // 1283: x rows not 16-byte aligned and a last 16-byte chunk partly past `in` (the GEMV's
+    // element loads).
+    for (const auto& [in, out] :
+         {std::pair<int64_t, int64_t>{80, 3}, {80, 1003}, {1280, 3}, {1280, 1003}, {1283, 37}}) {
       // Weights as checkpoints hold them: the compute type's own, or converted at creation.
       const DType wdtype = (shape_index++ % 2 == 0) ? (bf16 ? DType::kBF16 : DType::kF32)
                                                      : (bf16 ? DType::kF32 : DType::kF16);
@@ -188,11 +192,20 @@ TEST(CudaLinearTest, MatchesTheCpuLinearAndADoubleReferenceOnOddShapes) {
         }
         if (c.ok()) cpu_lin[with_bias] = std::move(*c);
       }
-      for (const int64_t m : {1, 7, 33, 300}) {
+      // m <= CudaDevice::gemv_max_rows(): iris's GEMV (bf16); above: cuBLASLt.
+      for (const int64_t m : {1, 2, 7, 8, 9, 33, 300}) {
         const std::vector<float> x = testing::RandomFloats(m * in, seed++);
         const Product p = Multiply(bf16 ? RoundedToBf16(x) : x, wc, m, in, out);
         const Tensor dx = Upload(*gpu, x);
-        for (int with_bias = 0; with_bias < 2; ++with_bias) {
+        // Rows a GEMV may take: each GEMV kernel forced, then the device's own pick (PickGemv).
+        const bool gemv = bf16 && m <= Cuda(*gpu).gemv_max_rows();
+        for (int run = 0; run < (gemv ? 6 : 2); ++run) {
+          const int with_bias = run % 2;
+          const int kind = gemv ? run / 2 : 2;
+          Cuda(*gpu).ForceGemvKernel(kind == 0   ? std::optional(cuda::GemvKernel::kCudaCores)
+                                     : kind == 1 ? std::optional(cuda::GemvKernel::kTensorCores)
+                                                 : std::nullopt);
+          SCOPED_TRACE(kind == 0 ? "GEMV on the CUDA cores" : kind == 1 ? "GEMV on the tensor cores" : "as picked");
           for (const Epilogue ep : {Epilogue::kNone, Epilogue::kGeluErf, Epilogue::kAccumulate}) {
             SCOPED_TRACE(::testing::Message() << "m=" << m << (with_bias ? " with bias, " : " no bias, ") << Name(ep));
             const std::vector<float> y0 = testing::RandomFloats(m * out, seed++);
@@ -219,10 +232,12 @@ TEST(CudaLinearTest, MatchesTheCpuLinearAndADoubleReferenceOnOddShapes) {
 TEST(CudaLinearTest, ViewsThatStartPartWayIntoABufferWork) {
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
-  const int64_t m = 7, in = 80, out = 1003;
-  for (const ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
+  const int64_t in = 80, out = 1003;
+  // bf16 at m = 7: the GEMV's element loads of x; at 40: cuBLASLt.
+  for (const auto& [compute, m] : {std::pair{ComputeType::kF32, int64_t{7}}, {ComputeType::kBF16, int64_t{7}},
+                                   {ComputeType::kBF16, int64_t{40}}}) {
     const bool bf16 = compute == ComputeType::kBF16;
-    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    SCOPED_TRACE(::testing::Message() << (bf16 ? "bf16" : "f32") << " m=" << m);
     std::vector<float> w;
     const Tensor weight = MakeWeight(out, in, DType::kF32, 7, &w);
     Tensor bias = Tensor::Empty(DType::kF32, {out});
@@ -266,11 +281,15 @@ TEST(CudaLinearTest, ForwardIsCapturedInAGraphAndReplays) {
   Tensor dx = Upload(*gpu, testing::RandomFloats(m * in, 13));
   Tensor dy = Upload(*gpu, std::vector<float>(m * out, 0.f));
   float* y = dy.data<float>();
+  const std::vector<float> y2_start = testing::RandomFloats(2 * out, 15);
+  Tensor dy2 = Upload(*gpu, y2_start);
+  float* y2 = dy2.data<float>();
   // Once outside the capture: the plans are made and the bf16 scratch has grown.
   for (const Epilogue ep : {Epilogue::kGeluErf, Epilogue::kNone}) (*lin)->Forward(dx.data<float>(), m, y, ep);
   gpu->Synchronize();
   ASSERT_TRUE(gpu->BeginCapture().ok());
   (*lin)->Forward(dx.data<float>(), m, y, Epilogue::kGeluErf);
+  (*lin)->Forward(dx.data<float>(), 2, y2, Epilogue::kAccumulate);  // the GEMV
   absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = gpu->EndCapture();
   ASSERT_TRUE(graph.ok()) << graph.status();
   const std::vector<float> x2 = testing::RandomFloats(m * in, 14);
@@ -279,6 +298,9 @@ TEST(CudaLinearTest, ForwardIsCapturedInAGraphAndReplays) {
   const std::vector<float> got = Download(*gpu, y, m * out);
   const Product p = Multiply(RoundedToBf16(x2), RoundedToBf16(w), m, in, out);
   ExpectClose(got, Apply(p, bv.data(), Epilogue::kGeluErf, {}, out), 3e-5, 3e-5, "replayed");
+  const std::vector<float> got2 = Download(*gpu, y2, 2 * out);
+  const Product p2 = Multiply(RoundedToBf16({x2.begin(), x2.begin() + 2 * in}), RoundedToBf16(w), 2, in, out);
+  ExpectClose(got2, Apply(p2, bv.data(), Epilogue::kAccumulate, y2_start, out), 3e-5, 3e-5, "replayed GEMV");
   EXPECT_TRUE(Cuda(*gpu).status().ok()) << Cuda(*gpu).status();
 }
 
@@ -291,10 +313,12 @@ TEST(CudaLinearTest, GrowingTheScratchInsideACaptureIsReported) {
   const Tensor weight = MakeWeight(64, 80, DType::kBF16, 15, &w);
   auto lin = Linear::Create(*gpu, weight, nullptr, ComputeType::kBF16);
   ASSERT_TRUE(lin.ok()) << lin.status();
-  const Tensor dx = Upload(*gpu, testing::RandomFloats(5 * 80, 16));
-  Tensor dy = Upload(*gpu, std::vector<float>(5 * 64, 0.f));
+  // More rows than the GEMV takes (it needs no scratch): the cuBLASLt path.
+  const int64_t m = Cuda(*gpu).gemv_max_rows() + 1;
+  const Tensor dx = Upload(*gpu, testing::RandomFloats(m * 80, 16));
+  Tensor dy = Upload(*gpu, std::vector<float>(m * 64, 0.f));
   ASSERT_TRUE(gpu->BeginCapture().ok());
-  (*lin)->Forward(dx.data<float>(), 5, dy.data<float>(), Epilogue::kNone);
+  (*lin)->Forward(dx.data<float>(), m, dy.data<float>(), Epilogue::kNone);
   (void)gpu->EndCapture();
   const absl::Status s = Cuda(*gpu).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
@@ -311,6 +335,18 @@ TEST(CudaLinearTest, CreateRefusesBadShapesAndDtypes) {
   const Tensor w = Tensor::Zeros(DType::kF32, {2, 3});
   const Tensor b = Tensor::Zeros(DType::kF32, {3});
   EXPECT_EQ(Linear::Create(*gpu, w, &b, ComputeType::kF32).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CudaLinearTest, GemvMaxRowsIsBounded) {
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  cuda::CudaDevice& dev = Cuda(*gpu);
+  EXPECT_EQ(dev.gemv_max_rows(), cuda::kGemvMaxRowsPerLaunch);
+  EXPECT_EQ(dev.SetGemvMaxRows(cuda::kGemvMaxRowsPerLaunch + 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(dev.SetGemvMaxRows(-1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(dev.SetGemvMaxRows(0).ok());
+  EXPECT_EQ(dev.gemv_max_rows(), 0);
+  EXPECT_FALSE(dev.forced_gemv_kernel().has_value());
 }
 
 TEST(CudaLinearTest, PeakRatesAreMeasured) {

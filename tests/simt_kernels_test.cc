@@ -384,13 +384,29 @@ TEST(CudaKernelsOnSimtTest, ArgmaxPicksTheSameIdAsTheCpuSamplerWithTiesNansAndIn
       EXPECT_EQ(got[r], testing::CpuGreedyToken(rows[r].data(), vocab)) << "row " << r << ", " << threads << " threads";
     }
   }
+  // Split over slices merged by the row's last block: ties across slices, and more slices than a
+  // warp's lanes (the merge loops).
+  for (const int slices : {3, 40}) {
+    const size_t n = rows.size();
+    std::vector<int32_t> got(n, -1);
+    std::vector<float> part_v(n * slices, NAN);
+    std::vector<int32_t> part_i(n * slices, -1);
+    std::vector<int> counters(n, 0);
+    Launch(Dim3(static_cast<unsigned>(n), static_cast<unsigned>(slices)), Dim3(64), ArgmaxSplitKernel,
+           static_cast<const float*>(flat.data()), vocab, part_v.data(), part_i.data(), counters.data(), got.data());
+    for (size_t r = 0; r < n; ++r) {
+      EXPECT_EQ(got[r], testing::CpuGreedyToken(rows[r].data(), vocab)) << "row " << r << ", " << slices << " slices";
+    }
+    EXPECT_EQ(counters, std::vector<int>(n, 0));
+  }
 }
 
 
 // A step of decodes and a prefill over shuffled pages, f32 and bf16 pools, GQA, head_dim 80 (K
 // read 16 bytes at a time) and 77 (element by element): decodes over 1, 17 and 70 tokens (tiles of
 // 32 keys: partial last tiles), a 3-row prefill chunk over 40, a decode over exactly two blocks;
-// whole, and with the keys split over 3 blocks (some of them empty) whose partials are merged.
+// whole, and with the keys split over 3 blocks (some of them empty) whose partials the last of
+// them merges.
 template <typename T>
 void CheckPagedAttention(int head_dim, int splits) {
   SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << ", " << splits << " splits");
@@ -399,21 +415,20 @@ void CheckPagedAttention(int head_dim, int splits) {
                              {{1, 1}, {17, 1}, {40, 3}, {70, 1}, {32, 1}}, /*block_step=*/17, /*block_offset=*/5);
   std::vector<float> got(c.q.size(), NAN);
   // Whole 16-byte chunks take the chunked V path: make sure the pool's alignment does not hide it.
-  const bool whole_chunks = head_dim % kKvPerChunk<T> == 0 && head_dim / kKvPerChunk<T> <= kWarpSize;
+  const bool whole_chunks = head_dim % kPerChunk16<T> == 0 && head_dim / kPerChunk16<T> <= kWarpSize;
   ASSERT_EQ(PagedVChunks(static_cast<const T*>(c.v(kBf16)), head_dim) > 0, whole_chunks);
   // The partials' end: the index row `rows` would start at.
   std::vector<float> partials(splits > 1 ? PagedPartialIndex(c.rows, 0, c.heads, 0, splits, head_dim) : 0, NAN);
   float* partials_or_null = splits > 1 ? partials.data() : nullptr;
+  std::vector<int> counters(static_cast<size_t>(c.rows * c.heads), 0);
   Launch(Dim3(c.rows, c.heads, splits), Dim3(kPagedWarps * kWarpSize), PagedAttentionKernel<T>, c.q.data(),
          c.row_stride(), got.data(), c.row_stride(), c.heads, c.scale(), static_cast<const T*>(c.k(kBf16)),
          static_cast<const T*>(c.v(kBf16)), c.block_size, c.kv_heads, c.head_dim, c.meta.query_start.data(),
          c.meta.context_lens.data(), c.meta.block_tables.data(), c.meta.max_blocks_per_seq, c.meta.num_seqs, int64_t{0},
-         partials_or_null);
-  if (splits > 1) {
-    Launch(Dim3(c.rows, c.heads), Dim3(64), PagedAttentionCombineKernel, static_cast<const float*>(partials.data()),
-           splits, c.heads, head_dim, got.data(), c.row_stride(), int64_t{0});
-  }
+         partials_or_null, counters.data());
   ExpectCloseRel(got, c.Reference(kBf16), 2e-5f, "paged_attention");
+  // The last split of each (row, head) merged the partials and left its counter zero again.
+  EXPECT_EQ(counters, std::vector<int>(counters.size(), 0));
 }
 
 TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnF32Pages) {
@@ -428,6 +443,7 @@ TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnBf16Pages) {
   CheckPagedAttention<uint16_t>(77, 1);   // element by element
   CheckPagedAttention<uint16_t>(77, 3);
   CheckPagedAttention<uint16_t>(128, 1);  // the models' head dim: 2 keys per load
+  CheckPagedAttention<uint16_t>(128, 3);
   CheckPagedAttention<uint16_t>(64, 3);   // 4 keys per load, split
   CheckPagedAttention<uint16_t>(256, 1);  // the largest: one key per load, two batches per tile
 }

@@ -1,10 +1,13 @@
 // The CUDA Linear's own kernels (kernels/cuda/linear_kernels.cuh) on the SIMT harness, so CI
 // checks them without a GPU: the f32 -> bf16 rounding bit for bit against the CPU's
 // (core::FloatToBf16) and against hand-worked values (ties, NaN, infinities, subnormals), the
-// bias + erf GELU against the CPU kernel, and the bandwidth probe's sum. Odd sizes and grids
+// bias + erf GELU against the CPU kernel, the small-batch GEMV against a double reference on the
+// bf16-rounded inputs (every row count, aligned and unaligned x, ragged last blocks, bias,
+// accumulate), and the bandwidth probe's sum. Odd sizes and grids
 // smaller than the work, so the grid-stride loops go round.
 // (Not named cuda_*: that prefix means label gpu, and this suite is for machines without one.)
 #include "kernels/cuda/linear_kernels.cuh"
+#include "kernels/cuda/linear_kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -132,6 +135,116 @@ TEST(LinearKernelsOnSimtTest, BiasGeluErfMatchesTheCpuGeluOnTheBiasedValues) {
     }
   }
 }
+
+// The GEMV's layout: bf16 weight rows of stride ld (a multiple of 8, zero past `in`) in 16-byte
+// aligned storage, as the CUDA Linear holds them.
+struct GemvCase {
+  int rows;
+  int64_t in, out;
+  int x_offset;  // floats x starts past a 16-byte boundary: 0 takes the two-Float4 loads
+  bool bias, accumulate;
+};
+
+template <int kRows>
+void LaunchSimtGemvRows(bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const float* x,
+                        const float* bias, float beta, float* y) {
+  const int blocks = static_cast<int>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock);
+  Launch(Dim3(blocks), Dim3(kGemvSimtThreads), vec ? GemvSimtKernel<kRows, true> : GemvSimtKernel<kRows, false>, w,
+         ld, in, out, x, bias, beta, y);
+}
+void LaunchSimtGemv(int rows, bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const float* x,
+                    const float* bias, float beta, float* y) {
+  switch (rows) {
+    case 1: return LaunchSimtGemvRows<1>(vec, w, ld, in, out, x, bias, beta, y);
+    case 2: return LaunchSimtGemvRows<2>(vec, w, ld, in, out, x, bias, beta, y);
+    case 3: return LaunchSimtGemvRows<3>(vec, w, ld, in, out, x, bias, beta, y);
+    case 4: return LaunchSimtGemvRows<4>(vec, w, ld, in, out, x, bias, beta, y);
+    case 5: return LaunchSimtGemvRows<5>(vec, w, ld, in, out, x, bias, beta, y);
+    case 6: return LaunchSimtGemvRows<6>(vec, w, ld, in, out, x, bias, beta, y);
+    case 7: return LaunchSimtGemvRows<7>(vec, w, ld, in, out, x, bias, beta, y);
+    default: return LaunchSimtGemvRows<8>(vec, w, ld, in, out, x, bias, beta, y);
+  }
+}
+
+TEST(LinearKernelsOnSimtTest, BothGemvsMatchADoubleReferenceOnTheBf16RoundedInputs) {
+  const GemvCase cases[] = {
+      {1, 2048, 19, 0, true, false},  // one pass of the block's warps, a ragged last block
+      {1, 4104, 8, 0, false, true},   // more than one pass of either kernel's warps (513 chunks)
+      {2, 40, 3, 0, true, true},      // fewer outputs than a block owns
+      {3, 1000, 17, 1, false, false}, // x not 16-byte aligned: element loads
+      {5, 13, 9, 0, true, true},      // in % 8 != 0: the last chunk is partly past `in`
+      {7, 64, 16, 0, false, false},
+      {8, 2056, 33, 0, true, true},
+      {8, 21, 5, 3, true, false},
+  };
+  uint32_t seed = 700;
+  for (const GemvCase& k : cases) {
+    SCOPED_TRACE(::testing::Message() << "rows " << k.rows << ", in " << k.in << ", out " << k.out << ", x offset "
+                                      << k.x_offset << (k.bias ? ", bias" : "") << (k.accumulate ? ", accumulate" : ""));
+    const int64_t ld = (k.in + 7) / 8 * 8;
+    std::vector<Chunk16> w_store(static_cast<size_t>(k.out * ld / 8));
+    uint16_t* w = reinterpret_cast<uint16_t*>(w_store.data());
+    const std::vector<float> wv = RandomNormal(k.out * k.in, seed++);
+    for (int64_t o = 0; o < k.out; ++o) {
+      for (int64_t c = 0; c < ld; ++c) w[o * ld + c] = c < k.in ? core::FloatToBf16(wv[o * k.in + c]) : 0;
+    }
+    std::vector<Float4> x_store(static_cast<size_t>((k.rows * k.in + k.x_offset + 3) / 4));
+    float* x = reinterpret_cast<float*>(x_store.data()) + k.x_offset;
+    const std::vector<float> xv = RandomNormal(k.rows * k.in, seed++);
+    std::copy(xv.begin(), xv.end(), x);
+    const std::vector<float> bias = RandomNormal(k.out, seed++);
+    std::vector<float> y0 = RandomNormal(k.rows * k.out, seed++);
+    const float* b = k.bias ? bias.data() : nullptr;
+    const float beta = k.accumulate ? 1.f : 0.f;
+    const bool vec = k.in % 8 == 0 && k.x_offset % 4 == 0;
+    for (const bool tensor_cores : {false, true}) {
+      SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
+      // Without accumulate, y holds NaNs the kernel must not read.
+      std::vector<float> y = k.accumulate ? y0 : std::vector<float>(y0.size(), NAN);
+      if (tensor_cores) {
+        const int blocks = static_cast<int>((k.out + kGemvMmaOutPerBlock - 1) / kGemvMmaOutPerBlock);
+        Launch(Dim3(blocks), Dim3(kGemvMmaThreads), vec ? GemvMmaKernel<true> : GemvMmaKernel<false>,
+               static_cast<const uint16_t*>(w), ld, k.in, k.out, static_cast<const float*>(x), k.rows, b, beta,
+               y.data());
+      } else {
+        LaunchSimtGemv(k.rows, vec, static_cast<const uint16_t*>(w), ld, k.in, k.out, x, b, beta, y.data());
+      }
+      for (int r = 0; r < k.rows; ++r) {
+        for (int64_t o = 0; o < k.out; ++o) {
+          double dot = 0, scale = 0;
+          for (int64_t c = 0; c < k.in; ++c) {
+            const double p = static_cast<double>(core::Bf16ToFloat(core::FloatToBf16(xv[r * k.in + c]))) *
+                             core::Bf16ToFloat(w[o * ld + c]);
+            dot += p;
+            scale += std::fabs(p);
+          }
+          if (k.bias) dot += bias[o], scale += std::fabs(bias[o]);
+          if (k.accumulate) dot += y0[r * k.out + o], scale += std::fabs(y0[r * k.out + o]);
+          ASSERT_NEAR(y[r * k.out + o], dot, 3e-6 * scale) << "row " << r << ", output " << o;
+        }
+      }
+    }
+  }
+}
+
+#ifdef IRIS_HAVE_CUDA
+// The H200's measurements as a rule (linear_kernels.h): one row always on the CUDA cores; more
+// rows only for small weights, the tensor cores past 4 rows; never past the limit.
+TEST(LinearKernelsTest, PickGemvFollowsRowsAndWeightSize) {
+  const int64_t small = int64_t{10} << 20, large = int64_t{90} << 20;
+  GemvKernel k = GemvKernel::kTensorCores;
+  ASSERT_TRUE(PickGemv(1, large, 8, &k));
+  EXPECT_EQ(k, GemvKernel::kCudaCores);
+  ASSERT_TRUE(PickGemv(4, small, 8, &k));
+  EXPECT_EQ(k, GemvKernel::kCudaCores);
+  ASSERT_TRUE(PickGemv(5, small, 8, &k));
+  EXPECT_EQ(k, GemvKernel::kTensorCores);
+  EXPECT_FALSE(PickGemv(2, large, 8, &k));
+  EXPECT_FALSE(PickGemv(9, small, 8, &k));
+  EXPECT_FALSE(PickGemv(1, small, 0, &k));
+  EXPECT_FALSE(PickGemv(5, small, 4, &k));
+}
+#endif
 
 TEST(LinearKernelsOnSimtTest, ReadSumAddsEveryElementOnce) {
   // Values in quarters: every partial sum is exact in f32, so the total must be exact too.

@@ -41,4 +41,22 @@ IRIS_DEVICE uint32_t PackBf16x2(float lo, float hi) {
   return static_cast<uint32_t>(FloatToBf16(lo)) | (static_cast<uint32_t>(FloatToBf16(hi)) << 16);
 }
 
+// 16 bytes of a row (a K or V row, a weight row): kPerChunk16<T> values (8 bf16 or 4 f32),
+// loaded at once where the row's address allows it.
+struct alignas(16) Chunk16 {
+  uint32_t w[4];
+};
+template <typename T>
+constexpr int kPerChunk16 = 16 / static_cast<int>(sizeof(T));
+// The chunk's values in row order, widened to f32 (the pointer only picks the row's type).
+IRIS_DEVICE void ChunkValues(const Chunk16& c, float (&v)[8], const uint16_t*) {
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = BitsToFloat(c.w[i] << 16);
+    v[2 * i + 1] = BitsToFloat(c.w[i] & 0xffff0000u);
+  }
+}
+IRIS_DEVICE void ChunkValues(const Chunk16& c, float (&v)[4], const float*) {
+  for (int i = 0; i < 4; ++i) v[i] = BitsToFloat(c.w[i]);
+}
+
 }  // namespace iris::kernels::cuda

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "core/memory_plan.h"
 #include "kernels/cuda/cudnn_sdpa.h"
+#include "kernels/cuda/linear_kernels.h"
 
 namespace iris::kernels::cuda {
 
@@ -54,6 +55,7 @@ struct CudaDevice::State {
   cudaMemPool_t pool = nullptr;
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;  // kMatmulWorkspaceBytes
+  int* split_counters = nullptr;  // sm_count ints, zero between launches
   std::mutex scratch_mu;
   void* scratch = nullptr;  // guarded by scratch_mu
   size_t scratch_bytes = 0;
@@ -81,6 +83,7 @@ struct CudaDevice::State {
     for (void* p : retired) cudaFreeAsync(p, stream);
     if (stream != nullptr) cudaStreamSynchronize(stream);
     if (workspace != nullptr) cudaFree(workspace);
+    if (split_counters != nullptr) cudaFree(split_counters);
     if (lt != nullptr) cublasLtDestroy(lt);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
@@ -168,6 +171,14 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
     return CudaStatus(e, "cudaMalloc(cuBLASLt matmul workspace)");
   }
   state->sm_count = prop.multiProcessorCount;
+  const size_t counter_bytes = sizeof(int) * static_cast<size_t>(state->sm_count);
+  if (const cudaError_t e = cudaMalloc(&state->split_counters, counter_bytes); e != cudaSuccess) {
+    state->split_counters = nullptr;
+    return CudaStatus(e, "cudaMalloc(paged attention split counters)");
+  }
+  if (const cudaError_t e = cudaMemsetAsync(state->split_counters, 0, counter_bytes, state->stream); e != cudaSuccess) {
+    return CudaStatus(e, "cudaMemsetAsync(paged attention split counters)");
+  }
   size_t free_bytes = 0, total_bytes = 0;
   cudaMemGetInfo(&free_bytes, &total_bytes);
   std::string description = absl::StrFormat(
@@ -177,7 +188,10 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
 }
 
 CudaDevice::CudaDevice(int ordinal, std::shared_ptr<State> state, std::string description)
-    : ordinal_(ordinal), state_(std::move(state)), description_(std::move(description)) {}
+    : ordinal_(ordinal),
+      state_(std::move(state)),
+      description_(std::move(description)),
+      gemv_max_rows_(kGemvMaxRowsPerLaunch) {}
 
 CudaDevice::~CudaDevice() = default;
 
@@ -188,6 +202,15 @@ absl::Status CudaDevice::SetAttention(Attention attention) {
     sdpa_ = std::move(*sdpa);
   }
   attention_ = attention;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::SetGemvMaxRows(int rows) {
+  if (rows < 0 || rows > kGemvMaxRowsPerLaunch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemv max rows must be in [0, ", kGemvMaxRowsPerLaunch, "], got ", rows));
+  }
+  gemv_max_rows_ = rows;
   return absl::OkStatus();
 }
 
@@ -215,6 +238,8 @@ void CudaDevice::Report(absl::Status error) { state_->Keep(std::move(error)); }
 cublasLtContext* CudaDevice::blas_lt() const { return state_->lt; }
 
 void* CudaDevice::matmul_workspace() const { return state_->workspace; }
+
+int* CudaDevice::paged_split_counters() const { return state_->split_counters; }
 
 void* CudaDevice::ActivationScratch(size_t bytes) {
   std::lock_guard<std::mutex> lock(state_->scratch_mu);

@@ -10,10 +10,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cuda/linear_kernels.h"
 #include "kernels/device.h"
 
 struct CUstream_st;
@@ -68,6 +70,11 @@ class CudaDevice final : public Device {
   // every matmul: they are all ordered on the one stream.
   void* matmul_workspace() const;
   static constexpr size_t kMatmulWorkspaceBytes = size_t{32} << 20;  // what cuBLAS suggests for Hopper
+  // sm_count() ints, zero between launches, for the kernels whose last block to finish merges
+  // the others' results: paged attention's split arrivals per (row, head) (it splits only where
+  // rows x heads <= sm_count / 2) and argmax's per row (it splits only up to sm_count rows).
+  // Launches on the one stream never overlap, so they share it.
+  int* paged_split_counters() const;
   // At least `bytes` of device memory for the activations a Linear converts to bf16, valid until
   // the next call (every Linear reuses it: their work is ordered on the one stream). It grows
   // when asked for more, the old buffer freed in stream order; growing is refused while the
@@ -85,6 +92,17 @@ class CudaDevice final : public Device {
   // cuDNN's SDPA, once kCudnn has been set (else null).
   CudnnSdpa* sdpa() const { return sdpa_.get(); }
 
+  // bf16 Linears called with at most this many rows (a decode step's batch) may run one of iris's
+  // GEMV kernels (linear_kernels.h) instead of cuBLASLt: they stream the weight and round x to
+  // bf16 as they read it, with no conversion launch. Which, and where: PickGemv (by rows and
+  // weight size), unless a kernel is forced, which then takes every call of up to this many
+  // rows. 0: cuBLASLt always. INVALID_ARGUMENT past kGemvMaxRowsPerLaunch. Benchmarks and tests
+  // switch both per run.
+  int gemv_max_rows() const { return gemv_max_rows_; }
+  absl::Status SetGemvMaxRows(int rows);
+  const std::optional<GemvKernel>& forced_gemv_kernel() const { return forced_gemv_kernel_; }
+  void ForceGemvKernel(std::optional<GemvKernel> kernel) { forced_gemv_kernel_ = kernel; }
+
  private:
   struct State;
   CudaDevice(int ordinal, std::shared_ptr<State> state, std::string description);
@@ -95,6 +113,8 @@ class CudaDevice final : public Device {
   std::shared_ptr<State> state_;
   std::string description_;
   Attention attention_ = Attention::kFlash;
+  int gemv_max_rows_;
+  std::optional<GemvKernel> forced_gemv_kernel_;
   std::unique_ptr<CudnnSdpa> sdpa_;
 };
 

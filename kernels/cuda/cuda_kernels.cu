@@ -148,10 +148,26 @@ int LaunchEmbeddingLookup(CUstream_st* stream, const void* table, EmbeddingDType
   return LastLaunchError();
 }
 
-int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t vocab, int32_t* out) {
+int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t vocab, int32_t* out, int slices,
+                 float* part_v, int32_t* part_i, int* counters) {
   if (rows == 0) return 0;
-  ArgmaxKernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(logits, vocab, out);
+  if (slices > 1) {
+    if (part_v == nullptr || part_i == nullptr || counters == nullptr || slices > 65535) {
+      return static_cast<int>(cudaErrorInvalidValue);
+    }
+    ArgmaxSplitKernel<<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(slices)), 256, 0, stream>>>(
+        logits, vocab, part_v, part_i, counters, out);
+  } else {
+    ArgmaxKernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(logits, vocab, out);
+  }
   return LastLaunchError();
+}
+
+int ArgmaxSlices(int64_t rows, int64_t vocab, int sm_count) {
+  // About 2048 logits a block (8 loads per thread), at most what fills the GPU twice over.
+  if (rows <= 0 || rows > sm_count) return 1;
+  const int64_t by_size = (vocab + 2047) / 2048, by_gpu = std::max<int64_t>(1, 2 * sm_count / rows);
+  return static_cast<int>(std::clamp<int64_t>(std::min(by_size, by_gpu), 1, 1024));
 }
 
 int LaunchWritePagedKv(CUstream_st* stream, const float* k, int64_t k_row_stride, const float* v, int64_t v_row_stride,
@@ -176,9 +192,10 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
                          int num_heads, float scale, const void* k_pool, const void* v_pool, bool bf16_pool,
                          int block_size, int num_kv_heads, int head_dim, const int32_t* query_start,
                          const int32_t* context_lens, const int32_t* block_tables, int max_blocks_per_seq,
-                         int num_seqs, int64_t row_begin, int64_t row_end, int splits, float* partials) {
+                         int num_seqs, int64_t row_begin, int64_t row_end, int splits, float* partials,
+                         int* split_counters) {
   if (head_dim > kPagedMaxHeadDim || num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || splits < 1 ||
-      (splits > 1 && partials == nullptr)) {
+      (splits > 1 && (partials == nullptr || split_counters == nullptr))) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (row_end <= row_begin || num_seqs == 0) return 0;
@@ -190,24 +207,20 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
     PagedAttentionKernel<uint16_t><<<grid, threads, 0, stream>>>(
         q, q_row_stride, out, out_row_stride, num_heads, scale, static_cast<const uint16_t*>(k_pool),
         static_cast<const uint16_t*>(v_pool), block_size, num_kv_heads, head_dim, query_start, context_lens,
-        block_tables, max_blocks_per_seq, num_seqs, row_begin, partials);
+        block_tables, max_blocks_per_seq, num_seqs, row_begin, partials, split_counters);
   } else {
     PagedAttentionKernel<float><<<grid, threads, 0, stream>>>(
         q, q_row_stride, out, out_row_stride, num_heads, scale, static_cast<const float*>(k_pool),
         static_cast<const float*>(v_pool), block_size, num_kv_heads, head_dim, query_start, context_lens,
-        block_tables, max_blocks_per_seq, num_seqs, row_begin, partials);
-  }
-  if (splits > 1) {
-    PagedAttentionCombineKernel<<<dim3(grid.x, grid.y), 128, 0, stream>>>(partials, splits, num_heads, head_dim, out,
-                                                                         out_row_stride, row_begin);
+        block_tables, max_blocks_per_seq, num_seqs, row_begin, partials, split_counters);
   }
   return LastLaunchError();
 }
 
 int PagedAttentionSplits(int64_t rows, int num_heads, int sm_count) {
-  const int64_t pairs = rows * num_heads, want = 2 * static_cast<int64_t>(sm_count);
-  if (pairs <= 0 || pairs >= want) return 1;
-  return static_cast<int>(std::min<int64_t>(16, (want + pairs - 1) / pairs));
+  const int64_t pairs = rows * num_heads;
+  if (pairs <= 0) return 1;
+  return static_cast<int>(std::clamp<int64_t>(sm_count / pairs, 1, 16));
 }
 
 size_t PagedAttentionPartialBytes(int64_t rows, int num_heads, int head_dim, int splits) {

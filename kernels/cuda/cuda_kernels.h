@@ -47,8 +47,14 @@ enum class EmbeddingDType { kF32, kBf16, kF16 };
 int LaunchEmbeddingLookup(CUstream_st* stream, const void* table, EmbeddingDType dtype, int64_t vocab, int64_t width,
                           const int32_t* ids, int64_t n, float* out);
 
-// Greedy token per row of logits (the CPU sampler's rule), into out[rows] on the device.
-int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t vocab, int32_t* out);
+// Greedy token per row of logits (the CPU sampler's rule), into out[rows] on the device. slices
+// > 1: each row is read by that many blocks, which leave their best in part_v / part_i (rows x
+// slices each) and count arrivals in `counters` (rows ints, zero before and after the launch);
+// the last block of a row merges. ArgmaxSlices picks it (1 past sm_count rows: the device's
+// counters are sm_count ints).
+int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t vocab, int32_t* out, int slices = 1,
+                 float* part_v = nullptr, int32_t* part_i = nullptr, int* counters = nullptr);
+int ArgmaxSlices(int64_t rows, int64_t vocab, int sm_count);
 
 // Writes n tokens' k and v rows (row_elems = num_kv_heads * head_dim floats each) into pool slots
 // slots[r] (n device int64s) of f32 or bf16 pools (rounded to nearest even, as the CPU op). A slot
@@ -60,17 +66,22 @@ int LaunchWritePagedKv(CUstream_st* stream, const float* k, int64_t k_row_stride
 // Paged attention over f32 or bf16 pools (f32 products), kernels/paged_attention.h's layout and
 // metadata (device arrays); the step's query rows are [row_begin, row_end). head_dim at most 256
 // (cudaErrorInvalidValue otherwise). splits > 1: each row's keys go to that many blocks, whose
-// partials (`partials`, PagedAttentionPartialBytes) a second launch merges.
+// partials (`partials`, PagedAttentionPartialBytes) the last of them to finish merges, counting
+// arrivals in `split_counters`: (row_end - row_begin) x num_heads ints, zero before the launch
+// and zero again after it.
 int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                          int num_heads, float scale, const void* k_pool, const void* v_pool, bool bf16_pool,
                          int block_size, int num_kv_heads, int head_dim, const int32_t* query_start,
                          const int32_t* context_lens, const int32_t* block_tables, int max_blocks_per_seq,
                          int num_seqs, int64_t row_begin, int64_t row_end, int splits = 1,
-                         float* partials = nullptr);
+                         float* partials = nullptr, int* split_counters = nullptr);
 
-// Paged attention's key splits for a step of `rows` query rows: 1 where rows x heads blocks fill
-// the GPU's `sm_count` SMs twice over, else enough blocks per (row, head) for that (at most 16).
-// Each split past the first needs PagedAttentionPartialBytes of device scratch in all.
+// Paged attention's key splits for a step of `rows` query rows: as many blocks per (row, head)
+// as fit in one wave on `sm_count` SMs (the kernel holds an SM's registers: one block each), at
+// most 16; 1 where the (row, head) pairs alone fill half the SMs. A second wave would double
+// the step's latency (at 3b batch 1, 16 heads: 8 splits, 128 blocks, not 16 and 256). So
+// splits > 1 only where rows x heads <= sm_count / 2. Each split past the first needs
+// PagedAttentionPartialBytes of device scratch in all.
 int PagedAttentionSplits(int64_t rows, int num_heads, int sm_count);
 size_t PagedAttentionPartialBytes(int64_t rows, int num_heads, int head_dim, int splits);
 

@@ -18,6 +18,12 @@
 // epilogue, where cuBLASLt lacks it, is gelu(approximate="tanh")); it differs from the erf form
 // the vision merger uses by up to ~5e-4, far beyond f32 rounding. So the matmul runs without a
 // bias and iris's BiasGeluErfKernel applies y = gelu_erf(y + b) after it.
+//
+// A few rows (a decode step's batch, up to CudaDevice::gemv_max_rows) with bf16 compute may go
+// to one of iris's GEMV kernels instead (linear_kernels.h, PickGemv): at one row the product is
+// a stream of the weight, which cuBLASLt's kernels read more slowly (qkv and o of the 3b decoder
+// at under half the bandwidth), after a launch that converts x to bf16; the GEMVs read x as f32
+// and round it as that launch would.
 #include "kernels/cuda/cuda_linear.h"
 
 #include <cublasLt.h>
@@ -229,6 +235,20 @@ class CudaLinear final : public Linear {
     if (m <= 0) return;
     cudaStream_t stream = dev_.stream();
     const bool bf16 = compute_ == ComputeType::kBF16;
+    const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
+    const bool gelu = epilogue == Epilogue::kGeluErf;
+    GemvKernel gemv = GemvKernel::kCudaCores;
+    const bool use_gemv =
+        bf16 && (dev_.forced_gemv_kernel() ? m <= dev_.gemv_max_rows()
+                                           : PickGemv(m, out_ * ld_ * int64_t{2}, dev_.gemv_max_rows(), &gemv));
+    if (use_gemv) {
+      if (dev_.forced_gemv_kernel()) gemv = *dev_.forced_gemv_kernel();
+      dev_.Check(LaunchGemvBf16(stream, gemv, static_cast<const uint16_t*>(weight_.raw()), ld_, in_, out_, x, m,
+                                gelu ? nullptr : bias, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y),
+                 "Linear: bf16 GEMV");
+      if (gelu) dev_.Check(LaunchBiasGeluErf(stream, y, m, out_, bias), "Linear: bias + gelu_erf");
+      return;
+    }
     const void* b = x;
     int64_t ldb = in_;
     if (bf16) {
@@ -238,8 +258,6 @@ class CudaLinear final : public Linear {
       b = scratch;
       ldb = ld_;
     }
-    const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
-    const bool gelu = epilogue == Epilogue::kGeluErf;
     const MatmulPlan* plan = GetPlan(m, ldb, gelu ? nullptr : bias, Alignment(b), Alignment(y));
     if (plan == nullptr) return;
     const cublasStatus_t s =

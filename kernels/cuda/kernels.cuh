@@ -262,6 +262,53 @@ IRIS_GLOBAL void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) 
   }
 }
 
+// The same over a row split into gridDim.y slices, one block each (grid (rows, slices)): one block
+// per row reads a 152k vocabulary at a single SM's pace (~60 us on an H200 at batch 1). Each
+// block leaves its slice's best pair in part_v / part_i [row * slices + slice]; the last block of
+// a row to finish (counted in counters[row], zero before and after the launch) merges them.
+IRIS_GLOBAL void ArgmaxSplitKernel(const float* logits, int64_t vocab, float* part_v, int32_t* part_i, int* counters,
+                                   int32_t* out) {
+  IRIS_SHARED float warp_v[kMaxWarpsPerBlock];
+  IRIS_SHARED int32_t warp_i[kMaxWarpsPerBlock];
+  IRIS_SHARED int merges_row;
+  const int64_t slices = gridDim.y, slice = (vocab + slices - 1) / slices;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * slice, end = begin + slice < vocab ? begin + slice : vocab;
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  ArgmaxPair best;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    best.Take(row[i] != row[i] ? -INFINITY : row[i], static_cast<int32_t>(i));  // NaN as -inf
+  }
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
+  best = WarpArgmax(best);
+  if (lane == 0) {
+    warp_v[warp] = best.value;
+    warp_i[warp] = best.index;
+  }
+  SyncThreads();
+  const int64_t part = static_cast<int64_t>(blockIdx.x) * slices + blockIdx.y;
+  if (threadIdx.x == 0) {
+    ArgmaxPair p;
+    for (int w = 0; w < warps; ++w) p.Take(warp_v[w], warp_i[w]);
+    part_v[part] = p.value;
+    part_i[part] = p.index;
+    ThreadFence();  // the slice's pair is visible GPU-wide before its arrival counts
+    const bool last = AtomicAddInt(counters + blockIdx.x, 1) == static_cast<int>(slices) - 1;
+    if (last) counters[blockIdx.x] = 0;  // every slice has arrived: zero again for the next launch
+    merges_row = last ? 1 : 0;
+  }
+  SyncThreads();
+  if (merges_row != 0 && warp == 0) {
+    ThreadFence();
+    ArgmaxPair p;
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * slices;
+    for (int64_t k = lane; k < slices; k += kWarpSize) p.Take(LoadCoherent(part_v + first + k), LoadCoherent(part_i + first + k));
+    p = WarpArgmax(p);
+    if (lane == 0) out[blockIdx.x] = p.index == INT32_MAX || p.value == -INFINITY ? 0 : p.index;
+  }
+  SyncThreads();  // the shared values are read before a next block (harness) reuses them
+}
+
 // --- f16 bits, converted by hand (the harness has no cuda_fp16.h; bf16: bf16_bits.cuh) ---
 
 // IEEE half bits -> f32, exact (as core::F16ToFloat): every half is an f32, subnormals included;
@@ -376,24 +423,6 @@ IRIS_DEVICE float MergedAcc(const float* m, int64_t stride, const float* acc, in
   return sum;
 }
 
-// 16 bytes of a K or V row: kKvPerChunk<T> values (8 bf16 or 4 f32), loaded at once where the
-// row allows it.
-struct alignas(16) KvChunk {
-  uint32_t w[4];
-};
-template <typename T>
-constexpr int kKvPerChunk = 16 / static_cast<int>(sizeof(T));
-// The chunk's values in row order, widened to f32 (the pointer only picks the pool's type).
-IRIS_DEVICE void ChunkValues(const KvChunk& c, float (&v)[8], const uint16_t*) {
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = BitsToFloat(c.w[i] << 16);
-    v[2 * i + 1] = BitsToFloat(c.w[i] & 0xffff0000u);
-  }
-}
-IRIS_DEVICE void ChunkValues(const KvChunk& c, float (&v)[4], const float*) {
-  for (int i = 0; i < 4; ++i) v[i] = BitsToFloat(c.w[i]);
-}
-
 // q·k of one key, computed whole by one lane (q in shared memory). Rows whose address and length
 // allow it are read 16 bytes at a time; four partial sums keep the loads independent.
 IRIS_DEVICE float KeyDot(const uint16_t* kr, const float* qs, int head_dim) {
@@ -401,7 +430,7 @@ IRIS_DEVICE float KeyDot(const uint16_t* kr, const float* qs, int head_dim) {
   int d = 0;
   if (reinterpret_cast<uintptr_t>(kr) % 16 == 0) {
     for (; d + 8 <= head_dim; d += 8) {
-      const KvChunk c = *reinterpret_cast<const KvChunk*>(kr + d);  // one 16-byte load
+      const Chunk16 c = *reinterpret_cast<const Chunk16*>(kr + d);  // one 16-byte load
       float v[8];
       ChunkValues(c, v, kr);
       for (int i = 0; i < 4; ++i) s[i] += qs[d + 2 * i] * v[2 * i] + qs[d + 2 * i + 1] * v[2 * i + 1];
@@ -415,7 +444,7 @@ IRIS_DEVICE float KeyDot(const float* kr, const float* qs, int head_dim) {
   int d = 0;
   if (reinterpret_cast<uintptr_t>(kr) % 16 == 0) {
     for (; d + 4 <= head_dim; d += 4) {
-      const KvChunk c = *reinterpret_cast<const KvChunk*>(kr + d);  // one 16-byte load
+      const Chunk16 c = *reinterpret_cast<const Chunk16*>(kr + d);  // one 16-byte load
       float v[4];
       ChunkValues(c, v, kr);
       for (int i = 0; i < 4; ++i) s[i] += qs[d + i] * v[i];
@@ -425,7 +454,7 @@ IRIS_DEVICE float KeyDot(const float* kr, const float* qs, int head_dim) {
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-// V rows read 16 bytes per lane: a row of head_dim values is `chunks` = head_dim / kKvPerChunk<T>
+// V rows read 16 bytes per lane: a row of head_dim values is `chunks` = head_dim / kPerChunk16<T>
 // chunks, so a warp reads `32 / chunks` keys' rows per load instruction, and a lane keeps a batch of
 // kPagedVBatch loads in flight before its products: a short tile's V rows arrive in one memory
 // round trip instead of four. Where the rows are not whole aligned chunks (an odd head dim), lanes
@@ -433,16 +462,16 @@ IRIS_DEVICE float KeyDot(const float* kr, const float* qs, int head_dim) {
 constexpr int kPagedVBatch = 16;
 template <typename T>
 IRIS_HOST_DEVICE int PagedVChunks(const T* v_pool, int head_dim) {
-  if (reinterpret_cast<uintptr_t>(v_pool) % 16 != 0 || head_dim % kKvPerChunk<T> != 0) return 0;
-  const int chunks = head_dim / kKvPerChunk<T>;
+  if (reinterpret_cast<uintptr_t>(v_pool) % 16 != 0 || head_dim % kPerChunk16<T> != 0) return 0;
+  const int chunks = head_dim / kPerChunk16<T>;
   return chunks <= kWarpSize ? chunks : 0;
 }
 // acc[e] += p * the chunk's e-th value.
 template <typename T>
-IRIS_DEVICE void AccumulateChunk(float* acc, const KvChunk& c, float p) {
-  float v[kKvPerChunk<T>];
+IRIS_DEVICE void AccumulateChunk(float* acc, const Chunk16& c, float p) {
+  float v[kPerChunk16<T>];
   ChunkValues(c, v, static_cast<const T*>(nullptr));
-  for (int e = 0; e < kKvPerChunk<T>; ++e) acc[e] += p * v[e];
+  for (int e = 0; e < kPerChunk16<T>; ++e) acc[e] += p * v[e];
 }
 
 // One block per (query row, q head) of a step (grid (row_end - row_begin, num_heads)), the layout and metadata of
@@ -453,14 +482,18 @@ IRIS_DEVICE void AccumulateChunk(float* acc, const KvChunk& c, float p) {
 // by the tile's maximum, then the lanes, each owning head dims, accumulate the tile's 32 V rows.
 // The eight warps' partial results are merged at the end. Where a step has too few (row, head)
 // pairs to fill the GPU (a small decode batch), gridDim.z > 1 splits each row's keys over that
-// many blocks, which write partials that PagedAttentionCombineKernel merges.
+// many blocks, which write partials; the last of them to finish (counted in split_counters, one
+// zeroed int per (row, head), which it leaves zeroed again) merges them into the output, so the
+// merge costs no launch of its own.
 template <typename T>
 IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                                       int num_heads, float scale, const T* k_pool, const T* v_pool, int block_size,
                                       int num_kv_heads, int head_dim, const int32_t* query_start,
                                       const int32_t* context_lens, const int32_t* block_tables,
-                                      int max_blocks_per_seq, int num_seqs, int64_t row_begin, float* partials) {
+                                      int max_blocks_per_seq, int num_seqs, int64_t row_begin, float* partials,
+                                      int* split_counters) {
   IRIS_SHARED float q_shared[kPagedMaxHeadDim];
+  IRIS_SHARED int merges_splits;
   IRIS_SHARED float tile_p[kPagedWarps][kWarpSize];
   IRIS_SHARED int64_t tile_slot[kPagedWarps][kWarpSize];
   IRIS_SHARED float warp_m[kPagedWarps];
@@ -518,12 +551,12 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     const int n = keys - t0 < kWarpSize ? static_cast<int>(keys - t0) : kWarpSize;
     if (chunks > 0) {
       if (key_group < groups) {
-        const int64_t column = static_cast<int64_t>(g) * head_dim + static_cast<int64_t>(chunk) * kKvPerChunk<T>;
+        const int64_t column = static_cast<int64_t>(g) * head_dim + static_cast<int64_t>(chunk) * kPerChunk16<T>;
         for (int u0 = key_group; u0 < n; u0 += groups * kPagedVBatch) {
-          KvChunk vv[kPagedVBatch];
+          Chunk16 vv[kPagedVBatch];
           for (int k = 0; k < kPagedVBatch; ++k) {
             const int u = u0 + k * groups;
-            if (u < n) vv[k] = *reinterpret_cast<const KvChunk*>(v_pool + tile_slot[warp][u] * row_elems + column);
+            if (u < n) vv[k] = *reinterpret_cast<const Chunk16*>(v_pool + tile_slot[warp][u] * row_elems + column);
           }
           for (int k = 0; k < kPagedVBatch; ++k) {
             const int u = u0 + k * groups;
@@ -566,11 +599,11 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     warp_l[warp] = l;
   }
   if (chunks > 0) {
-    // Each key group's sums side by side (groups * head_dim <= 32 * kKvPerChunk <= kPagedMaxHeadDim
+    // Each key group's sums side by side (groups * head_dim <= 32 * kPerChunk16 <= kPagedMaxHeadDim
     // floats), then each head dim's sum over the groups in its group-0 place, by the lane that
     // alone reads that place.
     if (key_group < groups) {
-      for (int e = 0; e < kKvPerChunk<T>; ++e) warp_acc[warp][key_group * head_dim + chunk * kKvPerChunk<T> + e] = acc[e];
+      for (int e = 0; e < kPerChunk16<T>; ++e) warp_acc[warp][key_group * head_dim + chunk * kPerChunk16<T> + e] = acc[e];
     }
     SyncWarp();
     for (int d = lane; d < head_dim; d += kWarpSize) {
@@ -587,8 +620,8 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   SyncThreads();
   float big, total;
   MergedMaxAndSum(warp_m, warp_l, 1, kPagedWarps, &big, &total);
-  // One split: the row's output. Several: this block's unnormalised partial [m, l, acc...] for
-  // PagedAttentionCombineKernel (m = -inf where the block had no keys).
+  // One split: the row's output. Several: this block's unnormalised partial [m, l, acc...] (m =
+  // -inf where the block had no keys), merged below by the split that finishes last.
   const bool whole = partials == nullptr;
   float* orow = whole ? out + row * out_row_stride + static_cast<int64_t>(h) * head_dim
                       : partials + PagedPartialIndex(blockIdx.x, h, num_heads, blockIdx.z, gridDim.z, head_dim);
@@ -604,22 +637,44 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
       orow[2 + d] = sum;
     }
   }
-  SyncThreads();  // the shared partials are read before a next block (harness) reuses them
-}
-
-// Merges the splits' partials of each (row, head) into the output: grid (rows, heads), any
-// block size.
-IRIS_GLOBAL void PagedAttentionCombineKernel(const float* partials, int splits, int num_heads, int head_dim,
-                                             float* out, int64_t out_row_stride, int64_t row_begin) {
-  const int h = static_cast<int>(blockIdx.y);
-  const float* part = partials + PagedPartialIndex(blockIdx.x, h, num_heads, 0, splits, head_dim);
-  const int64_t part_stride = 2 + static_cast<int64_t>(head_dim);
-  float big, total;
-  MergedMaxAndSum(part, part + 1, part_stride, splits, &big, &total);
-  float* orow = out + (row_begin + blockIdx.x) * out_row_stride + static_cast<int64_t>(h) * head_dim;
-  for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
-    orow[d] = MergedAcc(part, part_stride, part + 2 + d, part_stride, splits, big) / total;
+  if (!whole) {
+    ThreadFence();  // this thread's share of the partial is visible GPU-wide before the arrival counts
+    SyncThreads();
+    if (threadIdx.x == 0) {
+      int* counter = split_counters + static_cast<int64_t>(blockIdx.x) * num_heads + h;
+      const bool last = AtomicAddInt(counter, 1) == static_cast<int>(gridDim.z) - 1;
+      if (last) *counter = 0;  // every split has arrived: zero again for the next launch
+      merges_splits = last ? 1 : 0;
+    }
+    SyncThreads();
+    if (merges_splits != 0) {
+      ThreadFence();
+      // As MergedMaxAndSum and MergedAcc, over the splits' partials in global memory.
+      const int splits = static_cast<int>(gridDim.z);
+      const float* part = partials + PagedPartialIndex(blockIdx.x, h, num_heads, 0, splits, head_dim);
+      const int64_t ps = 2 + static_cast<int64_t>(head_dim);
+      float top = -INFINITY;
+      for (int z = 0; z < splits; ++z) {
+        const float mz = LoadCoherent(part + z * ps);
+        top = mz > top ? mz : top;
+      }
+      float sum_l = 0.f;
+      for (int z = 0; z < splits; ++z) {
+        const float mz = LoadCoherent(part + z * ps);
+        sum_l += mz == -INFINITY ? 0.f : LoadCoherent(part + z * ps + 1) * expf(mz - top);
+      }
+      float* out_row = out + row * out_row_stride + static_cast<int64_t>(h) * head_dim;
+      for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
+        float acc_d = 0.f;
+        for (int z = 0; z < splits; ++z) {
+          const float mz = LoadCoherent(part + z * ps);
+          if (mz != -INFINITY) acc_d += LoadCoherent(part + z * ps + 2 + d) * expf(mz - top);
+        }
+        out_row[d] = acc_d / sum_l;
+      }
+    }
   }
+  SyncThreads();  // the shared partials are read before a next block (harness) reuses them
 }
 
 }  // namespace iris::kernels::cuda

@@ -6,6 +6,9 @@
 //     rather than flushed);
 //   - y = gelu_erf(y + bias) in place after the matmul: cuBLASLt's GELU epilogue is not the erf
 //     form (see cuda_linear.cc);
+//   - y = x·Wᵀ for a few rows of x (a decode step's batch) with bf16 weights: GEMVs (on the CUDA
+//     cores, and on the tensor cores) that stream the weight once, rounding x to bf16 as they read
+//     it, where cuBLASLt's kernels for such shapes need x converted by a launch first;
 //   - a read-and-sum pass over a large buffer (MeasureMemoryReadBandwidth).
 #pragma once
 
@@ -46,6 +49,176 @@ IRIS_GLOBAL void BiasGeluErfKernel(float* y, int64_t rows, int64_t cols, const f
       y[r * cols + c] = GeluErfValue(v);
     }
   }
+}
+
+// --- GEMV on the CUDA cores: y = x·Wᵀ for 1..kGemvMaxRows rows of x, W bf16 ---
+// A block owns kGemvSimtOutPerBlock output features; its warps split the input columns in
+// 16-byte chunks (8 bf16), lane-interleaved so that a warp's load of a weight row is 512
+// contiguous bytes. Each x chunk a lane reads serves all of the block's weight rows, and a lane
+// has that many 16-byte weight loads in flight before its first product. Partial sums meet in
+// shared memory. It spends kRows FMAs per weight element, where the tensor-core kernel below
+// spends a share of one mma whatever the rows.
+constexpr int kGemvMaxRows = 8;  // both kernels' limit: the tensor-core tile's columns
+constexpr int kGemvSimtWarps = 8;
+constexpr int kGemvSimtThreads = kGemvSimtWarps * kWarpSize;
+constexpr int kGemvSimtOutPerBlock = 8;
+
+// x[row, 8c .. 8c+8) rounded to bf16 (as ToBf16RowsKernel rounds it), widened back to f32;
+// columns at or past `in` read as 0. kVecX: the row is 16-byte aligned and in % 8 == 0 (two
+// 16-byte loads).
+template <bool kVecX>
+IRIS_DEVICE void GemvXChunk(const float* xr, int64_t c, int64_t in, float (&v)[8]) {
+  if constexpr (kVecX) {
+    const Float4 a = reinterpret_cast<const Float4*>(xr)[2 * c], b = reinterpret_cast<const Float4*>(xr)[2 * c + 1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    for (int e = 0; e < 8; ++e) v[e] = 8 * c + e < in ? xr[8 * c + e] : 0.f;
+  }
+  for (int e = 0; e < 8; ++e) v[e] = Bf16ToFloat(FloatToBf16(v[e]));
+}
+
+// What GemvMmaKernel computes (below), for kRows rows. Grid: ceil(out / kGemvSimtOutPerBlock)
+// blocks of kGemvSimtThreads.
+template <int kRows, bool kVecX>
+IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, const float* x,
+                                const float* bias, float beta, float* y) {
+  IRIS_SHARED float partial[kGemvSimtWarps][kGemvSimtOutPerBlock * kRows];
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kGemvSimtOutPerBlock;
+  const int outs = static_cast<int>(out - o0 < kGemvSimtOutPerBlock ? out - o0 : kGemvSimtOutPerBlock);
+  const int64_t chunks = (in + 7) / 8;
+  float acc[kGemvSimtOutPerBlock][kRows];
+  for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {
+    for (int r = 0; r < kRows; ++r) acc[o][r] = 0.f;
+  }
+  for (int64_t c = static_cast<int64_t>(warp) * kWarpSize + lane; c < chunks; c += kGemvSimtThreads) {
+    Chunk16 wc[kGemvSimtOutPerBlock];
+    IRIS_UNROLL
+    for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {
+      // Rows past `out` (the last block) read row o0: loaded, never stored.
+      wc[o] = reinterpret_cast<const Chunk16*>(w + (o0 + (o < outs ? o : 0)) * ld)[c];  // one 16-byte load
+    }
+    float xv[kRows][8];
+    IRIS_UNROLL
+    for (int r = 0; r < kRows; ++r) GemvXChunk<kVecX>(x + r * in, c, in, xv[r]);
+    IRIS_UNROLL
+    for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {
+      float wv[8];
+      ChunkValues(wc[o], wv, static_cast<const uint16_t*>(nullptr));  // once per weight chunk
+      IRIS_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        for (int e = 0; e < 8; ++e) acc[o][r] += xv[r][e] * wv[e];
+      }
+    }
+  }
+  for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {
+    for (int r = 0; r < kRows; ++r) {
+      float s = acc[o][r];
+      for (int m = kWarpSize / 2; m > 0; m >>= 1) s += ShflXor(s, m);
+      if (lane == 0) partial[warp][o * kRows + r] = s;
+    }
+  }
+  SyncThreads();
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < outs * kRows) {
+    const int o = t / kRows, r = t % kRows;
+    float s = 0.f;
+    for (int k = 0; k < kGemvSimtWarps; ++k) s += partial[k][t];
+    if (bias != nullptr) s += bias[o0 + o];
+    float* yo = y + static_cast<int64_t>(r) * out + o0 + o;
+    *yo = beta != 0.f ? beta * *yo + s : s;
+  }
+  SyncThreads();  // the shared partials are read before a next block (harness) reuses them
+}
+
+// --- GEMV on the tensor cores: y = x·Wᵀ for 1..kGemvMaxRows rows of x, W bf16 ---
+// One m16n8k16 product takes 16 weight rows (A) by up to 8 rows of x (B, its 8 columns): a
+// decode batch of up to 8 costs the weight stream and nothing more. A block owns 16 output
+// features; its warps split the input columns in steps of 32, each lane reading 16 bytes of two
+// weight rows per step (kGemvMmaUnroll steps in flight), and the partial tiles meet in shared memory.
+// The fragments want two consecutive k per register; with 16-byte loads a lane holds 8
+// consecutive k of a row instead, so both operands use the same permutation of k within a step
+// (lane (group, t) feeds k = 8t .. 8t+3 to the first product and 8t+4 .. 8t+7 to the second) —
+// a sum does not depend on the order of its terms' k.
+constexpr int kGemvMmaWarps = 16;
+constexpr int kGemvMmaThreads = kGemvMmaWarps * kWarpSize;
+constexpr int kGemvMmaOutPerBlock = 16;  // an mma tile's rows
+constexpr int kGemvMmaUnroll = 4;        // 32-column steps a warp has in flight
+
+// x[row, 8c .. 8c+8) as bf16 pairs (rounded as ToBf16RowsKernel rounds them): p[i] holds columns
+// 8c+2i (low half) and 8c+2i+1. Columns at or past `in` read as 0. kVecX: the row is 16-byte
+// aligned and in % 8 == 0 (two 16-byte loads).
+template <bool kVecX>
+IRIS_DEVICE void GemvXPairs(const float* xr, int64_t c, int64_t in, uint32_t (&p)[4]) {
+  float v[8];
+  if constexpr (kVecX) {
+    const Float4 a = reinterpret_cast<const Float4*>(xr)[2 * c], b = reinterpret_cast<const Float4*>(xr)[2 * c + 1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    for (int e = 0; e < 8; ++e) v[e] = 8 * c + e < in ? xr[8 * c + e] : 0.f;
+  }
+  for (int i = 0; i < 4; ++i) p[i] = PackBf16x2(v[2 * i], v[2 * i + 1]);
+}
+
+// y[r * out + o] = beta * y[r * out + o] + bias[o] + Σ_c bf16(x[r * in + c]) · w[o * ld + c] for
+// r < rows (1 .. kGemvMaxRows), o < out. w: bf16 bits, 16-byte aligned, ld % 8 == 0, columns
+// [in, ld) zero (the CUDA Linear's layout). bias may be null; y is not read when beta == 0 (it
+// may hold anything). Grid: ceil(out / kGemvMmaOutPerBlock) blocks of kGemvMmaThreads.
+template <bool kVecX>
+IRIS_GLOBAL void GemvMmaKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, const float* x, int rows,
+                                const float* bias, float beta, float* y) {
+  IRIS_SHARED float partial[kGemvMmaWarps][kGemvMmaOutPerBlock * kGemvMaxRows];
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int group = lane / 4, t = lane % 4;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kGemvMmaOutPerBlock;
+  // This lane's two weight rows; rows past `out` (the last block) read row o0: loaded, never stored.
+  const uint16_t* w_lo = w + (o0 + group < out ? o0 + group : o0) * ld;
+  const uint16_t* w_hi = w + (o0 + group + 8 < out ? o0 + group + 8 : o0) * ld;
+  const float* xr = x + static_cast<int64_t>(group < rows ? group : 0) * in;  // batch row `group`
+  const int64_t chunks = (in + 7) / 8;    // 16-byte chunks of a row holding columns below `in`
+  const int64_t steps = (chunks + 3) / 4;  // 32-column steps
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int64_t s0 = warp; s0 < steps; s0 += static_cast<int64_t>(kGemvMmaWarps) * kGemvMmaUnroll) {
+    Chunk16 a_lo[kGemvMmaUnroll], a_hi[kGemvMmaUnroll];
+    IRIS_UNROLL
+    for (int u = 0; u < kGemvMmaUnroll; ++u) {
+      const int64_t c = (s0 + static_cast<int64_t>(u) * kGemvMmaWarps) * 4 + t;
+      if (c < chunks) {
+        a_lo[u] = reinterpret_cast<const Chunk16*>(w_lo)[c];  // 16-byte loads
+        a_hi[u] = reinterpret_cast<const Chunk16*>(w_hi)[c];
+      } else {
+        a_lo[u] = a_hi[u] = Chunk16{{0u, 0u, 0u, 0u}};
+      }
+    }
+    IRIS_UNROLL
+    for (int u = 0; u < kGemvMmaUnroll; ++u) {
+      const int64_t c = (s0 + static_cast<int64_t>(u) * kGemvMmaWarps) * 4 + t;
+      uint32_t xp[4] = {0u, 0u, 0u, 0u};
+      if (group < rows && c < chunks) GemvXPairs<kVecX>(xr, c, in, xp);
+      const uint32_t a0[4] = {a_lo[u].w[0], a_hi[u].w[0], a_lo[u].w[1], a_hi[u].w[1]};
+      const uint32_t b0[2] = {xp[0], xp[1]};
+      MmaBf16(d, a0, b0);
+      const uint32_t a1[4] = {a_lo[u].w[2], a_hi[u].w[2], a_lo[u].w[3], a_hi[u].w[3]};
+      const uint32_t b1[2] = {xp[2], xp[3]};
+      MmaBf16(d, a1, b1);
+    }
+  }
+  // d[0], d[1]: output o0 + group, batch rows 2t, 2t+1; d[2], d[3]: output o0 + group + 8.
+  partial[warp][group * kGemvMaxRows + 2 * t] = d[0];
+  partial[warp][group * kGemvMaxRows + 2 * t + 1] = d[1];
+  partial[warp][(group + 8) * kGemvMaxRows + 2 * t] = d[2];
+  partial[warp][(group + 8) * kGemvMaxRows + 2 * t + 1] = d[3];
+  SyncThreads();
+  const int i = static_cast<int>(threadIdx.x);
+  const int o = i / kGemvMaxRows, r = i % kGemvMaxRows;
+  if (i < kGemvMmaOutPerBlock * kGemvMaxRows && r < rows && o0 + o < out) {
+    float s = 0.f;
+    for (int k = 0; k < kGemvMmaWarps; ++k) s += partial[k][i];
+    if (bias != nullptr) s += bias[o0 + o];
+    float* yo = y + static_cast<int64_t>(r) * out + o0 + o;
+    *yo = beta != 0.f ? beta * *yo + s : s;
+  }
+  SyncThreads();  // the shared partials are read before a next block (harness) reuses them
 }
 
 constexpr int kReadSumMaxWarps = 32;

@@ -13,6 +13,23 @@ namespace iris::kernels::cuda {
 int LaunchToBf16Rows(CUstream_st* stream, const float* x, int64_t rows, int64_t cols, int64_t ld, uint16_t* out);
 // y[r, c] = gelu_erf(y[r, c] + bias[c]) in place; bias may be null.
 int LaunchBiasGeluErf(CUstream_st* stream, float* y, int64_t rows, int64_t cols, const float* bias);
+// The most rows of x LaunchGemvBf16 takes (linear_kernels.cuh's kGemvMaxRows).
+constexpr int kGemvMaxRowsPerLaunch = 8;
+// Which GEMV: on the CUDA cores (a warp streams 512 contiguous bytes of a weight row per load;
+// rows x 8 FMAs per 16 bytes of weight) or on the tensor cores (two m16n8k16 products per 16
+// bytes a lane loads of two weight rows, whatever the rows).
+enum class GemvKernel { kCudaCores, kTensorCores };
+// Which path a bf16 Linear of `rows` rows and `weight_bytes` of weight takes, as measured on an
+// H200 (README): the CUDA-core GEMV for one row (every shape of the 3b decoder, 1.1-2.2x the
+// bandwidth cuBLASLt reaches); for 2..max_rows rows only weights of at most 32 MiB (qkv, o), on
+// the CUDA cores up to 4 rows and on the tensor cores past that, where cuBLASLt has too few
+// tiles to fill the GPU; cuBLASLt for larger weights and past max_rows. False: cuBLASLt.
+bool PickGemv(int64_t rows, int64_t weight_bytes, int max_rows, GemvKernel* kernel);
+// y[r, o] = beta * y[r, o] + bias[o] + x[r, :] (rounded to bf16) · w[o, :] for r < rows (1 ..
+// kGemvMaxRowsPerLaunch), o < out: w bf16 bits [out, ld], 16-byte aligned, ld % 8 == 0, columns
+// [in, ld) zero; x [rows, in] f32; y [rows, out] (not read when beta == 0); bias may be null.
+int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
+                   const float* x, int64_t rows, const float* bias, float beta, float* y);
 // partials[b] for b < blocks: block b's share of the sum of x[0, n) (x 16-byte aligned, n a
 // multiple of 4), 256 threads a block.
 int LaunchReadSum(CUstream_st* stream, const float* x, int64_t n, int blocks, float* partials);

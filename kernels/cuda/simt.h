@@ -7,7 +7,8 @@
 //     (blocks never overlap, so one copy serves each block in turn), and warp shuffles through a
 //     per-warp exchange with a barrier of the warp's lanes.
 // Kernels use only what this header names: IRIS_GLOBAL, IRIS_DEVICE, IRIS_HOST_DEVICE, IRIS_SHARED, IRIS_UNROLL, SyncThreads(),
-// SyncWarp(), ShflXor(), MmaBf16() (a warp's tensor-core product, with a scalar twin here),
+// SyncWarp(), ShflXor(), ThreadFence(), AtomicAddInt(), LoadCoherent(), MmaBf16() (a warp's
+// tensor-core product, with a scalar twin here),
 // threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch for the host side.
 // Every thread of a block must reach each SyncThreads (as CUDA requires), and a block's size is a
 // multiple of the warp size when it shuffles.
@@ -54,11 +55,21 @@ __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], c
 // Four floats read as one 16-byte load (the address is 16-byte aligned).
 using Float4 = float4;
 
+// Device-wide ordering for a block that hands results to another block of the same launch:
+// ThreadFence makes this thread's earlier writes visible to the whole GPU, AtomicAddInt counts
+// arrivals (returns the old value), LoadCoherent reads another block's write through the L2
+// (never a stale L1 line).
+__device__ __forceinline__ void ThreadFence() { __threadfence(); }
+__device__ __forceinline__ int AtomicAddInt(int* p, int v) { return atomicAdd(p, v); }
+__device__ __forceinline__ float LoadCoherent(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ int32_t LoadCoherent(const int32_t* p) { return __ldcg(p); }
+
 }  // namespace iris::kernels::cuda
 
 #else  // the host harness
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cstring>
 #include <memory>
@@ -142,6 +153,13 @@ T ShflXor(T v, int lane_mask) {
   w.sync.arrive_and_wait();  // every lane has read before the slots are reused
   return out;
 }
+
+// Blocks run one at a time here: a fence orders this thread's writes, the counter is an atomic
+// add, and a plain load sees every finished block's writes.
+inline void ThreadFence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline int AtomicAddInt(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
+inline float LoadCoherent(const float* p) { return *p; }
+inline int32_t LoadCoherent(const int32_t* p) { return *p; }
 
 // MmaBf16's scalar twin (the layout is documented with the CUDA one above): the lanes post their
 // fragments, each lane rebuilds A and B from the posted registers exactly as the hardware reads
