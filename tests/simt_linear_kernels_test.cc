@@ -64,7 +64,7 @@ constexpr Rounding kHandWorked[] = {
 };
 
 TEST(LinearKernelsOnSimtTest, ToBf16RoundsLikeTheCpuIncludingTiesNansInfinitiesAndSubnormals) {
-  for (const auto& [rows, cols, ld] : {std::tuple{7, 37, 40}, {1, 1, 8}, {3, 80, 80}, {5, 131, 136}}) {
+  for (const auto& [rows, cols, ld] : {std::tuple{7, 37, 40}, {1, 1, 8}, {3, 80, 80}, {5, 131, 136}, {4, 1280, 1288}}) {
     SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " ld " << ld);
     std::vector<float> x = RandomNormal(static_cast<int64_t>(rows) * cols, 20 + cols, 100.f);
     // Spread the hand-worked patterns over the rows (and so over threads and blocks).
@@ -88,6 +88,13 @@ TEST(LinearKernelsOnSimtTest, ToBf16RoundsLikeTheCpuIncludingTiesNansInfinitiesA
         const float v = x[static_cast<size_t>(r) * cols + c];
         ASSERT_EQ(got, core::FloatToBf16(v)) << "row " << r << " col " << c << " value " << v;
       }
+    }
+    // Whole 16-byte chunks (malloc'd storage is 16-byte aligned): the 8-wide kernel, bit for bit.
+    if (cols % 8 == 0 && ld % 8 == 0) {
+      std::vector<uint16_t> out8(out.size(), kUntouched);
+      Launch(Dim3(2, 3), Dim3(32), ToBf16Rows8Kernel, static_cast<const float*>(x.data()), int64_t{rows}, int64_t{cols},
+             int64_t{ld}, out8.data());
+      EXPECT_EQ(out8, out) << "8 values a thread";
     }
   }
   // The hand-worked values themselves, in one row.

@@ -46,6 +46,10 @@ int LaunchLayerNorm(CUstream_st* stream, const float* x, const float* weight, co
 int LaunchSiluMulRows(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, float* out) {
   const int64_t n = rows * inter;
   if (n == 0) return 0;
+  if (inter % 4 == 0 && reinterpret_cast<uintptr_t>(gu) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    SiluMulRows4Kernel<<<RowsGrid(rows, inter / 4), kLaunchThreads, 0, stream>>>(gu, rows, inter, out);
+    return LastLaunchError();
+  }
   SiluMulRowsKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(gu, rows, inter, out);
   return LastLaunchError();
 }

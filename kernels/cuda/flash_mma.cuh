@@ -29,6 +29,7 @@ namespace iris::kernels::cuda {
 
 constexpr int kMmaFlashWarps = 4;
 constexpr int kMmaFlashRows = kMmaFlashWarps * 16;
+constexpr int kMmaFlashThreads = kMmaFlashWarps * 32;
 constexpr int kMmaFlashKeys = 64;
 constexpr int kMmaFlashMaxHeadDim = 128;
 
@@ -56,13 +57,70 @@ void WithMmaFlashDim(int head_dim, F&& f) {
   }
 }
 
+// Row strides of the shared K and V tiles in 32-bit words (two bf16), padded by 4 words so that
+// the 8 groups of a warp reading 8 rows at the same column hit 8 different bank quadruples.
 template <int kDim>
-IRIS_GLOBAL void FlashVarlenMmaKernel(FlashVarlenParams p) {
+constexpr int kMmaFlashKWords = kDim / 2 + 4;
+constexpr int kMmaFlashVWords = kMmaFlashKeys / 2 + 4;
+
+// One tile's K (row-major) and V (transposed) as bf16 pairs in shared memory, from K and V rows
+// that are whole 16-byte vectors: each thread issues all of its kDim / 8 K loads before it stores
+// any, then likewise its kDim / 8 V loads. K: consecutive threads read consecutive 16 bytes of a row. V: consecutive threads
+// take consecutive key pairs at the same 4 head dims (two rows each), so their stores of a
+// transposed row go to consecutive banks. Keys at or past key_end and dims at or past head_dim
+// are zeros.
+template <int kDim>
+IRIS_DEVICE void MmaFlashLoadTileVec(const FlashVarlenParams& p, int64_t start, int g, int kb, int key_end, int tid,
+                                     uint32_t* ks, uint32_t* vt) {
+  constexpr int kQuads = kDim / 4;                                // 16-byte vectors of a row
+  constexpr int kKLoads = kMmaFlashKeys * kQuads / kMmaFlashThreads;  // per thread
+  constexpr int kVItems = (kMmaFlashKeys / 2) * kQuads / kMmaFlashThreads;
+  static_assert(kKLoads * kMmaFlashThreads == kMmaFlashKeys * kQuads && kVItems * kMmaFlashThreads * 2 == kMmaFlashKeys * kQuads);
+  const int hd = p.head_dim;
+  Float4 kv[kKLoads];
+IRIS_UNROLL
+  for (int i = 0; i < kKLoads; ++i) {
+    const int e = tid + i * kMmaFlashThreads, j = e / kQuads, d = 4 * (e % kQuads);
+    const int key = kb + j;
+    kv[i] = Float4{0.f, 0.f, 0.f, 0.f};
+    if (key < key_end && d < hd) {
+      kv[i] = *reinterpret_cast<const Float4*>(p.k + (start + key) * p.k_row_stride + g * p.k_head_stride + d);
+    }
+  }
+IRIS_UNROLL
+  for (int i = 0; i < kKLoads; ++i) {
+    const int e = tid + i * kMmaFlashThreads, j = e / kQuads, d = 4 * (e % kQuads);
+    ks[j * kMmaFlashKWords<kDim> + d / 2] = PackBf16x2(kv[i].x, kv[i].y);
+    ks[j * kMmaFlashKWords<kDim> + d / 2 + 1] = PackBf16x2(kv[i].z, kv[i].w);
+  }
+  // V after K's stores: half the registers in flight (the kernel's occupancy is bound by them).
+  Float4 va[kVItems], vb[kVItems];
+IRIS_UNROLL
+  for (int i = 0; i < kVItems; ++i) {
+    const int e = tid + i * kMmaFlashThreads, pair = e % (kMmaFlashKeys / 2), d = 4 * (e / (kMmaFlashKeys / 2));
+    const int key = kb + 2 * pair;
+    const float* src = p.v + (start + key) * p.v_row_stride + g * p.v_head_stride + d;
+    va[i] = vb[i] = Float4{0.f, 0.f, 0.f, 0.f};
+    if (key < key_end && d < hd) va[i] = *reinterpret_cast<const Float4*>(src);
+    if (key + 1 < key_end && d < hd) vb[i] = *reinterpret_cast<const Float4*>(src + p.v_row_stride);
+  }
+IRIS_UNROLL
+  for (int i = 0; i < kVItems; ++i) {
+    const int e = tid + i * kMmaFlashThreads, pair = e % (kMmaFlashKeys / 2), d = 4 * (e / (kMmaFlashKeys / 2));
+    vt[(d + 0) * kMmaFlashVWords + pair] = PackBf16x2(va[i].x, vb[i].x);
+    vt[(d + 1) * kMmaFlashVWords + pair] = PackBf16x2(va[i].y, vb[i].y);
+    vt[(d + 2) * kMmaFlashVWords + pair] = PackBf16x2(va[i].z, vb[i].z);
+    vt[(d + 3) * kMmaFlashVWords + pair] = PackBf16x2(va[i].w, vb[i].w);
+  }
+}
+
+// Three blocks an SM up to head dim 80 (the vision tower's: 168 registers, no spills; 221
+// without the bound), two past it (96 and 128 spill at three).
+template <int kDim>
+IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 80 ? 3 : 2) FlashVarlenMmaKernel(FlashVarlenParams p) {
   static_assert(kDim % 16 == 0 && kDim <= kMmaFlashMaxHeadDim);
-  // Row strides in 32-bit words (two bf16), padded by 4 words so that the 8 groups of a warp
-  // reading 8 rows at the same column hit 8 different bank quadruples.
-  constexpr int kKWords = kDim / 2 + 4;
-  constexpr int kVWords = kMmaFlashKeys / 2 + 4;
+  constexpr int kKWords = kMmaFlashKWords<kDim>;
+  constexpr int kVWords = kMmaFlashVWords;
   IRIS_SHARED uint32_t ks[kMmaFlashKeys * kKWords];  // ks[key][dim pair]
   IRIS_SHARED uint32_t vt[kDim * kVWords];           // vt[dim][key pair]
 
@@ -108,8 +166,18 @@ IRIS_UNROLL
   const int visible_b = p.causal ? (n < row_a + 9 ? n : row_a + 9) : n;
   const int threads = static_cast<int>(blockDim.x);
 
+  // K and V rows that are whole 16-byte vectors (the encoder's qkv buffer: head dim 80, strides
+  // of whole heads) are read 4 floats a load, every load of a tile unrolled so that they are all
+  // in flight at once; the element loops below otherwise (a load loop the compiler keeps in order
+  // waits out each load's latency in turn).
+  const bool vec_kv = hd % 4 == 0 && p.k_row_stride % 4 == 0 && p.k_head_stride % 4 == 0 && p.v_row_stride % 4 == 0 &&
+                      p.v_head_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.k) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(p.v) % 16 == 0 && threads == kMmaFlashThreads;
   for (int kb = 0; kb < key_end; kb += kMmaFlashKeys) {
     SyncThreads();  // the previous tile is read
+    if (vec_kv) {
+      MmaFlashLoadTileVec<kDim>(p, start, g, kb, key_end, tid, ks, vt);
+    } else {
     // Keys past key_end are zeros, not garbage: P·V multiplies them by p = 0.
     for (int e = tid; e < kMmaFlashKeys * (kDim / 2); e += threads) {
       const int j = e / (kDim / 2), d = 2 * (e % (kDim / 2));
@@ -125,6 +193,7 @@ IRIS_UNROLL
       const float v0 = key < key_end && d < hd ? src[0] : 0.f;
       const float v1 = key + 1 < key_end && d < hd ? src[p.v_row_stride] : 0.f;
       vt[d * kVWords + pair] = PackBf16x2(v0, v1);
+    }
     }
     SyncThreads();
     // A causal tile wholly after the warp's last row adds nothing to it.

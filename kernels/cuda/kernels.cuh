@@ -133,6 +133,27 @@ IRIS_GLOBAL void SiluMulRowsKernel(const float* gu, int64_t rows, int64_t inter,
   }
 }
 
+// The same, 4 values a thread (16-byte loads and store) where inter % 4 == 0 and gu and out are
+// 16-byte aligned: rows over blockIdx.y, a row's Float4s over the x threads (any grid). The
+// element kernel's 64-bit division per element made it run at half the memory's bandwidth.
+IRIS_GLOBAL void SiluMulRows4Kernel(const float* gu, int64_t rows, int64_t inter, float* out) {
+  const int64_t quads = inter / 4, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const Float4* gate = reinterpret_cast<const Float4*>(gu + r * 2 * inter);
+    const Float4* up = reinterpret_cast<const Float4*>(gu + r * 2 * inter + inter);
+    Float4* o = reinterpret_cast<Float4*>(out + r * inter);
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < quads; c += stride) {
+      const Float4 g = gate[c], u = up[c];
+      Float4 y;
+      y.x = Silu(g.x) * u.x;
+      y.y = Silu(g.y) * u.y;
+      y.z = Silu(g.z) * u.z;
+      y.w = Silu(g.w) * u.w;
+      o[c] = y;
+    }
+  }
+}
+
 // out = silu(gate) * up over two flat arrays (out may alias gate).
 IRIS_GLOBAL void SiluMulKernel(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = GridStart(); i < n; i += GridStride()) out[i] = Silu(gate[i]) * up[i];

@@ -11,6 +11,11 @@ namespace iris::kernels::cuda {
 int LaunchToBf16Rows(CUstream_st* stream, const float* x, int64_t rows, int64_t cols, int64_t ld, uint16_t* out) {
   if (ld < cols) return static_cast<int>(cudaErrorInvalidValue);
   if (rows * cols == 0) return 0;
+  if (cols % 8 == 0 && ld % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    ToBf16Rows8Kernel<<<RowsGrid(rows, cols / 8), kLaunchThreads, 0, stream>>>(x, rows, cols, ld, out);
+    return LastLaunchError();
+  }
   ToBf16RowsKernel<<<RowsGrid(rows, cols), kLaunchThreads, 0, stream>>>(x, rows, cols, ld, out);
   return LastLaunchError();
 }

@@ -6,7 +6,8 @@
 //     __syncthreads a barrier of the block's threads, __shared__ storage one static object
 //     (blocks never overlap, so one copy serves each block in turn), and warp shuffles through a
 //     per-warp exchange with a barrier of the warp's lanes.
-// Kernels use only what this header names: IRIS_GLOBAL, IRIS_DEVICE, IRIS_HOST_DEVICE, IRIS_SHARED, IRIS_UNROLL, SyncThreads(),
+// Kernels use only what this header names: IRIS_GLOBAL, IRIS_DEVICE, IRIS_HOST_DEVICE, IRIS_SHARED, IRIS_UNROLL,
+// IRIS_LAUNCH_BOUNDS, SyncThreads(),
 // SyncWarp(), ShflXor(), ThreadFence(), AtomicAddInt(), LoadCoherent(), MmaBf16() (a warp's
 // tensor-core product, with a scalar twin here),
 // threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch for the host side.
@@ -23,6 +24,9 @@
 #define IRIS_HOST_DEVICE __host__ __device__ __forceinline__
 #define IRIS_SHARED __shared__
 #define IRIS_UNROLL _Pragma("unroll")
+// A kernel's promise of at most `threads` per block, asking for registers that let `blocks` of
+// them share an SM.
+#define IRIS_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
 
 namespace iris::kernels::cuda {
 
@@ -85,6 +89,7 @@ __device__ __forceinline__ int32_t LoadCoherent(const int32_t* p) { return __ldc
 #define IRIS_HOST_DEVICE inline
 #define IRIS_SHARED static
 #define IRIS_UNROLL
+#define IRIS_LAUNCH_BOUNDS(threads, blocks)
 
 namespace iris::kernels::cuda {
 
