@@ -3,6 +3,9 @@
 // (indexing, reductions, shuffles, barriers). The same source runs on a GPU in cuda_kernels_test (label gpu).
 // (Not named cuda_*: that prefix means label gpu, and this suite is for machines without one.)
 #include "kernels/cuda/kernels.cuh"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#endif
 
 #include <gtest/gtest.h>
 
@@ -435,6 +438,37 @@ void CheckPagedAttention(int head_dim, int splits) {
   // The last split of each (row, head) merged the partials and left its counter zero again.
   EXPECT_EQ(counters, std::vector<int>(counters.size(), 0));
 }
+
+#ifdef IRIS_HAVE_CUDA
+// The launch shapes the dispatch points pick (host code): paged attention's splits fit one wave
+// (the kernel holds an SM) and exist only where the device's sm_count split counters cover every
+// (row, head); argmax splits only up to sm_count rows, and fills about twice the SMs.
+TEST(CudaLaunchShapesTest, SplitsFitOneWaveAndTheDevicesCounters) {
+  EXPECT_EQ(PagedAttentionSplits(1, 16, 132), 8);  // 3b batch 1: 128 blocks, one wave
+  EXPECT_EQ(PagedAttentionSplits(8, 16, 132), 1);  // 128 (row, head) pairs fill it alone
+  for (const int sms : {1, 78, 108, 132}) {
+    for (int64_t rows = 1; rows <= 64; ++rows) {
+      for (const int heads : {1, 2, 12, 16, 28}) {
+        const int splits = PagedAttentionSplits(rows, heads, sms);
+        ASSERT_GE(splits, 1);
+        ASSERT_LE(splits, 16);
+        if (splits > 1) {
+          ASSERT_LE(rows * heads * splits, sms) << rows << " rows, " << heads << " heads, " << sms << " SMs";
+          ASSERT_LE(rows * heads, sms);
+        }
+      }
+      const int slices = ArgmaxSlices(rows, 151936, sms);
+      ASSERT_GE(slices, 1);
+      if (slices > 1) {
+        ASSERT_LE(rows, sms);
+        ASSERT_LE(rows * slices, 2 * sms);
+      }
+    }
+  }
+  EXPECT_EQ(ArgmaxSlices(1, 151936, 132), 75);  // ~2048 logits a block
+  EXPECT_EQ(ArgmaxSlices(133, 151936, 132), 1);  // more rows than counters: one block a row
+}
+#endif
 
 TEST(CudaKernelsOnSimtTest, PagedAttentionMatchesTheCpuKernelOnF32Pages) {
   CheckPagedAttention<float>(80, 1);

@@ -83,6 +83,16 @@ constexpr int kGemvSimtWarps = 8;
 constexpr int kGemvSimtThreads = kGemvSimtWarps * kWarpSize;
 constexpr int kGemvSimtOutPerBlock = 8;
 
+// One output of either GEMV: *yo = beta * *yo + bias[o] + the `parts` partial sums at
+// partial[k * stride] (*yo not read when beta == 0; bias may be null).
+IRIS_DEVICE void GemvFinish(const float* partial, int parts, int stride, const float* bias, int64_t o, float beta,
+                            float* yo) {
+  float s = 0.f;
+  for (int k = 0; k < parts; ++k) s += partial[k * stride];
+  if (bias != nullptr) s += bias[o];
+  *yo = beta != 0.f ? beta * *yo + s : s;
+}
+
 // x[row, 8c .. 8c+8) rounded to bf16 (as ToBf16RowsKernel rounds it), widened back to f32;
 // columns at or past `in` read as 0. kVecX: the row is 16-byte aligned and in % 8 == 0 (two
 // 16-byte loads).
@@ -142,11 +152,8 @@ IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64
   const int t = static_cast<int>(threadIdx.x);
   if (t < outs * kRows) {
     const int o = t / kRows, r = t % kRows;
-    float s = 0.f;
-    for (int k = 0; k < kGemvSimtWarps; ++k) s += partial[k][t];
-    if (bias != nullptr) s += bias[o0 + o];
-    float* yo = y + static_cast<int64_t>(r) * out + o0 + o;
-    *yo = beta != 0.f ? beta * *yo + s : s;
+    GemvFinish(&partial[0][t], kGemvSimtWarps, kGemvSimtOutPerBlock * kRows, bias, o0 + o, beta,
+               y + static_cast<int64_t>(r) * out + o0 + o);
   }
   SyncThreads();  // the shared partials are read before a next block (harness) reuses them
 }
@@ -232,11 +239,8 @@ IRIS_GLOBAL void GemvMmaKernel(const uint16_t* w, int64_t ld, int64_t in, int64_
   const int i = static_cast<int>(threadIdx.x);
   const int o = i / kGemvMaxRows, r = i % kGemvMaxRows;
   if (i < kGemvMmaOutPerBlock * kGemvMaxRows && r < rows && o0 + o < out) {
-    float s = 0.f;
-    for (int k = 0; k < kGemvMmaWarps; ++k) s += partial[k][i];
-    if (bias != nullptr) s += bias[o0 + o];
-    float* yo = y + static_cast<int64_t>(r) * out + o0 + o;
-    *yo = beta != 0.f ? beta * *yo + s : s;
+    GemvFinish(&partial[0][i], kGemvMmaWarps, kGemvMmaOutPerBlock * kGemvMaxRows, bias, o0 + o, beta,
+               y + static_cast<int64_t>(r) * out + o0 + o);
   }
   SyncThreads();  // the shared partials are read before a next block (harness) reuses them
 }
