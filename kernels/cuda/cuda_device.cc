@@ -214,6 +214,16 @@ absl::Status CudaDevice::SetGemvMaxRows(int rows) {
   return absl::OkStatus();
 }
 
+std::optional<GemvKernel> CudaDevice::GemvFor(int64_t rows, int64_t weight_bytes) const {
+  if (forced_gemv_kernel_) {
+    if (rows >= 1 && rows <= gemv_max_rows_) return forced_gemv_kernel_;
+    return std::nullopt;
+  }
+  GemvKernel kernel;
+  if (PickGemv(rows, weight_bytes, gemv_max_rows_, &kernel)) return kernel;
+  return std::nullopt;
+}
+
 CUstream_st* CudaDevice::stream() const { return state_->stream; }
 
 int CudaDevice::sm_count() const { return state_->sm_count; }

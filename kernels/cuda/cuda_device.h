@@ -102,6 +102,8 @@ class CudaDevice final : public Device {
   absl::Status SetGemvMaxRows(int rows);
   const std::optional<GemvKernel>& forced_gemv_kernel() const { return forced_gemv_kernel_; }
   void ForceGemvKernel(std::optional<GemvKernel> kernel) { forced_gemv_kernel_ = kernel; }
+  // The GEMV a bf16 Linear of `rows` rows and `weight_bytes` of weight runs, or none (cuBLASLt).
+  std::optional<GemvKernel> GemvFor(int64_t rows, int64_t weight_bytes) const;
 
  private:
   struct State;

@@ -35,6 +35,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -237,13 +238,8 @@ class CudaLinear final : public Linear {
     const bool bf16 = compute_ == ComputeType::kBF16;
     const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
     const bool gelu = epilogue == Epilogue::kGeluErf;
-    GemvKernel gemv = GemvKernel::kCudaCores;
-    const bool use_gemv =
-        bf16 && (dev_.forced_gemv_kernel() ? m <= dev_.gemv_max_rows()
-                                           : PickGemv(m, out_ * ld_ * int64_t{2}, dev_.gemv_max_rows(), &gemv));
-    if (use_gemv) {
-      if (dev_.forced_gemv_kernel()) gemv = *dev_.forced_gemv_kernel();
-      dev_.Check(LaunchGemvBf16(stream, gemv, static_cast<const uint16_t*>(weight_.raw()), ld_, in_, out_, x, m,
+    if (const std::optional<GemvKernel> gemv = bf16 ? dev_.GemvFor(m, out_ * ld_ * int64_t{2}) : std::nullopt) {
+      dev_.Check(LaunchGemvBf16(stream, *gemv, static_cast<const uint16_t*>(weight_.raw()), ld_, in_, out_, x, m,
                                 gelu ? nullptr : bias, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y),
                  "Linear: bf16 GEMV");
       if (gelu) dev_.Check(LaunchBiasGeluErf(stream, y, m, out_, bias), "Linear: bias + gelu_erf");

@@ -260,27 +260,39 @@ IRIS_DEVICE ArgmaxPair WarpArgmax(ArgmaxPair p) {
   return p;
 }
 
-IRIS_GLOBAL void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) {
-  IRIS_SHARED float part_v[kMaxWarpsPerBlock];
-  IRIS_SHARED int32_t part_i[kMaxWarpsPerBlock];
-  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+// The best pair of row[begin, end) over the block's threads (NaN as -inf), complete in warp 0.
+// Every thread of the block calls it; warp_v / warp_i: kMaxWarpsPerBlock shared slots.
+IRIS_DEVICE ArgmaxPair BlockArgmax(const float* row, int64_t begin, int64_t end, float* warp_v, int32_t* warp_i) {
   ArgmaxPair best;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     best.Take(row[i] != row[i] ? -INFINITY : row[i], static_cast<int32_t>(i));  // NaN as -inf
   }
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   best = WarpArgmax(best);
   if (lane == 0) {
-    part_v[warp] = best.value;
-    part_i[warp] = best.index;
+    warp_v[warp] = best.value;
+    warp_i[warp] = best.index;
   }
   SyncThreads();
+  ArgmaxPair p;
   if (warp == 0) {
-    ArgmaxPair p;
-    if (lane < static_cast<int>(blockDim.x) / kWarpSize) p = ArgmaxPair{part_v[lane], part_i[lane]};
+    if (lane < static_cast<int>(blockDim.x) / kWarpSize) p = ArgmaxPair{warp_v[lane], warp_i[lane]};
     p = WarpArgmax(p);
-    if (lane == 0) out[blockIdx.x] = p.index == INT32_MAX || p.value == -INFINITY ? 0 : p.index;
   }
+  return p;
+}
+
+// The token a row's best pair picks: 0 where nothing is above -inf.
+IRIS_DEVICE int32_t ArgmaxToken(const ArgmaxPair& p) {
+  return p.index == INT32_MAX || p.value == -INFINITY ? 0 : p.index;
+}
+
+IRIS_GLOBAL void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) {
+  IRIS_SHARED float warp_v[kMaxWarpsPerBlock];
+  IRIS_SHARED int32_t warp_i[kMaxWarpsPerBlock];
+  const ArgmaxPair p = BlockArgmax(logits + static_cast<int64_t>(blockIdx.x) * vocab, 0, vocab, warp_v, warp_i);
+  if (threadIdx.x == 0) out[blockIdx.x] = ArgmaxToken(p);
+  SyncThreads();  // the shared slots are read before a next block (harness) reuses them
 }
 
 // The same over a row split into gridDim.y slices, one block each (grid (rows, slices)): one block
@@ -294,23 +306,10 @@ IRIS_GLOBAL void ArgmaxSplitKernel(const float* logits, int64_t vocab, float* pa
   IRIS_SHARED int merges_row;
   const int64_t slices = gridDim.y, slice = (vocab + slices - 1) / slices;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * slice, end = begin + slice < vocab ? begin + slice : vocab;
-  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
-  ArgmaxPair best;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    best.Take(row[i] != row[i] ? -INFINITY : row[i], static_cast<int32_t>(i));  // NaN as -inf
-  }
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
-  best = WarpArgmax(best);
-  if (lane == 0) {
-    warp_v[warp] = best.value;
-    warp_i[warp] = best.index;
-  }
-  SyncThreads();
-  const int64_t part = static_cast<int64_t>(blockIdx.x) * slices + blockIdx.y;
+  const ArgmaxPair p =
+      BlockArgmax(logits + static_cast<int64_t>(blockIdx.x) * vocab, begin, end, warp_v, warp_i);
   if (threadIdx.x == 0) {
-    ArgmaxPair p;
-    for (int w = 0; w < warps; ++w) p.Take(warp_v[w], warp_i[w]);
+    const int64_t part = static_cast<int64_t>(blockIdx.x) * slices + blockIdx.y;
     part_v[part] = p.value;
     part_i[part] = p.index;
     ThreadFence();  // the slice's pair is visible GPU-wide before its arrival counts
@@ -319,13 +318,14 @@ IRIS_GLOBAL void ArgmaxSplitKernel(const float* logits, int64_t vocab, float* pa
     merges_row = last ? 1 : 0;
   }
   SyncThreads();
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   if (merges_row != 0 && warp == 0) {
     ThreadFence();
-    ArgmaxPair p;
+    ArgmaxPair q;
     const int64_t first = static_cast<int64_t>(blockIdx.x) * slices;
-    for (int64_t k = lane; k < slices; k += kWarpSize) p.Take(LoadCoherent(part_v + first + k), LoadCoherent(part_i + first + k));
-    p = WarpArgmax(p);
-    if (lane == 0) out[blockIdx.x] = p.index == INT32_MAX || p.value == -INFINITY ? 0 : p.index;
+    for (int64_t k = lane; k < slices; k += kWarpSize) q.Take(LoadCoherent(part_v + first + k), LoadCoherent(part_i + first + k));
+    q = WarpArgmax(q);
+    if (lane == 0) out[blockIdx.x] = ArgmaxToken(q);
   }
   SyncThreads();  // the shared values are read before a next block (harness) reuses them
 }
@@ -424,22 +424,42 @@ IRIS_HOST_DEVICE int64_t PagedPartialIndex(int64_t r, int h, int num_heads, int 
   return ((r * num_heads + h) * splits + z) * (2 + static_cast<int64_t>(head_dim));
 }
 
+// How the merges below read partials: plainly (a block's own, in shared memory), or through the
+// L2 (other blocks' writes in global memory, LoadCoherent).
+struct PlainLoad {
+  IRIS_DEVICE float operator()(const float* p) const { return *p; }
+};
+struct CoherentLoad {
+  IRIS_DEVICE float operator()(const float* p) const { return LoadCoherent(p); }
+};
+
 // Merging online-softmax partials (the warps of a block, or the splits of a row): partial i has
 // maximum m[i * stride], sum l[i * stride] and unnormalised accumulator acc[i * acc_stride]
 // (m = -inf: no keys). The common maximum, and the sum rescaled to it:
-IRIS_DEVICE void MergedMaxAndSum(const float* m, const float* l, int64_t stride, int n, float* big, float* total) {
+template <typename Load = PlainLoad>
+IRIS_DEVICE void MergedMaxAndSum(const float* m, const float* l, int64_t stride, int n, float* big, float* total,
+                                 Load load = {}) {
   float b = -INFINITY;
-  for (int i = 0; i < n; ++i) b = m[i * stride] > b ? m[i * stride] : b;
+  for (int i = 0; i < n; ++i) {
+    const float mi = load(m + i * stride);
+    b = mi > b ? mi : b;
+  }
   float t = 0.f;
-  for (int i = 0; i < n; ++i) t += m[i * stride] == -INFINITY ? 0.f : l[i * stride] * expf(m[i * stride] - b);
+  for (int i = 0; i < n; ++i) {
+    const float mi = load(m + i * stride);
+    t += mi == -INFINITY ? 0.f : load(l + i * stride) * expf(mi - b);
+  }
   *big = b;
   *total = t;
 }
 // ... and one accumulator element rescaled to the common maximum `big`.
-IRIS_DEVICE float MergedAcc(const float* m, int64_t stride, const float* acc, int64_t acc_stride, int n, float big) {
+template <typename Load = PlainLoad>
+IRIS_DEVICE float MergedAcc(const float* m, int64_t stride, const float* acc, int64_t acc_stride, int n, float big,
+                            Load load = {}) {
   float sum = 0.f;
   for (int i = 0; i < n; ++i) {
-    if (m[i * stride] != -INFINITY) sum += acc[i * acc_stride] * expf(m[i * stride] - big);
+    const float mi = load(m + i * stride);
+    if (mi != -INFINITY) sum += load(acc + i * acc_stride) * expf(mi - big);
   }
   return sum;
 }
@@ -670,28 +690,14 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     SyncThreads();
     if (merges_splits != 0) {
       ThreadFence();
-      // As MergedMaxAndSum and MergedAcc, over the splits' partials in global memory.
       const int splits = static_cast<int>(gridDim.z);
       const float* part = partials + PagedPartialIndex(blockIdx.x, h, num_heads, 0, splits, head_dim);
       const int64_t ps = 2 + static_cast<int64_t>(head_dim);
-      float top = -INFINITY;
-      for (int z = 0; z < splits; ++z) {
-        const float mz = LoadCoherent(part + z * ps);
-        top = mz > top ? mz : top;
-      }
-      float sum_l = 0.f;
-      for (int z = 0; z < splits; ++z) {
-        const float mz = LoadCoherent(part + z * ps);
-        sum_l += mz == -INFINITY ? 0.f : LoadCoherent(part + z * ps + 1) * expf(mz - top);
-      }
+      float top, sum_l;
+      MergedMaxAndSum(part, part + 1, ps, splits, &top, &sum_l, CoherentLoad{});
       float* out_row = out + row * out_row_stride + static_cast<int64_t>(h) * head_dim;
       for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
-        float acc_d = 0.f;
-        for (int z = 0; z < splits; ++z) {
-          const float mz = LoadCoherent(part + z * ps);
-          if (mz != -INFINITY) acc_d += LoadCoherent(part + z * ps + 2 + d) * expf(mz - top);
-        }
-        out_row[d] = acc_d / sum_l;
+        out_row[d] = MergedAcc(part, ps, part + 2 + d, ps, splits, top, CoherentLoad{}) / sum_l;
       }
     }
   }

@@ -93,17 +93,22 @@ IRIS_DEVICE void GemvFinish(const float* partial, int parts, int stride, const f
   *yo = beta != 0.f ? beta * *yo + s : s;
 }
 
-// x[row, 8c .. 8c+8) rounded to bf16 (as ToBf16RowsKernel rounds it), widened back to f32;
-// columns at or past `in` read as 0. kVecX: the row is 16-byte aligned and in % 8 == 0 (two
-// 16-byte loads).
+// x[row, 8c .. 8c+8) as f32; columns at or past `in` read as 0. kVecX: the row is 16-byte aligned
+// and in % 8 == 0 (two 16-byte loads).
 template <bool kVecX>
-IRIS_DEVICE void GemvXChunk(const float* xr, int64_t c, int64_t in, float (&v)[8]) {
+IRIS_DEVICE void GemvXLoad(const float* xr, int64_t c, int64_t in, float (&v)[8]) {
   if constexpr (kVecX) {
     const Float4 a = reinterpret_cast<const Float4*>(xr)[2 * c], b = reinterpret_cast<const Float4*>(xr)[2 * c + 1];
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   } else {
     for (int e = 0; e < 8; ++e) v[e] = 8 * c + e < in ? xr[8 * c + e] : 0.f;
   }
+}
+
+// ... rounded to bf16 (as ToBf16RowsKernel rounds it) and widened back to f32.
+template <bool kVecX>
+IRIS_DEVICE void GemvXChunk(const float* xr, int64_t c, int64_t in, float (&v)[8]) {
+  GemvXLoad<kVecX>(xr, c, in, v);
   for (int e = 0; e < 8; ++e) v[e] = Bf16ToFloat(FloatToBf16(v[e]));
 }
 
@@ -172,18 +177,12 @@ constexpr int kGemvMmaThreads = kGemvMmaWarps * kWarpSize;
 constexpr int kGemvMmaOutPerBlock = 16;  // an mma tile's rows
 constexpr int kGemvMmaUnroll = 4;        // 32-column steps a warp has in flight
 
-// x[row, 8c .. 8c+8) as bf16 pairs (rounded as ToBf16RowsKernel rounds them): p[i] holds columns
-// 8c+2i (low half) and 8c+2i+1. Columns at or past `in` read as 0. kVecX: the row is 16-byte
-// aligned and in % 8 == 0 (two 16-byte loads).
+// x[row, 8c .. 8c+8) (GemvXLoad) as bf16 pairs, rounded as ToBf16RowsKernel rounds them: p[i]
+// holds columns 8c+2i (low half) and 8c+2i+1.
 template <bool kVecX>
 IRIS_DEVICE void GemvXPairs(const float* xr, int64_t c, int64_t in, uint32_t (&p)[4]) {
   float v[8];
-  if constexpr (kVecX) {
-    const Float4 a = reinterpret_cast<const Float4*>(xr)[2 * c], b = reinterpret_cast<const Float4*>(xr)[2 * c + 1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  } else {
-    for (int e = 0; e < 8; ++e) v[e] = 8 * c + e < in ? xr[8 * c + e] : 0.f;
-  }
+  GemvXLoad<kVecX>(xr, c, in, v);
   for (int i = 0; i < 4; ++i) p[i] = PackBf16x2(v[2 * i], v[2 * i + 1]);
 }
 

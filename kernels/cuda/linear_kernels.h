@@ -20,7 +20,7 @@ constexpr int kGemvMaxRowsPerLaunch = 8;
 // bytes a lane loads of two weight rows, whatever the rows).
 enum class GemvKernel { kCudaCores, kTensorCores };
 // Which path a bf16 Linear of `rows` rows and `weight_bytes` of weight takes, as measured on an
-// H200 (README): the CUDA-core GEMV for one row (every shape of the 3b decoder, 1.1-2.2x the
+// H200 (README): the CUDA-core GEMV for one row (every shape of the 3b decoder, 1.1-2.4x the
 // bandwidth cuBLASLt reaches); for 2..max_rows rows only weights of at most 32 MiB (qkv, o), on
 // the CUDA cores up to 4 rows and on the tensor cores past that, where cuBLASLt has too few
 // tiles to fill the GPU; cuBLASLt for larger weights and past max_rows. False: cuBLASLt.
