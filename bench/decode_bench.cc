@@ -61,6 +61,9 @@ ABSL_FLAG(bool, graphs, true,
 ABSL_FLAG(bool, linears, true,
           "also time each Linear of the model's shapes alone at M = each batch size (weights from DRAM); on a GPU, "
           "rows a GEMV takes are timed with both GEMV kernels and cuBLASLt");
+ABSL_FLAG(bool, fold_inputs, true,
+          "GPU: bf16 Linears apply the norm or SiLU·mul before them as they read x (false: the op's own launch "
+          "first, to measure the fold)");
 ABSL_FLAG(int, gemv_max_rows, -1, "GPU: bf16 Linears with at most this many rows run a GEMV (-1: the device's default)");
 ABSL_FLAG(std::string, gemv_kernel, "auto",
           "GPU: which GEMV takes bf16 Linears of up to --gemv_max_rows rows: auto (the device's pick by rows and "
@@ -259,6 +262,7 @@ int main(int argc, char** argv) {
     if (const int rows = absl::GetFlag(FLAGS_gemv_max_rows); rows >= 0) {
       if (absl::Status s = gpu.SetGemvMaxRows(rows); !s.ok()) Die(std::string(s.message()));
     }
+    gpu.SetFoldLinearInputs(absl::GetFlag(FLAGS_fold_inputs));
     const std::string kernel = absl::GetFlag(FLAGS_gemv_kernel);
     if (kernel == "cuda_cores" || kernel == "tensor_cores") {
       gpu.ForceGemvKernel(kernel == "cuda_cores" ? kernels::cuda::GemvKernel::kCudaCores

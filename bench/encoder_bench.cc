@@ -259,6 +259,7 @@ int main(int argc, char** argv) {
     struct Config {
       const char* name;
       vision::EncoderTechniques t;
+      bool fold_inputs = true;  // GPU: the norms and SiLU·mul folded into the Linears after them
     };
     std::vector<Config> configs = {
         {"fused rotary off", {false, true, true}},
@@ -266,6 +267,9 @@ int main(int argc, char** argv) {
         {"cached cu_seqlens off", {true, true, false}},
         {"all off", {false, false, false}},
     };
+#ifdef IRIS_HAVE_CUDA
+    if (gpu && bf16) configs.push_back({"input ops unfolded", {}, false});
+#endif
     // Configurations alternate within each round, so machine drift hits them alike; the table
     // shows each configuration's median over the rounds.
     const int rounds = absl::GetFlag(FLAGS_rounds);
@@ -281,6 +285,9 @@ int main(int argc, char** argv) {
       for (int r = 0; r < rounds; ++r) {
         for (size_t c = 0; c < configs.size(); ++c) {
           (*encoder)->set_techniques(configs[c].t);
+#ifdef IRIS_HAVE_CUDA
+          if (gpu) kernels::cuda::AsCuda(dev).SetFoldLinearInputs(configs[c].fold_inputs);
+#endif
           const auto t = Clock::now();
           (void)*(*encoder)->Forward(inputs[i].pixel_values, inputs[i].grids);
           ms[c].push_back(1e3 * Seconds(t));
@@ -298,6 +305,9 @@ int main(int argc, char** argv) {
       std::printf("\n");
       std::fflush(stdout);
       (*encoder)->set_techniques({});
+#ifdef IRIS_HAVE_CUDA
+      if (gpu) kernels::cuda::AsCuda(dev).SetFoldLinearInputs(true);
+#endif
     }
   }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/elementwise.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_linear.h"
@@ -31,6 +32,24 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(Device& device, const cor
 #endif
   }
   return absl::UnimplementedError(absl::StrCat("Linear: no implementation on ", device.Describe()));
+}
+
+bool Linear::ForwardFolded(const LinearInput&, int64_t, float*, Epilogue) const { return false; }
+
+void LinearForward(Device& device, const Linear& linear, const LinearInput& in, int64_t m, float* y,
+                   Epilogue epilogue) {
+  if (in.op == LinearInput::Op::kNone) {
+    linear.Forward(in.x, m, y, epilogue);
+    return;
+  }
+  if (linear.ForwardFolded(in, m, y, epilogue)) return;
+  const int64_t k = linear.in_features();
+  if (in.op == LinearInput::Op::kRmsNorm) {
+    RmsNorm(device, in.x, in.norm_weight, m, k, in.eps, in.staging);
+  } else {
+    SiluMulRows(device, in.x, m, k, in.staging);
+  }
+  linear.Forward(in.staging, m, y, epilogue);
 }
 
 bool MatmulRowsSplitInvariant(const Device& device) {

@@ -25,6 +25,27 @@ enum class Epilogue {
   kAccumulate,  // y += x·Wᵀ + b   (residual add fused into the matmul)
 };
 
+// A Linear's input rows with an op still to apply on their way into the product: the norm before
+// a projection, SiLU·mul before the down projection. A Linear may fold the op into its read of x
+// (the CUDA GEMVs normalise as they load; before cuBLASLt the op writes the bf16 rows the matmul
+// reads, with no f32 pass); elsewhere LinearForward runs the op first into `staging`. The
+// product's result is the same either way (the folded ops compute each value as the op's kernel
+// does, with the same rounding).
+struct LinearInput {
+  enum class Op {
+    kNone,     // x: [m, in]
+    kRmsNorm,  // x: [m, in], normalised as kernels::RmsNorm with norm_weight [in] and eps
+    kSiluMul,  // x: [m, 2 in], gate then up in each row: silu(gate) * up (kernels::SiluMulRows)
+  };
+  Op op = Op::kNone;
+  const float* x = nullptr;
+  const float* norm_weight = nullptr;
+  float eps = 0.f;
+  // [m, in] f32 in the device's memory: the op's output where it runs on its own (kNone: unused).
+  // Whether it is written depends on the Linear: nothing may read it afterwards.
+  float* staging = nullptr;
+};
+
 class Linear {
  public:
   // weight: [out, in]; bias: [out] or nullptr. Fails on rank/shape/dtype mismatch.
@@ -40,7 +61,17 @@ class Linear {
   // x: [m, in_features] row-major float32; y: [m, out_features] row-major float32, both in the
   // device's memory; runs on the device it was created on (one thread at a time).
   virtual void Forward(const float* x, int64_t m, float* y, Epilogue epilogue = Epilogue::kNone) const = 0;
+
+  // Forward with `in.op` folded into the product, and true; or false, having done nothing, where
+  // this Linear cannot fold it (then LinearForward runs the op on its own). The default folds
+  // nothing.
+  virtual bool ForwardFolded(const LinearInput& in, int64_t m, float* y, Epilogue epilogue) const;
 };
+
+// y = op(x)·Wᵀ + b (with the epilogue): the op folded where `linear` can, else run on `device`
+// into in.staging first.
+void LinearForward(Device& device, const Linear& linear, const LinearInput& in, int64_t m, float* y,
+                   Epilogue epilogue = Epilogue::kNone);
 
 // Measures this machine's dense matmul rate (FLOP/s) with a large oneDNN matmul of the given
 // compute type (M=N=K=`size`), best of `repeats` after a warm-up. Used by benchmarks as the peak.

@@ -22,6 +22,7 @@ using core::DType;
 using core::Tensor;
 using kernels::Epilogue;
 using kernels::Linear;
+using kernels::LinearInput;
 
 struct Decoder::Layer {
   Tensor input_norm, post_norm;  // F32 [hidden]
@@ -382,7 +383,7 @@ absl::StatusOr<Decoder::StepInputs> Decoder::Stage(const DecoderBatch& batch, ke
 
 void Decoder::Run(const StepInputs& in, KvCache* cache) {
   const core::TextConfig& c = config_;
-  const int64_t h = c.hidden_size, d = c.head_dim(), inter = c.intermediate_size;
+  const int64_t h = c.hidden_size, d = c.head_dim();
   const int nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t qkv_width = (nh + 2 * int64_t{nkv}) * d;
   const int64_t rows = in.rows;
@@ -398,12 +399,20 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
   float* gu = A.gate_up.data<float>();
   float* act = A.act.data<float>();
   const bool bf16 = options_.compute == kernels::ComputeType::kBF16;
+  const auto NormedInput = [&](const float* rows_in, const Tensor& norm_weight, float* staging) {
+    return LinearInput{.op = LinearInput::Op::kRmsNorm,
+                       .x = rows_in,
+                       .norm_weight = norm_weight.data<float>(),
+                       .eps = c.rms_norm_eps,
+                       .staging = staging};
+  };
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
 
   for (int li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
-    kernels::RmsNorm(device_, x, l.input_norm.data<float>(), rows, h, c.rms_norm_eps, normed);
-    l.qkv->Forward(normed, rows, qkv);
+    // The norms and SiLU·mul go in as the input ops of the Linears after them (folded where the
+    // device can: kernels/linear.h).
+    kernels::LinearForward(device_, *l.qkv, NormedInput(x, l.input_norm, normed), rows, qkv);
     kernels::RotaryQK(device_, {qkv, qkv_width, nh}, {qkv + nh * d, qkv_width, nkv}, rows, static_cast<int>(d),
                       in.cos, in.sin);
     kernels::PagedKvLayer kv = cache->layer(li);
@@ -421,10 +430,9 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
     kernels::PagedAttention(device_, a);
     l.o->Forward(attn, rows, x, Epilogue::kAccumulate);
 
-    kernels::RmsNorm(device_, x, l.post_norm.data<float>(), rows, h, c.rms_norm_eps, normed);
-    l.gate_up->Forward(normed, rows, gu);
-    kernels::SiluMulRows(device_, gu, rows, inter, act);
-    l.down->Forward(act, rows, x, Epilogue::kAccumulate);
+    kernels::LinearForward(device_, *l.gate_up, NormedInput(x, l.post_norm, normed), rows, gu);
+    kernels::LinearForward(device_, *l.down, {.op = LinearInput::Op::kSiluMul, .x = gu, .staging = act}, rows, x,
+                           Epilogue::kAccumulate);
     if (observer_) observer_(li, x, rows);
   }
   if (observer_) {
@@ -437,8 +445,8 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
   if (in.logit_rows > 0) {
     float* last = A.logit_hidden.data<float>();
     kernels::GatherRows(device_, x, h, in.logit_index, last);
-    kernels::RmsNorm(device_, last, final_norm_.data<float>(), in.logit_rows, h, c.rms_norm_eps, last);
-    lm_head_->Forward(last, in.logit_rows, A.logits.data<float>());
+    kernels::LinearForward(device_, *lm_head_, NormedInput(last, final_norm_, last), in.logit_rows,
+                           A.logits.data<float>());
   }
 }
 

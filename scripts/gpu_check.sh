@@ -92,6 +92,11 @@ if [ "$BENCHES" = 1 ]; then
     echo "gpu_check: === decode_bench --device cuda"
     "$DECODE" --model "$OUT_DIR/models/small" --device cuda --batches 1,8,32,64 --context 512 \
       --kv_compare_contexts 512,2048 2>&1 | tee "$OUT_DIR/decode_bench.log" || FAILED+=(decode_bench)
+    # The same steps with the norms and SiLU·mul launched on their own (the fold switched off),
+    # right after, on the same GPU.
+    echo "gpu_check: === decode_bench --device cuda --fold_inputs=false"
+    "$DECODE" --model "$OUT_DIR/models/small" --device cuda --batches 1,8,32,64 --context 512 --fold_inputs=false \
+      --kv_compare_contexts= --linears=false 2>&1 | tee "$OUT_DIR/decode_bench_unfolded.log" || FAILED+=(decode_bench)
   fi
   # The encoder on the 3b vision tower (synthetic weights made here), each technique switched off,
   # and the same inputs through transformers' tower on the same weights where PyTorch is.

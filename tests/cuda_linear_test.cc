@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "core/bf16.h"
@@ -302,6 +303,56 @@ TEST(CudaLinearTest, ForwardIsCapturedInAGraphAndReplays) {
   const Product p2 = Multiply(RoundedToBf16({x2.begin(), x2.begin() + 2 * in}), RoundedToBf16(w), 2, in, out);
   ExpectClose(got2, Apply(p2, bv.data(), Epilogue::kAccumulate, y2_start, out), 3e-5, 3e-5, "replayed GEMV");
   EXPECT_TRUE(Cuda(*gpu).status().ok()) << Cuda(*gpu).status();
+}
+
+// The ops a bf16 Linear folds into its read of x (LinearInput: the RMSNorm before a projection,
+// the SiLU·mul before down) give what the op's own kernel followed by Forward gives, bit for bit:
+// the same values reach the same product on every path — the CUDA-core GEMV, the tensor-core
+// GEMV, and cuBLASLt fed by the op's bf16 rows.
+TEST(CudaLinearTest, FoldedInputOpsGiveTheOpThenForwardBitForBit) {
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  cuda::CudaDevice& cuda = Cuda(*gpu);
+  const int64_t in = 2048, out = 1003, max_m = 40;
+  std::vector<float> w;
+  const Tensor weight = MakeWeight(out, in, DType::kBF16, 31, &w);
+  Tensor bias = Tensor::Empty(DType::kF32, {out});
+  const std::vector<float> bv = testing::RandomFloats(out, 32);
+  std::memcpy(bias.raw(), bv.data(), bv.size() * sizeof(float));
+  auto lin = Linear::Create(*gpu, weight, &bias, ComputeType::kBF16);
+  ASSERT_TRUE(lin.ok()) << lin.status();
+  const Tensor dx = Upload(*gpu, testing::RandomFloats(max_m * in, 33));
+  const Tensor dgu = Upload(*gpu, testing::RandomFloats(max_m * 2 * in, 34));
+  const Tensor dnorm = Upload(*gpu, testing::RandomFloats(in, 35));
+  Tensor staging = Upload(*gpu, std::vector<float>(max_m * in, 0.f));
+  const std::vector<float> y0 = testing::RandomFloats(max_m * out, 36);
+  using Op = LinearInput::Op;
+  const std::pair<int64_t, std::optional<cuda::GemvKernel>> paths[] = {
+      {1, cuda::GemvKernel::kCudaCores}, {3, cuda::GemvKernel::kCudaCores}, {8, cuda::GemvKernel::kTensorCores},
+      {max_m, std::nullopt}};
+  for (const auto& [m, kernel] : paths) {
+    cuda.ForceGemvKernel(kernel);
+    for (const Op op : {Op::kRmsNorm, Op::kSiluMul}) {
+      SCOPED_TRACE(::testing::Message() << "m=" << m << (op == Op::kRmsNorm ? " rms_norm" : " silu_mul"));
+      const LinearInput input{.op = op,
+                              .x = op == Op::kRmsNorm ? dx.data<float>() : dgu.data<float>(),
+                              .norm_weight = dnorm.data<float>(),
+                              .eps = 1e-6f,
+                              .staging = staging.data<float>()};
+      std::vector<float> got[2];
+      for (const bool fold : {true, false}) {
+        cuda.SetFoldLinearInputs(fold);
+        Tensor dy = Upload(*gpu, y0);
+        LinearForward(*gpu, **lin, input, m, dy.data<float>(), Epilogue::kAccumulate);
+        got[fold ? 0 : 1] = Download(*gpu, dy.data<float>(), static_cast<size_t>(m * out));
+      }
+      EXPECT_EQ(got[0], got[1]);
+      EXPECT_NE(got[0], std::vector<float>(y0.begin(), y0.begin() + m * out));
+    }
+  }
+  cuda.ForceGemvKernel(std::nullopt);
+  cuda.SetFoldLinearInputs(true);
+  EXPECT_TRUE(cuda.status().ok()) << cuda.status();
 }
 
 // The bf16 scratch cannot grow inside a capture (its memory would belong to the graph): the

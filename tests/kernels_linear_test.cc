@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "kernels/elementwise.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -254,6 +255,39 @@ TEST(LinearTest, RowsSplitBetweenCallsAsTheDeviceSays) {
       }
     }
   }
+}
+
+// LinearForward with an input op on a device that folds nothing (the CPU): the op runs into the
+// staging rows, then Forward reads them — the same y as calling the two in turn, bit for bit.
+TEST(LinearTest, LinearForwardRunsTheInputOpThenTheProduct) {
+  const int64_t m = 3, k = 96, n = 40;
+  std::vector<float> wr;
+  const Tensor w = MakeWeight(Random(n * k, 41), n, k, DType::kBF16, &wr);
+  auto lin = Linear::Create(dev, w, nullptr, ComputeType::kBF16);
+  ASSERT_TRUE(lin.ok()) << lin.status();
+  const std::vector<float> x = Random(m * k, 42, -3.f, 3.f), gu = Random(m * 2 * k, 43, -3.f, 3.f);
+  const std::vector<float> norm_w = Random(k, 44), y0 = Random(m * n, 45);
+  std::vector<float> staged(m * k), want_in(m * k), want = y0, got = y0;
+  RmsNorm(dev, x.data(), norm_w.data(), m, k, 1e-6f, want_in.data());
+  (*lin)->Forward(want_in.data(), m, want.data(), Epilogue::kAccumulate);
+  LinearForward(dev, **lin,
+                {.op = LinearInput::Op::kRmsNorm, .x = x.data(), .norm_weight = norm_w.data(), .eps = 1e-6f,
+                 .staging = staged.data()},
+                m, got.data(), Epilogue::kAccumulate);
+  EXPECT_EQ(got, want) << "rms_norm";
+  EXPECT_EQ(staged, want_in);
+
+  SiluMulRows(dev, gu.data(), m, k, want_in.data());
+  want = got = y0;
+  (*lin)->Forward(want_in.data(), m, want.data());
+  LinearForward(dev, **lin, {.op = LinearInput::Op::kSiluMul, .x = gu.data(), .staging = staged.data()}, m,
+                got.data());
+  EXPECT_EQ(got, want) << "silu_mul";
+
+  want = got = y0;
+  (*lin)->Forward(x.data(), m, want.data());
+  LinearForward(dev, **lin, {.x = x.data()}, m, got.data());
+  EXPECT_EQ(got, want) << "no op";
 }
 
 TEST(LinearTest, PrimitiveCacheAcrossRowCounts) {

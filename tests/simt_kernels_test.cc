@@ -82,7 +82,8 @@ TEST(CudaKernelsOnSimtTest, RmsNormMatchesTheCpuKernel) {
     const std::vector<float> x = RandomNormal(static_cast<size_t>(rows) * dim, 1 + dim), w = RandomNormal(dim, 2 + dim);
     std::vector<float> want(x.size()), got(x.size());
     RmsNorm(cpu, x.data(), w.data(), rows, dim, 1e-6f, want.data());
-    Launch(Dim3(rows), Dim3(threads), RmsNormKernel, x.data(), w.data(), dim, 1e-6f, got.data());
+    Launch(Dim3(rows), Dim3(threads), RmsNormKernel<F32Rows>, x.data(), w.data(), int64_t{dim}, 1e-6f,
+           F32Rows{got.data(), dim});
     ExpectCloseRel(got, want, 2e-6f, "rms_norm");
   }
 }
@@ -102,7 +103,8 @@ TEST(CudaKernelsOnSimtTest, RmsNormVecMatchesTheCpuKernel) {
     ASSERT_GT(threads, 0) << dim;
     EXPECT_EQ(threads % kWarpSize, 0);
     EXPECT_GE(threads * 4 * kRmsNormVecs, dim);
-    Launch(Dim3(rows), Dim3(threads), RmsNormVecKernel, x.data(), w.data(), int64_t{dim}, 1e-6f, x.data());
+    Launch(Dim3(rows), Dim3(threads), RmsNormVecKernel<F32Rows>, x.data(), w.data(), int64_t{dim}, 1e-6f,
+           F32Rows{x.data(), dim});
     ExpectCloseRel(x, want, 2e-6f, "rms_norm vec");
   }
   std::vector<float> buf(64);
@@ -117,13 +119,59 @@ TEST(CudaKernelsOnSimtTest, SiluMulRowsMatchesTheCpuKernel) {
     const std::vector<float> gu = RandomNormal(static_cast<size_t>(rows) * 2 * inter, 3 + inter, 3.f);
     std::vector<float> want(static_cast<size_t>(rows) * inter), got(want.size());
     SiluMulRows(cpu, gu.data(), rows, inter, want.data());
-    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel, gu.data(), int64_t{rows}, int64_t{inter}, got.data());
+    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel<F32Rows>, gu.data(), int64_t{rows}, int64_t{inter},
+           F32Rows{got.data(), inter});
     ExpectCloseRel(got, want, 2e-6f, "silu_mul");
     if (inter % 4 == 0) {  // malloc'd storage is 16-byte aligned: the 4-wide kernel, bit for bit
       std::vector<float> got4(want.size(), NAN);
-      Launch(Dim3(3, 2), Dim3(32), SiluMulRows4Kernel, gu.data(), int64_t{rows}, int64_t{inter}, got4.data());
+      Launch(Dim3(3, 2), Dim3(32), SiluMulRows4Kernel<F32Rows>, gu.data(), int64_t{rows}, int64_t{inter},
+             F32Rows{got4.data(), inter});
       EXPECT_EQ(got4, got);
     }
+  }
+}
+
+// Written as a matmul's bf16 input rows (Bf16Rows, a padded stride): each value the f32 kernel's
+// output rounded by FloatToBf16, bit for bit, in both the strided and the vector kernels; the
+// padding columns are left as they were.
+TEST(CudaKernelsOnSimtTest, RmsNormAndSiluMulWriteBf16RowsAsTheF32KernelsRounded) {
+  static constexpr uint16_t kUntouched = 0xABCD;
+  const auto rounded = [](const std::vector<float>& f32, int64_t rows, int64_t cols, int64_t ld) {
+    std::vector<uint16_t> out(static_cast<size_t>(rows * ld), kUntouched);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) out[r * ld + c] = FloatToBf16(f32[r * cols + c]);
+    }
+    return out;
+  };
+  for (const auto& [rows, dim, ld] : {std::tuple{3, 1280, 1288}, {2, 2048, 2048}, {4, 76, 80}}) {
+    const std::vector<float> x = RandomNormal(static_cast<size_t>(rows) * dim, 7 + dim), w = RandomNormal(dim, 8 + dim);
+    std::vector<float> f32(x.size());
+    const int threads = RmsNormVecThreads(x.data(), w.data(), x.data(), dim);
+    ASSERT_GT(threads, 0);
+    Launch(Dim3(rows), Dim3(threads), RmsNormVecKernel<F32Rows>, x.data(), w.data(), int64_t{dim}, 1e-6f,
+           F32Rows{f32.data(), dim});
+    std::vector<uint16_t> got(static_cast<size_t>(rows * ld), kUntouched);
+    Launch(Dim3(rows), Dim3(threads), RmsNormVecKernel<Bf16Rows>, x.data(), w.data(), int64_t{dim}, 1e-6f,
+           Bf16Rows{got.data(), ld});
+    EXPECT_EQ(got, rounded(f32, rows, dim, ld)) << "vector rms_norm, dim " << dim;
+    Launch(Dim3(rows), Dim3(64), RmsNormKernel<F32Rows>, x.data(), w.data(), int64_t{dim}, 1e-6f,
+           F32Rows{f32.data(), dim});
+    std::fill(got.begin(), got.end(), kUntouched);
+    Launch(Dim3(rows), Dim3(64), RmsNormKernel<Bf16Rows>, x.data(), w.data(), int64_t{dim}, 1e-6f,
+           Bf16Rows{got.data(), ld});
+    EXPECT_EQ(got, rounded(f32, rows, dim, ld)) << "strided rms_norm, dim " << dim;
+
+    const int64_t inter = dim;
+    const std::vector<float> gu = RandomNormal(static_cast<size_t>(rows) * 2 * inter, 9 + dim, 3.f);
+    std::vector<float> act(static_cast<size_t>(rows * inter));
+    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel<F32Rows>, gu.data(), int64_t{rows}, inter, F32Rows{act.data(), inter});
+    std::fill(got.begin(), got.end(), kUntouched);
+    Launch(Dim3(3, 2), Dim3(32), SiluMulRows4Kernel<Bf16Rows>, gu.data(), int64_t{rows}, inter,
+           Bf16Rows{got.data(), ld});
+    EXPECT_EQ(got, rounded(act, rows, inter, ld)) << "4-wide silu_mul, inter " << inter;
+    std::fill(got.begin(), got.end(), kUntouched);
+    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel<Bf16Rows>, gu.data(), int64_t{rows}, inter, Bf16Rows{got.data(), ld});
+    EXPECT_EQ(got, rounded(act, rows, inter, ld)) << "silu_mul, inter " << inter;
   }
 }
 

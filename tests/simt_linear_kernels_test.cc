@@ -6,6 +6,7 @@
 // accumulate), and the bandwidth probe's sum. Odd sizes and grids
 // smaller than the work, so the grid-stride loops go round.
 // (Not named cuda_*: that prefix means label gpu, and this suite is for machines without one.)
+#include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/linear_kernels.cuh"
 #include "kernels/cuda/linear_kernels.h"
 
@@ -152,25 +153,65 @@ struct GemvCase {
   bool bias, accumulate;
 };
 
-template <int kRows>
-void LaunchSimtGemvRows(bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const float* x,
+template <int kRows, GemvX kOp>
+void LaunchSimtGemvRows(bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const GemvInput& x,
                         const float* bias, float beta, float* y) {
   const int blocks = static_cast<int>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock);
-  Launch(Dim3(blocks), Dim3(kGemvSimtThreads), vec ? GemvSimtKernel<kRows, true> : GemvSimtKernel<kRows, false>, w,
-         ld, in, out, x, bias, beta, y);
-}
-void LaunchSimtGemv(int rows, bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const float* x,
-                    const float* bias, float beta, float* y) {
-  switch (rows) {
-    case 1: return LaunchSimtGemvRows<1>(vec, w, ld, in, out, x, bias, beta, y);
-    case 2: return LaunchSimtGemvRows<2>(vec, w, ld, in, out, x, bias, beta, y);
-    case 3: return LaunchSimtGemvRows<3>(vec, w, ld, in, out, x, bias, beta, y);
-    case 4: return LaunchSimtGemvRows<4>(vec, w, ld, in, out, x, bias, beta, y);
-    case 5: return LaunchSimtGemvRows<5>(vec, w, ld, in, out, x, bias, beta, y);
-    case 6: return LaunchSimtGemvRows<6>(vec, w, ld, in, out, x, bias, beta, y);
-    case 7: return LaunchSimtGemvRows<7>(vec, w, ld, in, out, x, bias, beta, y);
-    default: return LaunchSimtGemvRows<8>(vec, w, ld, in, out, x, bias, beta, y);
+  if constexpr (kOp == GemvX::kPlain) {
+    Launch(Dim3(blocks), Dim3(kGemvSimtThreads), vec ? GemvSimtKernel<kRows, true> : GemvSimtKernel<kRows, false>,
+           w, ld, in, out, x, bias, beta, y);
+  } else {
+    Launch(Dim3(blocks), Dim3(kGemvSimtThreads), GemvSimtKernel<kRows, true, kOp>, w, ld, in, out, x, bias, beta, y);
   }
+}
+template <GemvX kOp>
+void LaunchSimtGemvOp(int rows, bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const GemvInput& x,
+                      const float* bias, float beta, float* y) {
+  switch (rows) {
+    case 1: return LaunchSimtGemvRows<1, kOp>(vec, w, ld, in, out, x, bias, beta, y);
+    case 2: return LaunchSimtGemvRows<2, kOp>(vec, w, ld, in, out, x, bias, beta, y);
+    case 3: return LaunchSimtGemvRows<3, kOp>(vec, w, ld, in, out, x, bias, beta, y);
+    case 4: return LaunchSimtGemvRows<4, kOp>(vec, w, ld, in, out, x, bias, beta, y);
+    case 5: return LaunchSimtGemvRows<5, kOp>(vec, w, ld, in, out, x, bias, beta, y);
+    case 6: return LaunchSimtGemvRows<6, kOp>(vec, w, ld, in, out, x, bias, beta, y);
+    case 7: return LaunchSimtGemvRows<7, kOp>(vec, w, ld, in, out, x, bias, beta, y);
+    default: return LaunchSimtGemvRows<8, kOp>(vec, w, ld, in, out, x, bias, beta, y);
+  }
+}
+// Either GEMV (the tensor cores', or the CUDA cores' for `rows`), with x's op.
+void LaunchSimtGemv(bool tensor_cores, int rows, bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
+                    const GemvInput& x, const float* bias, float beta, float* y) {
+  if (tensor_cores) {
+    const int blocks = static_cast<int>((out + kGemvMmaOutPerBlock - 1) / kGemvMmaOutPerBlock);
+    const Dim3 grid(blocks), block(kGemvMmaThreads);
+    switch (x.op) {
+      case GemvX::kPlain:
+        Launch(grid, block, vec ? GemvMmaKernel<true> : GemvMmaKernel<false>, w, ld, in, out, x, rows, bias, beta, y);
+        return;
+      case GemvX::kRmsNorm:
+        Launch(grid, block, GemvMmaKernel<true, GemvX::kRmsNorm>, w, ld, in, out, x, rows, bias, beta, y);
+        return;
+      case GemvX::kSiluMul:
+        Launch(grid, block, GemvMmaKernel<true, GemvX::kSiluMul>, w, ld, in, out, x, rows, bias, beta, y);
+        return;
+    }
+  }
+  switch (x.op) {
+    case GemvX::kPlain: return LaunchSimtGemvOp<GemvX::kPlain>(rows, vec, w, ld, in, out, x, bias, beta, y);
+    case GemvX::kRmsNorm: return LaunchSimtGemvOp<GemvX::kRmsNorm>(rows, vec, w, ld, in, out, x, bias, beta, y);
+    case GemvX::kSiluMul: return LaunchSimtGemvOp<GemvX::kSiluMul>(rows, vec, w, ld, in, out, x, bias, beta, y);
+  }
+}
+
+// bf16 weight rows [out, ld] (zero past `in`) in 16-byte aligned storage, from N(0, 1) values.
+std::vector<Chunk16> GemvWeight(int64_t out, int64_t in, int64_t ld, uint32_t seed) {
+  std::vector<Chunk16> store(static_cast<size_t>(out * ld / 8));
+  uint16_t* w = reinterpret_cast<uint16_t*>(store.data());
+  const std::vector<float> wv = RandomNormal(out * in, seed);
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t c = 0; c < ld; ++c) w[o * ld + c] = c < in ? core::FloatToBf16(wv[o * in + c]) : 0;
+  }
+  return store;
 }
 
 TEST(LinearKernelsOnSimtTest, BothGemvsMatchADoubleReferenceOnTheBf16RoundedInputs) {
@@ -189,12 +230,8 @@ TEST(LinearKernelsOnSimtTest, BothGemvsMatchADoubleReferenceOnTheBf16RoundedInpu
     SCOPED_TRACE(::testing::Message() << "rows " << k.rows << ", in " << k.in << ", out " << k.out << ", x offset "
                                       << k.x_offset << (k.bias ? ", bias" : "") << (k.accumulate ? ", accumulate" : ""));
     const int64_t ld = (k.in + 7) / 8 * 8;
-    std::vector<Chunk16> w_store(static_cast<size_t>(k.out * ld / 8));
-    uint16_t* w = reinterpret_cast<uint16_t*>(w_store.data());
-    const std::vector<float> wv = RandomNormal(k.out * k.in, seed++);
-    for (int64_t o = 0; o < k.out; ++o) {
-      for (int64_t c = 0; c < ld; ++c) w[o * ld + c] = c < k.in ? core::FloatToBf16(wv[o * k.in + c]) : 0;
-    }
+    const std::vector<Chunk16> w_store = GemvWeight(k.out, k.in, ld, seed++);
+    const uint16_t* w = reinterpret_cast<const uint16_t*>(w_store.data());
     std::vector<Float4> x_store(static_cast<size_t>((k.rows * k.in + k.x_offset + 3) / 4));
     float* x = reinterpret_cast<float*>(x_store.data()) + k.x_offset;
     const std::vector<float> xv = RandomNormal(k.rows * k.in, seed++);
@@ -208,14 +245,7 @@ TEST(LinearKernelsOnSimtTest, BothGemvsMatchADoubleReferenceOnTheBf16RoundedInpu
       SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
       // Without accumulate, y holds NaNs the kernel must not read.
       std::vector<float> y = k.accumulate ? y0 : std::vector<float>(y0.size(), NAN);
-      if (tensor_cores) {
-        const int blocks = static_cast<int>((k.out + kGemvMmaOutPerBlock - 1) / kGemvMmaOutPerBlock);
-        Launch(Dim3(blocks), Dim3(kGemvMmaThreads), vec ? GemvMmaKernel<true> : GemvMmaKernel<false>,
-               static_cast<const uint16_t*>(w), ld, k.in, k.out, static_cast<const float*>(x), k.rows, b, beta,
-               y.data());
-      } else {
-        LaunchSimtGemv(k.rows, vec, static_cast<const uint16_t*>(w), ld, k.in, k.out, x, b, beta, y.data());
-      }
+      LaunchSimtGemv(tensor_cores, k.rows, vec, w, ld, k.in, k.out, GemvInput{x}, b, beta, y.data());
       for (int r = 0; r < k.rows; ++r) {
         for (int64_t o = 0; o < k.out; ++o) {
           double dot = 0, scale = 0;
@@ -229,6 +259,76 @@ TEST(LinearKernelsOnSimtTest, BothGemvsMatchADoubleReferenceOnTheBf16RoundedInpu
           if (k.accumulate) dot += y0[r * k.out + o], scale += std::fabs(y0[r * k.out + o]);
           ASSERT_NEAR(y[r * k.out + o], dot, 3e-6 * scale) << "row " << r << ", output " << o;
         }
+      }
+    }
+  }
+}
+
+// What a GEMV block of `blockDim.x` threads reads as x after its prologue, written out in f32
+// (before the bf16 rounding, where a one-ulp change of the norm's statistics shows).
+template <GemvX kOp>
+IRIS_GLOBAL void GemvXReadKernel(GemvInput x, int rows, int64_t in, float* out) {
+  IRIS_SHARED float partials[kGemvNormPartials];
+  IRIS_SHARED float inv[kGemvMaxRows];
+  GemvPrologue<kOp>(x, rows, in, partials, inv);
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t c = threadIdx.x; c < in / 8; c += blockDim.x) {
+      float v[8];
+      GemvXLoad<true, kOp>(x, r, c, in, inv, v);
+      for (int e = 0; e < 8; ++e) out[r * in + 8 * c + e] = v[e];
+    }
+  }
+  SyncThreads();  // the shared slots are read before a next block (harness) reuses them
+}
+
+// The ops a GEMV folds into its read of x (RMSNorm before qkv and gate_up, SiLU·mul before down)
+// give the same y, bit for bit, as the op's own kernel writing f32 rows and the plain GEMV reading
+// them (and the x a block reads is the op's f32 output exactly, before its rounding): every row
+// count of both GEMVs; hidden sizes whose norm kernel is one warp (64), four
+// (2048), seven (3584: this block's warps take several (row, warp) pairs) and eleven (5120,
+// fewer warps in the GEMV block than in the norm's); several blocks and a ragged last one.
+TEST(LinearKernelsOnSimtTest, FoldedOpsGiveTheOpKernelThenTheGemvBitForBit) {
+  struct Case {
+    int rows;
+    int64_t in, out;
+  };
+  const Case cases[] = {{1, 2048, 9}, {2, 64, 17}, {3, 3584, 9}, {4, 5120, 8}, {5, 1280, 16},
+                        {6, 64, 17}, {7, 2048, 5}, {8, 3584, 12}};
+  uint32_t seed = 900;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(::testing::Message() << "rows " << k.rows << ", in " << k.in << ", out " << k.out);
+    const std::vector<Chunk16> w_store = GemvWeight(k.out, k.in, k.in, seed++);
+    const uint16_t* w = reinterpret_cast<const uint16_t*>(w_store.data());
+    const std::vector<float> x = RandomNormal(k.rows * k.in, seed++, 2.f), norm_w = RandomNormal(k.in, seed++);
+    const std::vector<float> gu = RandomNormal(k.rows * 2 * k.in, seed++, 3.f), bias = RandomNormal(k.out, seed++);
+    const std::vector<float> y0 = RandomNormal(k.rows * k.out, seed++);
+    const float eps = 1e-6f;
+
+    const int norm_threads = RmsNormVecThreads(x.data(), norm_w.data(), x.data(), k.in);
+    ASSERT_GT(norm_threads, 0);
+    std::vector<float> normed(x.size()), act(static_cast<size_t>(k.rows * k.in));
+    Launch(Dim3(k.rows), Dim3(norm_threads), RmsNormVecKernel<F32Rows>, x.data(), norm_w.data(), k.in, eps,
+           F32Rows{normed.data(), k.in});
+    Launch(Dim3(3, 2), Dim3(64), SiluMulRows4Kernel<F32Rows>, gu.data(), int64_t{k.rows}, k.in,
+           F32Rows{act.data(), k.in});
+    const GemvInput folded_norm{x.data(), GemvX::kRmsNorm, norm_w.data(), eps, norm_threads};
+    const GemvInput folded_silu{gu.data(), GemvX::kSiluMul};
+    for (const int threads : {kGemvSimtThreads, kGemvMmaThreads}) {  // the x each block reads, in f32
+      std::vector<float> read(x.size(), NAN);
+      Launch(Dim3(1), Dim3(threads), GemvXReadKernel<GemvX::kRmsNorm>, folded_norm, k.rows, k.in, read.data());
+      EXPECT_EQ(read, normed) << "normalised x read by a block of " << threads;
+      Launch(Dim3(1), Dim3(threads), GemvXReadKernel<GemvX::kSiluMul>, folded_silu, k.rows, k.in, read.data());
+      EXPECT_EQ(read, act) << "silu_mul x read by a block of " << threads;
+    }
+    for (const bool tensor_cores : {false, true}) {
+      SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
+      for (const auto& [unfolded, folded, name] :
+           {std::tuple{GemvInput{normed.data()}, folded_norm, "rms_norm"}, {GemvInput{act.data()}, folded_silu, "silu_mul"}}) {
+        std::vector<float> want = y0, got = y0;
+        LaunchSimtGemv(tensor_cores, k.rows, true, w, k.in, k.in, k.out, unfolded, bias.data(), 1.f, want.data());
+        LaunchSimtGemv(tensor_cores, k.rows, true, w, k.in, k.in, k.out, folded, bias.data(), 1.f, got.data());
+        EXPECT_EQ(got, want) << name;
+        EXPECT_NE(got, y0) << name;
       }
     }
   }

@@ -456,6 +456,19 @@ void VisionEncoder::Norm(const float* x, const Tensor& weight, const Tensor& bia
   }
 }
 
+kernels::LinearInput VisionEncoder::NormedInput(const float* x, const Tensor& weight, const Tensor& bias, int64_t rows,
+                                               float* staging) {
+  if (config_.norm == core::VisionNorm::kLayerNorm) {
+    Norm(x, weight, bias, rows, staging);
+    return {.x = staging};
+  }
+  return {.op = kernels::LinearInput::Op::kRmsNorm,
+          .x = x,
+          .norm_weight = weight.data<float>(),
+          .eps = config_.rms_norm_eps,
+          .staging = staging};
+}
+
 absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
   Run& r = *run_;
   const int64_t hv = config_.hidden_size, n = r.n, rows = r1 - r0;
@@ -484,9 +497,9 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
         device_.CopyToDevice(A.cos_host.data<float>(), A.cos.data<float>(), table_bytes);
         device_.CopyToDevice(A.sin_host.data<float>(), A.sin.data<float>(), table_bytes);
       }
-      Norm(hidden + r0 * hv, b.norm1, b.norm1_bias, rows, normed + r0 * hv);
       float* out = qkv + r0 * 3 * hv;
-      b.qkv->Forward(normed + r0 * hv, rows, out);
+      kernels::LinearForward(device_, *b.qkv, NormedInput(hidden + r0 * hv, b.norm1, b.norm1_bias, rows, normed + r0 * hv),
+                             rows, out);
       const kernels::HeadsView q{out, 3 * hv, heads}, k{out + hv, 3 * hv, heads};
       const int64_t t0 = r0 * (d / 2);
       if (options_.techniques.fused_rotary) {
@@ -503,18 +516,18 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
       Attention(plan, config_.IsFullAttention(r.l), n, r0, r1);
       float* h = hidden + r0 * hv;
       b.proj->Forward(A.attn.data<float>() + r0 * hv, rows, h, Epilogue::kAccumulate);
-      float* nr = normed + r0 * hv;
-      Norm(h, b.norm2, b.norm2_bias, rows, nr);
+      const kernels::LinearInput nr = NormedInput(h, b.norm2, b.norm2_bias, rows, normed + r0 * hv);
       float* act = A.act.data<float>() + r0 * ip;
       if (b.fc1 != nullptr) {
-        b.fc1->Forward(nr, rows, act);
+        kernels::LinearForward(device_, *b.fc1, nr, rows, act);
         kernels::QuickGelu(device_, act, rows * ip, act);
+        b.down->Forward(act, rows, h, Epilogue::kAccumulate);
       } else {
         float* gu = A.gate_up.data<float>() + r0 * 2 * ip;
-        b.gate_up->Forward(nr, rows, gu);
-        kernels::SiluMulRows(device_, gu, rows, ip, act);
+        kernels::LinearForward(device_, *b.gate_up, nr, rows, gu);
+        kernels::LinearForward(device_, *b.down, {.op = kernels::LinearInput::Op::kSiluMul, .x = gu, .staging = act},
+                               rows, h, Epilogue::kAccumulate);
       }
-      b.down->Forward(act, rows, h, Epilogue::kAccumulate);
       break;
     }
     case Stage::kMerger: {

@@ -137,6 +137,10 @@ class VisionEncoder {
   absl::Status RunPiece(int64_t r0, int64_t r1);
   // The config's norm (RMSNorm, or LayerNorm with `bias`) of `rows` rows.
   void Norm(const float* x, const core::Tensor& weight, const core::Tensor& bias, int64_t rows, float* y);
+  // x's rows normalised as the input of the Linear after the norm: RMSNorm goes in as that
+  // Linear's input op (folded where the device can); LayerNorm runs here into `staging`.
+  kernels::LinearInput NormedInput(const float* x, const core::Tensor& weight, const core::Tensor& bias, int64_t rows,
+                                   float* staging);
   absl::Status NextStage();
 
   kernels::Device& device_;

@@ -105,6 +105,13 @@ class CudaDevice final : public Device {
   // The GEMV a bf16 Linear of `rows` rows and `weight_bytes` of weight runs, or none (cuBLASLt).
   std::optional<GemvKernel> GemvFor(int64_t rows, int64_t weight_bytes) const;
 
+  // Whether bf16 Linears fold the op before them (LinearInput: the RMSNorm before qkv and
+  // gate_up, the SiLU·mul before down) into their read of x: the GEMVs apply it as they load x,
+  // and before cuBLASLt the op writes the matmul's bf16 rows itself (no f32 pass, no conversion
+  // launch). On by default; benchmarks switch it off to measure it.
+  bool fold_linear_inputs() const { return fold_linear_inputs_; }
+  void SetFoldLinearInputs(bool fold) { fold_linear_inputs_ = fold; }
+
  private:
   struct State;
   CudaDevice(int ordinal, std::shared_ptr<State> state, std::string description);
@@ -117,6 +124,7 @@ class CudaDevice final : public Device {
   Attention attention_ = Attention::kFlash;
   int gemv_max_rows_;
   std::optional<GemvKernel> forced_gemv_kernel_;
+  bool fold_linear_inputs_ = true;
   std::unique_ptr<CudnnSdpa> sdpa_;
 };
 

@@ -23,17 +23,43 @@ unsigned FlatBlocks(int64_t n) {
   return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
 }
 
+template <typename Out>
+int LaunchRmsNormTo(CUstream_st* stream, const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                    const void* out_base, bool out_vec_ok, Out out) {
+  if (rows == 0) return 0;
+  if (const int threads = RmsNormVecThreads(x, weight, out_base, dim); threads > 0 && out_vec_ok) {
+    RmsNormVecKernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, weight, dim, eps, out);
+  } else {
+    RmsNormKernel<<<static_cast<unsigned>(rows), BlockFor(dim), 0, stream>>>(x, weight, dim, eps, out);
+  }
+  return LastLaunchError();
+}
+
+template <typename Out>
+int LaunchSiluMulRowsTo(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, const void* out_base,
+                        bool out_vec_ok, Out out) {
+  const int64_t n = rows * inter;
+  if (n == 0) return 0;
+  if (inter % 4 == 0 && out_vec_ok && reinterpret_cast<uintptr_t>(gu) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(out_base) % 16 == 0) {
+    SiluMulRows4Kernel<<<RowsGrid(rows, inter / 4), kLaunchThreads, 0, stream>>>(gu, rows, inter, out);
+    return LastLaunchError();
+  }
+  SiluMulRowsKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(gu, rows, inter, out);
+  return LastLaunchError();
+}
+
 }  // namespace
 
 int LaunchRmsNorm(CUstream_st* stream, const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                   float* y) {
-  if (rows == 0) return 0;
-  if (const int threads = RmsNormVecThreads(x, weight, y, dim); threads > 0) {
-    RmsNormVecKernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, weight, dim, eps, y);
-  } else {
-    RmsNormKernel<<<static_cast<unsigned>(rows), BlockFor(dim), 0, stream>>>(x, weight, dim, eps, y);
-  }
-  return LastLaunchError();
+  return LaunchRmsNormTo(stream, x, weight, rows, dim, eps, y, true, F32Rows{y, dim});
+}
+
+int LaunchRmsNormBf16(CUstream_st* stream, const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                      uint16_t* out, int64_t ld) {
+  if (ld < dim) return static_cast<int>(cudaErrorInvalidValue);
+  return LaunchRmsNormTo(stream, x, weight, rows, dim, eps, out, ld % 4 == 0, Bf16Rows{out, ld});
 }
 
 int LaunchLayerNorm(CUstream_st* stream, const float* x, const float* weight, const float* bias, int64_t rows,
@@ -44,14 +70,13 @@ int LaunchLayerNorm(CUstream_st* stream, const float* x, const float* weight, co
 }
 
 int LaunchSiluMulRows(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, float* out) {
-  const int64_t n = rows * inter;
-  if (n == 0) return 0;
-  if (inter % 4 == 0 && reinterpret_cast<uintptr_t>(gu) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
-    SiluMulRows4Kernel<<<RowsGrid(rows, inter / 4), kLaunchThreads, 0, stream>>>(gu, rows, inter, out);
-    return LastLaunchError();
-  }
-  SiluMulRowsKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(gu, rows, inter, out);
-  return LastLaunchError();
+  return LaunchSiluMulRowsTo(stream, gu, rows, inter, out, true, F32Rows{out, inter});
+}
+
+int LaunchSiluMulRowsBf16(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, uint16_t* out,
+                          int64_t ld) {
+  if (ld < inter) return static_cast<int>(cudaErrorInvalidValue);
+  return LaunchSiluMulRowsTo(stream, gu, rows, inter, out, ld % 4 == 0, Bf16Rows{out, ld});
 }
 
 int LaunchSiluMul(CUstream_st* stream, const float* gate, const float* up, int64_t n, float* out) {

@@ -16,6 +16,13 @@ int LaunchLayerNorm(CUstream_st* stream, const float* x, const float* weight, co
                     int64_t dim, float eps, float* y);
 int LaunchSiluMulRows(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, float* out);
 int LaunchSiluMul(CUstream_st* stream, const float* gate, const float* up, int64_t n, float* out);
+// RmsNorm and SiluMulRows writing a matmul's bf16 input rows (stride ld >= the row's width;
+// columns past it left as they are): the values LaunchToBf16Rows would make of the f32 ops'
+// output, without that pass.
+int LaunchRmsNormBf16(CUstream_st* stream, const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                      uint16_t* out, int64_t ld);
+int LaunchSiluMulRowsBf16(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, uint16_t* out,
+                          int64_t ld);
 int LaunchGeluErf(CUstream_st* stream, const float* x, int64_t n, float* y);
 int LaunchQuickGelu(CUstream_st* stream, const float* x, int64_t n, float* y);
 int LaunchAdd(CUstream_st* stream, const float* a, const float* b, int64_t n, float* y);

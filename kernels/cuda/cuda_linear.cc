@@ -43,6 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/bf16.h"
 #include "core/parallel_for.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/linear_kernels.h"
 
 namespace iris::kernels::cuda {
@@ -234,39 +235,79 @@ class CudaLinear final : public Linear {
 
   void Forward(const float* x, int64_t m, float* y, Epilogue epilogue) const override {
     if (m <= 0) return;
-    cudaStream_t stream = dev_.stream();
     const bool bf16 = compute_ == ComputeType::kBF16;
-    const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
-    const bool gelu = epilogue == Epilogue::kGeluErf;
-    if (const std::optional<GemvKernel> gemv = bf16 ? dev_.GemvFor(m, out_ * ld_ * int64_t{2}) : std::nullopt) {
-      dev_.Check(LaunchGemvBf16(stream, *gemv, static_cast<const uint16_t*>(weight_.raw()), ld_, in_, out_, x, m,
-                                gelu ? nullptr : bias, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y),
-                 "Linear: bf16 GEMV");
-      if (gelu) dev_.Check(LaunchBiasGeluErf(stream, y, m, out_, bias), "Linear: bias + gelu_erf");
+    if (const std::optional<GemvKernel> gemv = bf16 ? dev_.GemvFor(m, WeightBytes()) : std::nullopt) {
+      Gemv(*gemv, GemvInput{x}, m, y, epilogue);
       return;
     }
-    const void* b = x;
-    int64_t ldb = in_;
-    if (bf16) {
-      void* scratch = dev_.ActivationScratch(static_cast<size_t>(m * ld_) * sizeof(uint16_t));
-      if (scratch == nullptr) return;  // the device keeps the error
-      dev_.Check(LaunchToBf16Rows(stream, x, m, in_, ld_, static_cast<uint16_t*>(scratch)), "Linear: f32 -> bf16 rows");
-      b = scratch;
-      ldb = ld_;
+    if (!bf16) {
+      Matmul(x, in_, m, y, epilogue);
+      return;
     }
+    uint16_t* rows = ScratchBf16Rows(m);
+    if (rows == nullptr) return;  // the device keeps the error
+    dev_.Check(LaunchToBf16Rows(dev_.stream(), x, m, in_, ld_, rows), "Linear: f32 -> bf16 rows");
+    Matmul(rows, ld_, m, y, epilogue);
+  }
+
+  // bf16 only: the GEMVs apply the op as they read x; before cuBLASLt the op's kernel writes the
+  // bf16 rows the matmul reads (in place of its f32 output and the conversion launch).
+  bool ForwardFolded(const LinearInput& in, int64_t m, float* y, Epilogue epilogue) const override {
+    if (compute_ != ComputeType::kBF16 || !dev_.fold_linear_inputs() || m <= 0 || in.op == LinearInput::Op::kNone) {
+      return false;
+    }
+    const GemvInput x{in.x, in.op == LinearInput::Op::kRmsNorm ? GemvX::kRmsNorm : GemvX::kSiluMul, in.norm_weight,
+                      in.eps};
+    if (const std::optional<GemvKernel> gemv = dev_.GemvFor(m, WeightBytes())) {
+      if (!GemvTakes(x, in_)) return false;
+      Gemv(*gemv, x, m, y, epilogue);
+      return true;
+    }
+    uint16_t* rows = ScratchBf16Rows(m);
+    if (rows == nullptr) return true;  // the device keeps the error
+    if (x.op == GemvX::kRmsNorm) {
+      dev_.Check(LaunchRmsNormBf16(dev_.stream(), in.x, in.norm_weight, m, in_, in.eps, rows, ld_),
+                 "Linear: rms_norm -> bf16 rows");
+    } else {
+      dev_.Check(LaunchSiluMulRowsBf16(dev_.stream(), in.x, m, in_, rows, ld_), "Linear: silu_mul -> bf16 rows");
+    }
+    Matmul(rows, ld_, m, y, epilogue);
+    return true;
+  }
+
+ private:
+  int64_t WeightBytes() const { return out_ * ld_ * int64_t{2}; }
+
+  // The activation scratch as m bf16 rows of stride ld_ (null: the device has the error).
+  uint16_t* ScratchBf16Rows(int64_t m) const {
+    return static_cast<uint16_t*>(dev_.ActivationScratch(static_cast<size_t>(m * ld_) * sizeof(uint16_t)));
+  }
+
+  void Gemv(GemvKernel kernel, const GemvInput& x, int64_t m, float* y, Epilogue epilogue) const {
+    const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
+    const bool gelu = epilogue == Epilogue::kGeluErf;
+    dev_.Check(LaunchGemvBf16(dev_.stream(), kernel, static_cast<const uint16_t*>(weight_.raw()), ld_, in_, out_, x, m,
+                              gelu ? nullptr : bias, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y),
+               "Linear: bf16 GEMV");
+    if (gelu) dev_.Check(LaunchBiasGeluErf(dev_.stream(), y, m, out_, bias), "Linear: bias + gelu_erf");
+  }
+
+  // cuBLASLt on b: m rows of stride ldb, in the compute type (bf16 rows or the f32 input).
+  void Matmul(const void* b, int64_t ldb, int64_t m, float* y, Epilogue epilogue) const {
+    const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
+    const bool gelu = epilogue == Epilogue::kGeluErf;
     const MatmulPlan* plan = GetPlan(m, ldb, gelu ? nullptr : bias, Alignment(b), Alignment(y));
     if (plan == nullptr) return;
     const cublasStatus_t s =
         plan->Run(dev_.blas_lt(), weight_.raw(), b, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y,
-                  dev_.matmul_workspace(), CudaDevice::kMatmulWorkspaceBytes, stream);
+                  dev_.matmul_workspace(), CudaDevice::kMatmulWorkspaceBytes, dev_.stream());
     if (s != CUBLAS_STATUS_SUCCESS) {
       dev_.Report(BlasStatus(s, absl::StrCat("Linear [", out_, ", ", in_, "]: cublasLtMatmul (m=", m, ")")));
       return;
     }
-    if (gelu) dev_.Check(LaunchBiasGeluErf(stream, y, m, out_, bias), "Linear: bias + gelu_erf");
+    if (gelu) dev_.Check(LaunchBiasGeluErf(dev_.stream(), y, m, out_, bias), "Linear: bias + gelu_erf");
   }
 
- private:
   // Plans cached per (m, bias in the matmul, the activations' and the output's alignment), as
   // the CPU caches a primitive per M: a heuristic query costs host time on every call otherwise.
   // Row counts vary from step to step, so the cache is bounded: past kMaxPlans it starts over

@@ -13,12 +13,11 @@
 #include <cstring>
 
 #include "kernels/cuda/bf16_bits.cuh"
+#include "kernels/cuda/row_math.cuh"
 #include "kernels/cuda/simt.h"
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace iris::kernels::cuda {
-
-constexpr int kMaxWarpsPerBlock = 32;
 
 // The sum of v over the block, in every thread. `partials`: kMaxWarpsPerBlock floats of shared
 // storage. blockDim.x: a multiple of the warp size.
@@ -33,41 +32,57 @@ IRIS_DEVICE float BlockSum(float v, float* partials) {
   return v;
 }
 
-IRIS_DEVICE float InvSqrt(float v) {
-  // rsqrtf is approximate (2 ulp): the exact quotient, as the CPU kernel and HF compute it.
-  return 1.0f / sqrtf(v);
-}
-
 // The first element of this thread in a grid-stride loop, and the loop's stride.
 IRIS_DEVICE int64_t GridStart() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 IRIS_DEVICE int64_t GridStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-// y[r, :] = (x[r, :] * 1/sqrt(mean(x[r, :]^2) + eps)) * w. One block per row. y may alias x: each
-// thread rewrites only the elements it read, after the block sum.
-IRIS_GLOBAL void RmsNormKernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
+// Where a row op's results go: f32 rows (y may alias the op's input where each thread rewrites
+// only what it read), or bf16 rows of a matmul's input (rounded as core::FloatToBf16; the
+// padding columns of the row stride are left as they are).
+struct F32Rows {
+  float* y;
+  int64_t ld;  // row stride, in values
+  IRIS_DEVICE void Put(int64_t r, int64_t c, float v) const { y[r * ld + c] = v; }
+  // Four values at columns c .. c+3 (c % 4 == 0, the row 16-byte aligned: one 16-byte store).
+  IRIS_DEVICE void Put4(int64_t r, int64_t c, const Float4& v) const { *reinterpret_cast<Float4*>(y + r * ld + c) = v; }
+};
+struct Bf16Rows {
+  uint16_t* y;
+  int64_t ld;  // row stride, in values
+  IRIS_DEVICE void Put(int64_t r, int64_t c, float v) const { y[r * ld + c] = FloatToBf16(v); }
+  // (c % 4 == 0, ld % 4 == 0, y 8-byte aligned: two 4-byte stores.)
+  IRIS_DEVICE void Put4(int64_t r, int64_t c, const Float4& v) const {
+    uint32_t* p = reinterpret_cast<uint32_t*>(y + r * ld + c);
+    p[0] = PackBf16x2(v.x, v.y);
+    p[1] = PackBf16x2(v.z, v.w);
+  }
+};
+
+// out[r, :] = (x[r, :] * 1/sqrt(mean(x[r, :]^2) + eps)) * w. One block per row. out may alias x
+// (F32Rows of stride dim): each thread rewrites only the elements it read, after the block sum.
+template <typename Out>
+IRIS_GLOBAL void RmsNormKernel(const float* x, const float* w, int64_t dim, float eps, Out out) {
   IRIS_SHARED float partials[kMaxWarpsPerBlock];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * dim;
-  float* yr = y + row * dim;
   float ss = 0.f;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
   const float inv = InvSqrt(BlockSum(ss, partials) / static_cast<float>(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] * inv) * w[i];
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out.Put(row, i, RmsNormValue(xr[i], inv, w[i]));
 }
 
-// RmsNormKernel for the common case, where a row is whole 16-byte vectors (dim % 4 == 0, x, w and
-// y 16-byte aligned) of at most kRmsNormVecs per thread: each thread loads its x and w vectors
-// at once and keeps them in registers across the block sum, so a row costs one memory round
-// trip instead of a strided loop's several (a decode step's single row on one SM is all latency).
-// Block size: ceil(dim / (4 * kRmsNormVecs)) rounded up to a warp. The same per-element
-// expression as RmsNormKernel; only the sum's order differs.
-constexpr int kRmsNormVecs = 4;
-IRIS_GLOBAL void RmsNormVecKernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
+// RmsNormKernel for the common case, where a row is whole 16-byte vectors of at most
+// kRmsNormVecs per thread (RmsNormVecThreads, the block size): each thread loads its x and w
+// vectors at once and keeps them in registers across the block sum, so a row costs one memory
+// round trip instead of a strided loop's several (a decode step's single row on one SM is all
+// latency). The same per-element expression as RmsNormKernel; only the sum's order differs
+// (row_math.cuh names it: the GEMVs that fold the norm sum in the same order).
+template <typename Out>
+IRIS_GLOBAL void RmsNormVecKernel(const float* x, const float* w, int64_t dim, float eps, Out out) {
   IRIS_SHARED float partials[kMaxWarpsPerBlock];
-  const int64_t vecs = dim / 4;
-  const Float4* xr = reinterpret_cast<const Float4*>(x + static_cast<int64_t>(blockIdx.x) * dim);
+  const int64_t vecs = dim / 4, row = blockIdx.x;
+  const Float4* xr = reinterpret_cast<const Float4*>(x + row * dim);
   const Float4* wr = reinterpret_cast<const Float4*>(w);
-  Float4* yr = reinterpret_cast<Float4*>(y + static_cast<int64_t>(blockIdx.x) * dim);
   Float4 xv[kRmsNormVecs], wv[kRmsNormVecs];
   float ss = 0.f;
   IRIS_UNROLL
@@ -76,7 +91,7 @@ IRIS_GLOBAL void RmsNormVecKernel(const float* x, const float* w, int64_t dim, f
     if (e < vecs) {
       xv[i] = xr[e];
       wv[i] = wr[e];
-      ss += xv[i].x * xv[i].x + xv[i].y * xv[i].y + xv[i].z * xv[i].z + xv[i].w * xv[i].w;
+      ss = AddSquares4(ss, xv[i]);
     }
   }
   const float inv = InvSqrt(BlockSum(ss, partials) / static_cast<float>(dim) + eps);
@@ -85,23 +100,13 @@ IRIS_GLOBAL void RmsNormVecKernel(const float* x, const float* w, int64_t dim, f
     const int64_t e = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
     if (e < vecs) {
       Float4 o;
-      o.x = (xv[i].x * inv) * wv[i].x;
-      o.y = (xv[i].y * inv) * wv[i].y;
-      o.z = (xv[i].z * inv) * wv[i].z;
-      o.w = (xv[i].w * inv) * wv[i].w;
-      yr[e] = o;
+      o.x = RmsNormValue(xv[i].x, inv, wv[i].x);
+      o.y = RmsNormValue(xv[i].y, inv, wv[i].y);
+      o.z = RmsNormValue(xv[i].z, inv, wv[i].z);
+      o.w = RmsNormValue(xv[i].w, inv, wv[i].w);
+      out.Put4(row, 4 * e, o);
     }
   }
-}
-
-// RmsNormVecKernel's block size for these buffers, or 0 where it does not apply (RmsNormKernel).
-inline int RmsNormVecThreads(const void* x, const void* w, const void* y, int64_t dim) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (dim <= 0 || dim % 4 != 0 || !aligned(x) || !aligned(w) || !aligned(y)) return 0;
-  const int64_t per_thread = 4 * int64_t{kRmsNormVecs};
-  const int64_t threads = (dim + per_thread - 1) / per_thread;
-  if (threads > int64_t{kMaxWarpsPerBlock} * kWarpSize) return 0;
-  return static_cast<int>((threads + kWarpSize - 1) / kWarpSize * kWarpSize);
 }
 
 // torch's LayerNorm: y[r, :] = (x[r, :] - mean) / sqrt(var + eps) * w + b, biased variance. One
@@ -121,27 +126,25 @@ IRIS_GLOBAL void LayerNormKernel(const float* x, const float* w, const float* b,
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
 }
 
-// silu(x) = x / (1 + e^-x), a true division as torch (and the CPU kernels) compute it.
-IRIS_DEVICE float Silu(float x) { return x / (1.0f + expf(-x)); }
-
 // out[r, j] = silu(gu[r, j]) * gu[r, inter + j]: gate and up side by side in each row.
-IRIS_GLOBAL void SiluMulRowsKernel(const float* gu, int64_t rows, int64_t inter, float* out) {
+template <typename Out>
+IRIS_GLOBAL void SiluMulRowsKernel(const float* gu, int64_t rows, int64_t inter, Out out) {
   const int64_t n = rows * inter;
   for (int64_t e = GridStart(); e < n; e += GridStride()) {
     const int64_t r = e / inter, j = e % inter;
-    out[e] = Silu(gu[r * 2 * inter + j]) * gu[r * 2 * inter + inter + j];
+    out.Put(r, j, Silu(gu[r * 2 * inter + j]) * gu[r * 2 * inter + inter + j]);
   }
 }
 
 // The same, 4 values a thread (16-byte loads and store) where inter % 4 == 0 and gu and out are
 // 16-byte aligned: rows over blockIdx.y, a row's Float4s over the x threads (any grid). The
 // element kernel's 64-bit division per element made it run at half the memory's bandwidth.
-IRIS_GLOBAL void SiluMulRows4Kernel(const float* gu, int64_t rows, int64_t inter, float* out) {
+template <typename Out>
+IRIS_GLOBAL void SiluMulRows4Kernel(const float* gu, int64_t rows, int64_t inter, Out out) {
   const int64_t quads = inter / 4, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const Float4* gate = reinterpret_cast<const Float4*>(gu + r * 2 * inter);
     const Float4* up = reinterpret_cast<const Float4*>(gu + r * 2 * inter + inter);
-    Float4* o = reinterpret_cast<Float4*>(out + r * inter);
     for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < quads; c += stride) {
       const Float4 g = gate[c], u = up[c];
       Float4 y;
@@ -149,7 +152,7 @@ IRIS_GLOBAL void SiluMulRows4Kernel(const float* gu, int64_t rows, int64_t inter
       y.y = Silu(g.y) * u.y;
       y.z = Silu(g.z) * u.z;
       y.w = Silu(g.w) * u.w;
-      o[c] = y;
+      out.Put4(r, 4 * c, y);
     }
   }
 }

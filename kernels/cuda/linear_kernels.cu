@@ -28,46 +28,78 @@ int LaunchBiasGeluErf(CUstream_st* stream, float* y, int64_t rows, int64_t cols,
 
 namespace {
 
-template <int kRows>
-void LaunchGemvSimt(CUstream_st* stream, bool vec_x, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
-                    const float* x, const float* bias, float beta, float* y) {
-  const auto blocks = static_cast<unsigned>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock);
-  if (vec_x) {
-    GemvSimtKernel<kRows, true><<<blocks, kGemvSimtThreads, 0, stream>>>(w, ld, in, out, x, bias, beta, y);
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <GemvKernel kKernel, int kRows, bool kVecX, GemvX kOp>
+void LaunchGemvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const GemvInput& x,
+                  int rows, const float* bias, float beta, float* y) {
+  if constexpr (kKernel == GemvKernel::kTensorCores) {
+    const auto blocks = static_cast<unsigned>((out + kGemvMmaOutPerBlock - 1) / kGemvMmaOutPerBlock);
+    GemvMmaKernel<kVecX, kOp><<<blocks, kGemvMmaThreads, 0, stream>>>(w, ld, in, out, x, rows, bias, beta, y);
   } else {
-    GemvSimtKernel<kRows, false><<<blocks, kGemvSimtThreads, 0, stream>>>(w, ld, in, out, x, bias, beta, y);
+    const auto blocks = static_cast<unsigned>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock);
+    GemvSimtKernel<kRows, kVecX, kOp><<<blocks, kGemvSimtThreads, 0, stream>>>(w, ld, in, out, x, bias, beta, y);
+  }
+}
+
+// The instantiation for (vec_x, op): a plain x may be read value by value; the folded ops only
+// as vectors.
+template <GemvKernel kKernel, int kRows>
+void LaunchGemvRows(CUstream_st* stream, bool vec_x, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
+                    const GemvInput& x, int rows, const float* bias, float beta, float* y) {
+  switch (x.op) {
+    case GemvX::kPlain:
+      if (vec_x) {
+        LaunchGemvAs<kKernel, kRows, true, GemvX::kPlain>(stream, w, ld, in, out, x, rows, bias, beta, y);
+      } else {
+        LaunchGemvAs<kKernel, kRows, false, GemvX::kPlain>(stream, w, ld, in, out, x, rows, bias, beta, y);
+      }
+      break;
+    case GemvX::kRmsNorm:
+      LaunchGemvAs<kKernel, kRows, true, GemvX::kRmsNorm>(stream, w, ld, in, out, x, rows, bias, beta, y);
+      break;
+    case GemvX::kSiluMul:
+      LaunchGemvAs<kKernel, kRows, true, GemvX::kSiluMul>(stream, w, ld, in, out, x, rows, bias, beta, y);
+      break;
   }
 }
 
 }  // namespace
 
+bool GemvTakes(const GemvInput& x, int64_t in) {
+  switch (x.op) {
+    case GemvX::kPlain: return true;
+    case GemvX::kRmsNorm:
+      return in % 8 == 0 && Aligned16(x.x) && RmsNormVecThreads(x.x, x.norm_weight, x.x, in) > 0;
+    case GemvX::kSiluMul: return in % 8 == 0 && Aligned16(x.x);
+  }
+  return false;
+}
+
 int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
-                   const float* x, int64_t rows, const float* bias, float beta, float* y) {
+                   GemvInput x, int64_t rows, const float* bias, float beta, float* y) {
   static_assert(kGemvMaxRowsPerLaunch == kGemvMaxRows, "linear_kernels.h names the kernels' limit");
-  if (rows < 1 || rows > kGemvMaxRows || in < 1 || ld < in || ld % 8 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0 ||
-      out < 1) {
+  if (rows < 1 || rows > kGemvMaxRows || in < 1 || ld < in || ld % 8 != 0 || !Aligned16(w) || out < 1 ||
+      !GemvTakes(x, in)) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  const bool vec_x = in % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (x.op == GemvX::kRmsNorm) x.norm_threads = RmsNormVecThreads(x.x, x.norm_weight, x.x, in);
+  const bool vec_x = in % 8 == 0 && Aligned16(x.x);
+  const int r = static_cast<int>(rows);
   if (kernel == GemvKernel::kTensorCores) {
-    const auto blocks = static_cast<unsigned>((out + kGemvMmaOutPerBlock - 1) / kGemvMmaOutPerBlock);
-    const int r = static_cast<int>(rows);
-    if (vec_x) {
-      GemvMmaKernel<true><<<blocks, kGemvMmaThreads, 0, stream>>>(w, ld, in, out, x, r, bias, beta, y);
-    } else {
-      GemvMmaKernel<false><<<blocks, kGemvMmaThreads, 0, stream>>>(w, ld, in, out, x, r, bias, beta, y);
-    }
+    LaunchGemvRows<GemvKernel::kTensorCores, 0>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y);
     return LastLaunchError();
   }
+  constexpr GemvKernel kSimt = GemvKernel::kCudaCores;
   switch (rows) {
-    case 1: LaunchGemvSimt<1>(stream, vec_x, w, ld, in, out, x, bias, beta, y); break;
-    case 2: LaunchGemvSimt<2>(stream, vec_x, w, ld, in, out, x, bias, beta, y); break;
-    case 3: LaunchGemvSimt<3>(stream, vec_x, w, ld, in, out, x, bias, beta, y); break;
-    case 4: LaunchGemvSimt<4>(stream, vec_x, w, ld, in, out, x, bias, beta, y); break;
-    case 5: LaunchGemvSimt<5>(stream, vec_x, w, ld, in, out, x, bias, beta, y); break;
-    case 6: LaunchGemvSimt<6>(stream, vec_x, w, ld, in, out, x, bias, beta, y); break;
-    case 7: LaunchGemvSimt<7>(stream, vec_x, w, ld, in, out, x, bias, beta, y); break;
-    default: LaunchGemvSimt<8>(stream, vec_x, w, ld, in, out, x, bias, beta, y); break;
+    case 1: LaunchGemvRows<kSimt, 1>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
+    case 2: LaunchGemvRows<kSimt, 2>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
+    case 3: LaunchGemvRows<kSimt, 3>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
+    case 4: LaunchGemvRows<kSimt, 4>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
+    case 5: LaunchGemvRows<kSimt, 5>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
+    case 6: LaunchGemvRows<kSimt, 6>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
+    case 7: LaunchGemvRows<kSimt, 7>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
+    default: LaunchGemvRows<kSimt, 8>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
   }
   static_assert(kGemvMaxRows == 8, "one case per row count");
   return LastLaunchError();

@@ -8,7 +8,9 @@
 //     form (see cuda_linear.cc);
 //   - y = x·Wᵀ for a few rows of x (a decode step's batch) with bf16 weights: GEMVs (on the CUDA
 //     cores, and on the tensor cores) that stream the weight once, rounding x to bf16 as they read
-//     it, where cuBLASLt's kernels for such shapes need x converted by a launch first;
+//     it, where cuBLASLt's kernels for such shapes need x converted by a launch first; and that
+//     may apply the op before the product as they read x (RMSNorm, SiLU·mul: GemvX), so that
+//     op's launch goes too;
 //   - a read-and-sum pass over a large buffer (MeasureMemoryReadBandwidth).
 #pragma once
 
@@ -18,7 +20,10 @@
 #include <cstring>
 
 #include "kernels/cuda/bf16_bits.cuh"
+#include "kernels/cuda/linear_kernels.h"
+#include "kernels/cuda/row_math.cuh"
 #include "kernels/cuda/simt.h"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace iris::kernels::cuda {
 
@@ -93,31 +98,85 @@ IRIS_DEVICE void GemvFinish(const float* partial, int parts, int stride, const f
   *yo = beta != 0.f ? beta * *yo + s : s;
 }
 
-// x[row, 8c .. 8c+8) as f32; columns at or past `in` read as 0. kVecX: the row is 16-byte aligned
-// and in % 8 == 0 (two 16-byte loads).
-template <bool kVecX>
-IRIS_DEVICE void GemvXLoad(const float* xr, int64_t c, int64_t in, float (&v)[8]) {
-  if constexpr (kVecX) {
-    const Float4 a = reinterpret_cast<const Float4*>(xr)[2 * c], b = reinterpret_cast<const Float4*>(xr)[2 * c + 1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  } else {
+// The norm's statistics a block of a kRmsNorm GEMV computes before its products: inv[r] =
+// 1/sqrt(mean(x[r, :]^2) + eps) for r < rows, summed exactly as RmsNormVecKernel sums the row
+// with x.norm_threads threads (row_math.cuh): each warp of this block takes (row, that kernel's
+// warp) pairs in turn, its lanes standing for that warp's threads, and the pairs' warp sums meet
+// as BlockSum's partials do. So a folded value is the norm kernel's value bit for bit. Other ops:
+// nothing. Every thread of the block calls it.
+constexpr int kGemvNormPartials = kGemvMaxRows * kMaxWarpsPerBlock;
+template <GemvX kOp>
+IRIS_DEVICE void GemvPrologue(const GemvInput& x, int rows, int64_t in, float* partials, float* inv) {
+  if constexpr (kOp == GemvX::kRmsNorm) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+    const int warps = static_cast<int>(blockDim.x) / kWarpSize, norm_warps = x.norm_threads / kWarpSize;
+    const int64_t vecs = in / 4;
+    for (int p = warp; p < rows * norm_warps; p += warps) {
+      const int r = p / norm_warps, nw = p % norm_warps;
+      const int64_t t = static_cast<int64_t>(nw) * kWarpSize + lane;
+      const Float4* xr = reinterpret_cast<const Float4*>(x.x + r * in);
+      float ss = 0.f;
+      IRIS_UNROLL
+      for (int i = 0; i < kRmsNormVecs; ++i) {
+        const int64_t e = t + static_cast<int64_t>(i) * x.norm_threads;
+        if (e < vecs) ss = AddSquares4(ss, xr[e]);
+      }
+      ss = WarpSum(ss);
+      if (lane == 0) partials[r * kMaxWarpsPerBlock + nw] = ss;
+    }
+    SyncThreads();
+    for (int r = warp; r < rows; r += warps) {
+      const float s = WarpSum(lane < norm_warps ? partials[r * kMaxWarpsPerBlock + lane] : 0.f);
+      if (lane == 0) inv[r] = InvSqrt(s / static_cast<float>(in) + x.eps);
+    }
+    SyncThreads();
+  }
+}
+
+// Input row `row`'s columns 8c .. 8c+8 as f32, the op applied (kRmsNorm: with inv[row] from
+// GemvPrologue); columns at or past `in` read as 0. kVecX: the rows are 16-byte aligned and
+// in % 8 == 0 (16-byte loads); the folded ops need it.
+template <bool kVecX, GemvX kOp>
+IRIS_DEVICE void GemvXLoad(const GemvInput& x, int row, int64_t c, int64_t in, const float* inv, float (&v)[8]) {
+  static_assert(kVecX || kOp == GemvX::kPlain, "the folded ops read whole 16-byte vectors");
+  if constexpr (kOp == GemvX::kPlain && !kVecX) {
+    const float* xr = x.x + row * in;
     for (int e = 0; e < 8; ++e) v[e] = 8 * c + e < in ? xr[8 * c + e] : 0.f;
+  } else {
+    const int64_t width = kOp == GemvX::kSiluMul ? 2 * in : in;  // x's row stride
+    const Float4* xr = reinterpret_cast<const Float4*>(x.x + row * width);
+    const Float4 a = xr[2 * c], b = xr[2 * c + 1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    if constexpr (kOp == GemvX::kRmsNorm) {
+      const Float4* wr = reinterpret_cast<const Float4*>(x.norm_weight);
+      const Float4 wa = wr[2 * c], wb = wr[2 * c + 1];
+      const float w[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+      for (int e = 0; e < 8; ++e) v[e] = RmsNormValue(v[e], inv[row], w[e]);
+    } else if constexpr (kOp == GemvX::kSiluMul) {
+      const Float4* ur = reinterpret_cast<const Float4*>(x.x + row * width + in);
+      const Float4 ua = ur[2 * c], ub = ur[2 * c + 1];
+      const float u[8] = {ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w};
+      for (int e = 0; e < 8; ++e) v[e] = Silu(v[e]) * u[e];
+    }
   }
 }
 
 // ... rounded to bf16 (as ToBf16RowsKernel rounds it) and widened back to f32.
-template <bool kVecX>
-IRIS_DEVICE void GemvXChunk(const float* xr, int64_t c, int64_t in, float (&v)[8]) {
-  GemvXLoad<kVecX>(xr, c, in, v);
+template <bool kVecX, GemvX kOp>
+IRIS_DEVICE void GemvXChunk(const GemvInput& x, int row, int64_t c, int64_t in, const float* inv, float (&v)[8]) {
+  GemvXLoad<kVecX, kOp>(x, row, c, in, inv, v);
   for (int e = 0; e < 8; ++e) v[e] = Bf16ToFloat(FloatToBf16(v[e]));
 }
 
 // What GemvMmaKernel computes (below), for kRows rows. Grid: ceil(out / kGemvSimtOutPerBlock)
 // blocks of kGemvSimtThreads.
-template <int kRows, bool kVecX>
-IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, const float* x,
+template <int kRows, bool kVecX, GemvX kOp = GemvX::kPlain>
+IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, GemvInput x,
                                 const float* bias, float beta, float* y) {
   IRIS_SHARED float partial[kGemvSimtWarps][kGemvSimtOutPerBlock * kRows];
+  IRIS_SHARED float norm_partials[kOp == GemvX::kRmsNorm ? kGemvNormPartials : 1];
+  IRIS_SHARED float inv[kGemvMaxRows];
+  GemvPrologue<kOp>(x, kRows, in, norm_partials, inv);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kGemvSimtOutPerBlock;
   const int outs = static_cast<int>(out - o0 < kGemvSimtOutPerBlock ? out - o0 : kGemvSimtOutPerBlock);
@@ -135,7 +194,7 @@ IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64
     }
     float xv[kRows][8];
     IRIS_UNROLL
-    for (int r = 0; r < kRows; ++r) GemvXChunk<kVecX>(x + r * in, c, in, xv[r]);
+    for (int r = 0; r < kRows; ++r) GemvXChunk<kVecX, kOp>(x, r, c, in, inv, xv[r]);
     IRIS_UNROLL
     for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {
       float wv[8];
@@ -177,30 +236,34 @@ constexpr int kGemvMmaThreads = kGemvMmaWarps * kWarpSize;
 constexpr int kGemvMmaOutPerBlock = 16;  // an mma tile's rows
 constexpr int kGemvMmaUnroll = 4;        // 32-column steps a warp has in flight
 
-// x[row, 8c .. 8c+8) (GemvXLoad) as bf16 pairs, rounded as ToBf16RowsKernel rounds them: p[i]
-// holds columns 8c+2i (low half) and 8c+2i+1.
-template <bool kVecX>
-IRIS_DEVICE void GemvXPairs(const float* xr, int64_t c, int64_t in, uint32_t (&p)[4]) {
+// Row `row`'s columns 8c .. 8c+8 (GemvXLoad) as bf16 pairs, rounded as ToBf16RowsKernel rounds
+// them: p[i] holds columns 8c+2i (low half) and 8c+2i+1.
+template <bool kVecX, GemvX kOp>
+IRIS_DEVICE void GemvXPairs(const GemvInput& x, int row, int64_t c, int64_t in, const float* inv, uint32_t (&p)[4]) {
   float v[8];
-  GemvXLoad<kVecX>(xr, c, in, v);
+  GemvXLoad<kVecX, kOp>(x, row, c, in, inv, v);
   for (int i = 0; i < 4; ++i) p[i] = PackBf16x2(v[2 * i], v[2 * i + 1]);
 }
 
-// y[r * out + o] = beta * y[r * out + o] + bias[o] + Σ_c bf16(x[r * in + c]) · w[o * ld + c] for
-// r < rows (1 .. kGemvMaxRows), o < out. w: bf16 bits, 16-byte aligned, ld % 8 == 0, columns
-// [in, ld) zero (the CUDA Linear's layout). bias may be null; y is not read when beta == 0 (it
-// may hold anything). Grid: ceil(out / kGemvMmaOutPerBlock) blocks of kGemvMmaThreads.
-template <bool kVecX>
-IRIS_GLOBAL void GemvMmaKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, const float* x, int rows,
+// y[r * out + o] = beta * y[r * out + o] + bias[o] + Σ_c bf16(op(x)[r, c]) · w[o * ld + c] for
+// r < rows (1 .. kGemvMaxRows), o < out (op: kOp, linear_kernels.h's GemvX). w: bf16 bits,
+// 16-byte aligned, ld % 8 == 0, columns [in, ld) zero (the CUDA Linear's layout). bias may be
+// null; y is not read when beta == 0 (it may hold anything). Grid: ceil(out /
+// kGemvMmaOutPerBlock) blocks of kGemvMmaThreads.
+template <bool kVecX, GemvX kOp = GemvX::kPlain>
+IRIS_GLOBAL void GemvMmaKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, GemvInput x, int rows,
                                 const float* bias, float beta, float* y) {
   IRIS_SHARED float partial[kGemvMmaWarps][kGemvMmaOutPerBlock * kGemvMaxRows];
+  IRIS_SHARED float norm_partials[kOp == GemvX::kRmsNorm ? kGemvNormPartials : 1];
+  IRIS_SHARED float inv[kGemvMaxRows];
+  GemvPrologue<kOp>(x, rows, in, norm_partials, inv);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int group = lane / 4, t = lane % 4;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kGemvMmaOutPerBlock;
   // This lane's two weight rows; rows past `out` (the last block) read row o0: loaded, never stored.
   const uint16_t* w_lo = w + (o0 + group < out ? o0 + group : o0) * ld;
   const uint16_t* w_hi = w + (o0 + group + 8 < out ? o0 + group + 8 : o0) * ld;
-  const float* xr = x + static_cast<int64_t>(group < rows ? group : 0) * in;  // batch row `group`
+  const int xrow = group < rows ? group : 0;  // batch row `group`
   const int64_t chunks = (in + 7) / 8;    // 16-byte chunks of a row holding columns below `in`
   const int64_t steps = (chunks + 3) / 4;  // 32-column steps
   float d[4] = {0.f, 0.f, 0.f, 0.f};
@@ -220,7 +283,7 @@ IRIS_GLOBAL void GemvMmaKernel(const uint16_t* w, int64_t ld, int64_t in, int64_
     for (int u = 0; u < kGemvMmaUnroll; ++u) {
       const int64_t c = (s0 + static_cast<int64_t>(u) * kGemvMmaWarps) * 4 + t;
       uint32_t xp[4] = {0u, 0u, 0u, 0u};
-      if (group < rows && c < chunks) GemvXPairs<kVecX>(xr, c, in, xp);
+      if (group < rows && c < chunks) GemvXPairs<kVecX, kOp>(x, xrow, c, in, inv, xp);
       const uint32_t a0[4] = {a_lo[u].w[0], a_hi[u].w[0], a_lo[u].w[1], a_hi[u].w[1]};
       const uint32_t b0[2] = {xp[0], xp[1]};
       MmaBf16(d, a0, b0);

@@ -25,11 +25,30 @@ enum class GemvKernel { kCudaCores, kTensorCores };
 // the CUDA cores up to 4 rows and on the tensor cores past that, where cuBLASLt has too few
 // tiles to fill the GPU; cuBLASLt for larger weights and past max_rows. False: cuBLASLt.
 bool PickGemv(int64_t rows, int64_t weight_bytes, int max_rows, GemvKernel* kernel);
-// y[r, o] = beta * y[r, o] + bias[o] + x[r, :] (rounded to bf16) · w[o, :] for r < rows (1 ..
+// The op a GEMV applies to its input rows as it reads them (kernels/linear.h's LinearInput ops),
+// each value computed as the op's own kernel computes it (kernels.cuh; row_math.cuh).
+enum class GemvX {
+  kPlain,    // x: [rows, in]
+  kRmsNorm,  // x: [rows, in], normalised with norm_weight [in] and eps (RmsNorm)
+  kSiluMul,  // x: [rows, 2 in], gate then up: silu(gate) * up (SiluMulRows)
+};
+struct GemvInput {
+  const float* x = nullptr;
+  GemvX op = GemvX::kPlain;
+  const float* norm_weight = nullptr;
+  float eps = 0.f;
+  int norm_threads = 0;  // kRmsNorm: the norm kernel's block size for `in`; LaunchGemvBf16 sets it
+};
+// Whether LaunchGemvBf16 can apply x.op for rows of `in` values: always for kPlain; the folded
+// ops want whole 16-byte vectors (x and norm_weight 16-byte aligned, in % 8 == 0) and, for
+// kRmsNorm, rows the norm's vector kernel takes (row_math.cuh's RmsNormVecThreads).
+bool GemvTakes(const GemvInput& x, int64_t in);
+// y[r, o] = beta * y[r, o] + bias[o] + op(x)[r, :] (rounded to bf16) · w[o, :] for r < rows (1 ..
 // kGemvMaxRowsPerLaunch), o < out: w bf16 bits [out, ld], 16-byte aligned, ld % 8 == 0, columns
-// [in, ld) zero; x [rows, in] f32; y [rows, out] (not read when beta == 0); bias may be null.
+// [in, ld) zero; x as GemvInput says; y [rows, out] (not read when beta == 0); bias may be null.
+// cudaErrorInvalidValue where !GemvTakes(x, in).
 int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
-                   const float* x, int64_t rows, const float* bias, float beta, float* y);
+                   GemvInput x, int64_t rows, const float* bias, float beta, float* y);
 // partials[b] for b < blocks: block b's share of the sum of x[0, n) (x 16-byte aligned, n a
 // multiple of 4), 256 threads a block.
 int LaunchReadSum(CUstream_st* stream, const float* x, int64_t n, int blocks, float* partials);
