@@ -41,6 +41,25 @@ void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int
   NoKernelFor(device, "WritePagedKv");
 }
 
+void RotaryQKWritePagedKv(Device& device, HeadsView q, HeadsView k, int64_t rows, int head_dim, const float* cos,
+                          const float* sin, const PagedKvLayer& layer, const float* v, int64_t v_row_stride,
+                          std::span<const int64_t> slot_mapping) {
+#ifdef IRIS_HAVE_CUDA
+  if (device.kind() == DeviceKind::kCuda && k.num_heads == layer.num_kv_heads && head_dim == layer.head_dim &&
+      static_cast<int64_t>(slot_mapping.size()) == rows && rows > 0) {
+    cpu::CheckWritableKvLayer(layer);
+    cuda::CudaDevice& gpu = cuda::AsCuda(device);
+    return gpu.Check(cuda::LaunchRotaryQKWritePagedKv(
+                         gpu.stream(), q.data, q.row_stride, q.num_heads, k.data, k.row_stride, k.num_heads, rows,
+                         head_dim, cos, sin, v, v_row_stride, slot_mapping.data(), layer.num_blocks * layer.block_size,
+                         layer.k, layer.v, layer.dtype == core::DType::kBF16),
+                     "RotaryQKWritePagedKv");
+  }
+#endif
+  RotaryQK(device, q, k, rows, head_dim, cos, sin);
+  WritePagedKv(device, layer, k.data, k.row_stride, v, v_row_stride, slot_mapping);
+}
+
 void PagedAttention(Device& device, const PagedAttentionArgs& args) {
   switch (device.kind()) {
     case DeviceKind::kCpu: {

@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "kernels/device.h"
+#include "kernels/rotary.h"
 
 namespace iris::kernels {
 
@@ -35,6 +36,14 @@ struct PagedKvLayer {
 inline constexpr int64_t kPadSlot = -1;
 void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int64_t k_row_stride,
                   const float* v, int64_t v_row_stride, std::span<const int64_t> slot_mapping);
+
+// RotaryQK (kernels/rotary.h) of q and k in place, then WritePagedKv of the rotated k and of v
+// into slot_mapping's slots (one per row): a decode step's two ops, one launch on a GPU where the
+// shapes agree (k's heads are the layer's kv heads, head_dim the layer's), the two ops in turn
+// otherwise. Either way the same results as the two calls.
+void RotaryQKWritePagedKv(Device& device, HeadsView q, HeadsView k, int64_t rows, int head_dim, const float* cos,
+                          const float* sin, const PagedKvLayer& layer, const float* v, int64_t v_row_stride,
+                          std::span<const int64_t> slot_mapping);
 
 // A step's sequences as flat arrays (device memory, as vLLM's attention metadata), the maxima as
 // host integers. Sequence s's new tokens are query rows [query_start[s], query_start[s + 1]) and

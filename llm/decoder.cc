@@ -413,10 +413,9 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
     // The norms and SiLU·mul go in as the input ops of the Linears after them (folded where the
     // device can: kernels/linear.h).
     kernels::LinearForward(device_, *l.qkv, NormedInput(x, l.input_norm, normed), rows, qkv);
-    kernels::RotaryQK(device_, {qkv, qkv_width, nh}, {qkv + nh * d, qkv_width, nkv}, rows, static_cast<int>(d),
-                      in.cos, in.sin);
     kernels::PagedKvLayer kv = cache->layer(li);
-    kernels::WritePagedKv(device_, kv, qkv + nh * d, qkv_width, qkv + (nh + nkv) * d, qkv_width, in.slots);
+    kernels::RotaryQKWritePagedKv(device_, {qkv, qkv_width, nh}, {qkv + nh * d, qkv_width, nkv}, rows,
+                                  static_cast<int>(d), in.cos, in.sin, kv, qkv + (nh + nkv) * d, qkv_width, in.slots);
     kernels::PagedAttentionArgs a;
     a.q = qkv;
     a.q_row_stride = qkv_width;

@@ -218,6 +218,50 @@ TEST(CudaOpsTest, WritePagedKvMatchesTheCpuOnF32AndBf16Pools) {
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
 }
 
+// The decode step's rotary and KV write through RotaryQKWritePagedKv (one launch on the GPU)
+// leave the qkv buffer and both pools exactly as RotaryQK then WritePagedKv on the GPU do, with
+// f32 and bf16 pools and a padding row.
+TEST(CudaOpsTest, RotaryQKWritePagedKvEqualsTheTwoOps) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  const int rows = 5, qh = 4, kh = 2, hd = 16, half = hd / 2, block_size = 4;
+  const int64_t num_blocks = 4, stride = int64_t{qh + 2 * kh} * hd, width = int64_t{kh} * hd;
+  const int64_t pool = num_blocks * block_size * width;
+  const std::vector<float> qkv = RandomNormal(rows * stride, 50, 10.f);
+  const float* dcos = g->Up(RandomNormal(rows * half, 51));
+  const float* dsin = g->Up(RandomNormal(rows * half, 52));
+  const std::vector<int64_t> slots = {3, kPadSlot, 9, 0, 14};
+  const auto dslots = DeviceSpan(g->Up(slots), slots.size());
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 pools" : "f32 pools");
+    const size_t elem = bf16 ? 2 : 4;
+    std::vector<float> got_qkv[2];
+    std::vector<uint8_t> got_k[2], got_v[2];
+    for (const bool fused : {true, false}) {
+      float* d = g->Up(qkv);
+      auto* k = reinterpret_cast<uint8_t*>(g->Up(std::vector<float>(pool, -7.f)));
+      auto* v = reinterpret_cast<uint8_t*>(g->Up(std::vector<float>(pool, -7.f)));
+      const PagedKvLayer layer{k, v, num_blocks, block_size, kh, hd, bf16 ? core::DType::kBF16 : core::DType::kF32};
+      const HeadsView q{d, stride, qh}, kv{d + qh * hd, stride, kh};
+      if (fused) {
+        RotaryQKWritePagedKv(gpu, q, kv, rows, hd, dcos, dsin, layer, d + (qh + kh) * hd, stride, dslots);
+      } else {
+        RotaryQK(gpu, q, kv, rows, hd, dcos, dsin);
+        WritePagedKv(gpu, layer, d + qh * hd, stride, d + (qh + kh) * hd, stride, dslots);
+      }
+      got_qkv[fused] = g->Down(d, qkv.size());
+      got_k[fused] = g->Down(k, pool * elem);
+      got_v[fused] = g->Down(v, pool * elem);
+    }
+    ExpectSameBits(got_qkv[1], got_qkv[0], "qkv");
+    EXPECT_EQ(got_k[1], got_k[0]) << "k pool";
+    EXPECT_EQ(got_v[1], got_v[0]) << "v pool";
+    EXPECT_NE(got_qkv[1], qkv);
+  }
+  EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
 // The step's metadata on the GPU: the arrays as device spans, the row range as host integers.
 PagedMetadata OnGpu(testing::Gpu& g, const PagedMetadata& host) {
   PagedMetadata md = host;

@@ -398,6 +398,46 @@ TEST(CudaKernelsOnSimtTest, FusedRotaryMatchesTheCpuKernelInTheQkvBuffer) {
   }
 }
 
+// The decode step's rotary and KV write in one launch: q and k rotated in the qkv buffer and the
+// pools written exactly as RotaryQKKernel then WritePagedKvKernel leave them, f32 and bf16 pools,
+// with a padding row (kPadSlot: rotated, not stored) and shuffled slots; blocks of fewer threads
+// than a row's work.
+template <typename T>
+void CheckRotaryQKWriteKv(T marker) {
+  for (const auto& [rows, qh, kh, hd] : {std::tuple{7, 16, 2, 128}, {3, 12, 3, 64}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows, " << qh << "/" << kh << " heads of " << hd);
+    const int half = hd / 2;
+    const int64_t stride = static_cast<int64_t>(qh + 2 * kh) * hd, width = static_cast<int64_t>(kh) * hd;
+    const int64_t num_slots = 3 * rows;
+    const std::vector<float> qkv = RandomNormal(rows * stride, 40 + hd, 100.f);
+    const std::vector<float> cos = RandomNormal(rows * half, 41), sin = RandomNormal(rows * half, 42);
+    std::vector<int64_t> slots(rows);
+    for (int r = 0; r < rows; ++r) slots[r] = (5 * r + 2) % num_slots;
+    slots[1] = kPadSlot;
+    std::vector<float> want = qkv, got = qkv;
+    std::vector<T> want_k(num_slots * width, marker), want_v = want_k, got_k = want_k, got_v = want_k;
+    float* wq = want.data();
+    Launch(Dim3(rows), Dim3(96), RotaryQKKernel, wq, stride, qh, wq + qh * hd, stride, kh, hd, cos.data(), sin.data());
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), WritePagedKvKernel<T>, static_cast<const float*>(wq + qh * hd),
+           stride, static_cast<const float*>(wq + (qh + kh) * hd), stride, static_cast<const int64_t*>(slots.data()),
+           int64_t{rows}, width, num_slots, want_k.data(), want_v.data());
+    float* gq = got.data();
+    Launch(Dim3(rows), Dim3(96), RotaryQKWriteKvKernel<T>, gq, stride, qh, gq + qh * hd, stride, kh, hd, cos.data(),
+           sin.data(), static_cast<const float*>(gq + (qh + kh) * hd), stride,
+           static_cast<const int64_t*>(slots.data()), num_slots, got_k.data(), got_v.data());
+    ExpectSameBits(got, want, "qkv");
+    ExpectSameBits(got_k, want_k, "k pool");
+    ExpectSameBits(got_v, want_v, "v pool");
+    EXPECT_NE(got, qkv);
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, RotaryAndKvWriteInOneLaunchEqualTheTwoKernelsF32) { CheckRotaryQKWriteKv<float>(-7.f); }
+
+TEST(CudaKernelsOnSimtTest, RotaryAndKvWriteInOneLaunchEqualTheTwoKernelsBf16) {
+  CheckRotaryQKWriteKv<uint16_t>(0xDEAD);
+}
+
 TEST(CudaKernelsOnSimtTest, PadQkvMatchesTheCpuKernelExactly) {
   Device& cpu = DefaultCpuDevice();
   const int rows = 11, heads = 3, hd = 80, padded = 96;

@@ -199,6 +199,26 @@ int ArgmaxSlices(int64_t rows, int64_t vocab, int sm_count) {
   return static_cast<int>(std::clamp<int64_t>(std::min(by_size, by_gpu), 1, 1024));
 }
 
+int LaunchRotaryQKWritePagedKv(CUstream_st* stream, float* q, int64_t q_stride, int q_heads, float* k,
+                               int64_t k_stride, int k_heads, int64_t rows, int head_dim, const float* cos,
+                               const float* sin, const float* v, int64_t v_stride, const int64_t* slots,
+                               int64_t num_slots, void* k_pool, void* v_pool, bool bf16_pool) {
+  if (rows == 0) return 0;
+  const int64_t work = std::max(int64_t{q_heads + k_heads} * head_dim / 2, int64_t{k_heads} * head_dim);
+  const auto grid = static_cast<unsigned>(rows);
+  if (bf16_pool) {
+    RotaryQKWriteKvKernel<uint16_t><<<grid, BlockFor(work), 0, stream>>>(
+        q, q_stride, q_heads, k, k_stride, k_heads, head_dim, cos, sin, v, v_stride, slots, num_slots,
+        static_cast<uint16_t*>(k_pool), static_cast<uint16_t*>(v_pool));
+  } else {
+    RotaryQKWriteKvKernel<float><<<grid, BlockFor(work), 0, stream>>>(q, q_stride, q_heads, k, k_stride, k_heads,
+                                                                      head_dim, cos, sin, v, v_stride, slots,
+                                                                      num_slots, static_cast<float*>(k_pool),
+                                                                      static_cast<float*>(v_pool));
+  }
+  return LastLaunchError();
+}
+
 int LaunchWritePagedKv(CUstream_st* stream, const float* k, int64_t k_row_stride, const float* v, int64_t v_row_stride,
                        const int64_t* slots, int64_t n, int64_t row_elems, int64_t num_slots, void* k_pool,
                        void* v_pool, bool bf16_pool) {

@@ -418,6 +418,41 @@ IRIS_GLOBAL void WritePagedKvKernel(const float* k, int64_t k_stride, const floa
   }
 }
 
+// A decode step's RotaryQKKernel and WritePagedKvKernel in one launch: row blockIdx.x's q and k
+// heads rotated in place (the same expressions), and the rotated k and the row's v (v_stride
+// apart) stored into pool slot slots[row] (k_heads * head_dim values, f32 or bf16 rounded as the
+// CPU op rounds), unless the slot is outside [0, num_slots) (kernels::kPadSlot): then the row is
+// rotated and not stored. The pool gets exactly what the two kernels would write.
+template <typename T>
+IRIS_GLOBAL void RotaryQKWriteKvKernel(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
+                                       int k_heads, int head_dim, const float* cos, const float* sin, const float* v,
+                                       int64_t v_stride, const int64_t* slots, int64_t num_slots, T* k_pool,
+                                       T* v_pool) {
+  const int64_t row = blockIdx.x;
+  const int half = head_dim / 2;
+  const int64_t width = static_cast<int64_t>(k_heads) * head_dim;  // a pool slot's values
+  const int64_t slot = slots[row];
+  T* k_slot = slot >= 0 && slot < num_slots ? k_pool + slot * width : nullptr;
+  const float* c = cos + row * half;
+  const float* s = sin + row * half;
+  for (int e = static_cast<int>(threadIdx.x); e < (q_heads + k_heads) * half; e += static_cast<int>(blockDim.x)) {
+    const int h = e / half, i = e % half;
+    const bool is_k = h >= q_heads;
+    const int64_t at = static_cast<int64_t>(is_k ? h - q_heads : h) * head_dim;
+    float* p = is_k ? k + row * k_stride + at : q + row * q_stride + at;
+    const float x1 = p[i], x2 = p[i + half];
+    const float y1 = x1 * c[i] - x2 * s[i], y2 = x2 * c[i] + x1 * s[i];
+    p[i] = y1;
+    p[i + half] = y2;
+    if (is_k && k_slot != nullptr) {
+      StoreKv(k_slot + at + i, y1);
+      StoreKv(k_slot + at + i + half, y2);
+    }
+  }
+  if (k_slot == nullptr) return;
+  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) StoreKv(v_pool + slot * width + e, v[row * v_stride + e]);
+}
+
 constexpr int kPagedWarps = 8;        // a block: 8 warps (256 threads)
 constexpr int kPagedMaxHeadDim = 256;
 constexpr int kPagedDimsPerLane = kPagedMaxHeadDim / 32;
