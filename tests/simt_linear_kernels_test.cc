@@ -159,9 +159,10 @@ void LaunchSimtGemvRows(bool vec, const uint16_t* w, int64_t ld, int64_t in, int
   const int blocks = static_cast<int>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock);
   if constexpr (kOp == GemvX::kPlain) {
     Launch(Dim3(blocks), Dim3(kGemvSimtThreads), vec ? GemvSimtKernel<kRows, true> : GemvSimtKernel<kRows, false>,
-           w, ld, in, out, x, bias, beta, y);
+           w, ld, in, out, x, bias, beta, y, false);
   } else {
-    Launch(Dim3(blocks), Dim3(kGemvSimtThreads), GemvSimtKernel<kRows, true, kOp>, w, ld, in, out, x, bias, beta, y);
+    Launch(Dim3(blocks), Dim3(kGemvSimtThreads), GemvSimtKernel<kRows, true, kOp>, w, ld, in, out, x, bias, beta, y,
+           true);
   }
 }
 template <GemvX kOp>
@@ -186,13 +187,14 @@ void LaunchSimtGemv(bool tensor_cores, int rows, bool vec, const uint16_t* w, in
     const Dim3 grid(blocks), block(kGemvMmaThreads);
     switch (x.op) {
       case GemvX::kPlain:
-        Launch(grid, block, vec ? GemvMmaKernel<true> : GemvMmaKernel<false>, w, ld, in, out, x, rows, bias, beta, y);
+        Launch(grid, block, vec ? GemvMmaKernel<true> : GemvMmaKernel<false>, w, ld, in, out, x, rows, bias, beta, y,
+               false);
         return;
       case GemvX::kRmsNorm:
-        Launch(grid, block, GemvMmaKernel<true, GemvX::kRmsNorm>, w, ld, in, out, x, rows, bias, beta, y);
+        Launch(grid, block, GemvMmaKernel<true, GemvX::kRmsNorm>, w, ld, in, out, x, rows, bias, beta, y, true);
         return;
       case GemvX::kSiluMul:
-        Launch(grid, block, GemvMmaKernel<true, GemvX::kSiluMul>, w, ld, in, out, x, rows, bias, beta, y);
+        Launch(grid, block, GemvMmaKernel<true, GemvX::kSiluMul>, w, ld, in, out, x, rows, bias, beta, y, true);
         return;
     }
   }

@@ -51,6 +51,7 @@ absl::StatusOr<int64_t> Bytes(core::DType dtype, const std::vector<int64_t>& sha
 struct CudaDevice::State {
   int ordinal = 0;
   int sm_count = 0;
+  int cc_major = 0;  // compute capability
   cudaStream_t stream = nullptr;
   cudaMemPool_t pool = nullptr;
   cublasLtHandle_t lt = nullptr;
@@ -171,6 +172,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
     return CudaStatus(e, "cudaMalloc(cuBLASLt matmul workspace)");
   }
   state->sm_count = prop.multiProcessorCount;
+  state->cc_major = prop.major;
   const size_t counter_bytes = sizeof(int) * static_cast<size_t>(state->sm_count);
   if (const cudaError_t e = cudaMalloc(&state->split_counters, counter_bytes); e != cudaSuccess) {
     state->split_counters = nullptr;
@@ -227,6 +229,15 @@ std::optional<GemvKernel> CudaDevice::GemvFor(int64_t rows, int64_t weight_bytes
 CUstream_st* CudaDevice::stream() const { return state_->stream; }
 
 int CudaDevice::sm_count() const { return state_->sm_count; }
+
+absl::Status CudaDevice::SetGemvEarlyStart(bool early) {
+  if (early && state_->cc_major < 9) {
+    return absl::FailedPreconditionError(absl::StrCat(description_, ": early-start GEMVs need compute capability 9.0 "
+                                                      "(programmatic dependent launch)"));
+  }
+  gemv_early_start_ = early;
+  return absl::OkStatus();
+}
 
 absl::Status CudaDevice::status() const {
   std::lock_guard<std::mutex> lock(state_->mu);

@@ -352,6 +352,7 @@ IRIS_DEVICE float F16ToFloat(uint16_t h) {
 
 // dst[i, :] = src[index[i], :] for i < n.
 IRIS_GLOBAL void GatherRowsKernel(const float* src, int64_t width, const int32_t* index, int64_t n, float* dst) {
+  GridDependencyTrigger();  // lm_head's GEMV may start (it waits for this kernel's rows)
   for (int64_t e = GridStart(); e < n * width; e += GridStride()) {
     const int64_t i = e / width, j = e % width;
     dst[e] = src[static_cast<int64_t>(index[i]) * width + j];
@@ -386,6 +387,7 @@ struct F16Table {
 template <typename Table>
 IRIS_GLOBAL void EmbeddingLookupKernel(const typename Table::Element* table, int64_t vocab, int64_t width,
                                        const int32_t* ids, int64_t n, float* out) {
+  GridDependencyTrigger();  // the first layer's qkv GEMV may start (it waits for these rows)
   for (int64_t e = GridStart(); e < n * width; e += GridStride()) {
     const int64_t i = e / width, j = e % width;
     const int32_t id = ids[i];
@@ -571,6 +573,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
                                       const int32_t* context_lens, const int32_t* block_tables,
                                       int max_blocks_per_seq, int num_seqs, int64_t row_begin, float* partials,
                                       int* split_counters) {
+  GridDependencyTrigger();  // the o projection's GEMV may start (it waits for this kernel's output)
   IRIS_SHARED float q_shared[kPagedMaxHeadDim];
   IRIS_SHARED int merges_splits;
   IRIS_SHARED float tile_p[kPagedWarps][kWarpSize];

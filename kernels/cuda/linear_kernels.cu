@@ -30,15 +30,33 @@ namespace {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// A launch on `stream`, with programmatic stream serialization where `early`.
+template <typename... Params, typename... Args>
+void LaunchOn(CUstream_st* stream, unsigned blocks, unsigned threads, bool early, void (*kernel)(Params...),
+              Args... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  config.attrs = early ? &attribute : nullptr;
+  config.numAttrs = early ? 1 : 0;
+  (void)cudaLaunchKernelEx(&config, kernel, args...);  // its error is the launch's (LastLaunchError)
+}
+
 template <GemvKernel kKernel, int kRows, bool kVecX, GemvX kOp>
 void LaunchGemvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const GemvInput& x,
-                  int rows, const float* bias, float beta, float* y) {
+                  int rows, const float* bias, float beta, float* y, bool early) {
   if constexpr (kKernel == GemvKernel::kTensorCores) {
     const auto blocks = static_cast<unsigned>((out + kGemvMmaOutPerBlock - 1) / kGemvMmaOutPerBlock);
-    GemvMmaKernel<kVecX, kOp><<<blocks, kGemvMmaThreads, 0, stream>>>(w, ld, in, out, x, rows, bias, beta, y);
+    LaunchOn(stream, blocks, kGemvMmaThreads, early, GemvMmaKernel<kVecX, kOp>, w, ld, in, out, x, rows, bias, beta, y,
+             early);
   } else {
     const auto blocks = static_cast<unsigned>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock);
-    GemvSimtKernel<kRows, kVecX, kOp><<<blocks, kGemvSimtThreads, 0, stream>>>(w, ld, in, out, x, bias, beta, y);
+    LaunchOn(stream, blocks, kGemvSimtThreads, early, GemvSimtKernel<kRows, kVecX, kOp>, w, ld, in, out, x, bias, beta,
+             y, early);
   }
 }
 
@@ -46,20 +64,20 @@ void LaunchGemvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in
 // as vectors.
 template <GemvKernel kKernel, int kRows>
 void LaunchGemvRows(CUstream_st* stream, bool vec_x, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
-                    const GemvInput& x, int rows, const float* bias, float beta, float* y) {
+                    const GemvInput& x, int rows, const float* bias, float beta, float* y, bool early) {
   switch (x.op) {
     case GemvX::kPlain:
       if (vec_x) {
-        LaunchGemvAs<kKernel, kRows, true, GemvX::kPlain>(stream, w, ld, in, out, x, rows, bias, beta, y);
+        LaunchGemvAs<kKernel, kRows, true, GemvX::kPlain>(stream, w, ld, in, out, x, rows, bias, beta, y, early);
       } else {
-        LaunchGemvAs<kKernel, kRows, false, GemvX::kPlain>(stream, w, ld, in, out, x, rows, bias, beta, y);
+        LaunchGemvAs<kKernel, kRows, false, GemvX::kPlain>(stream, w, ld, in, out, x, rows, bias, beta, y, early);
       }
       break;
     case GemvX::kRmsNorm:
-      LaunchGemvAs<kKernel, kRows, true, GemvX::kRmsNorm>(stream, w, ld, in, out, x, rows, bias, beta, y);
+      LaunchGemvAs<kKernel, kRows, true, GemvX::kRmsNorm>(stream, w, ld, in, out, x, rows, bias, beta, y, early);
       break;
     case GemvX::kSiluMul:
-      LaunchGemvAs<kKernel, kRows, true, GemvX::kSiluMul>(stream, w, ld, in, out, x, rows, bias, beta, y);
+      LaunchGemvAs<kKernel, kRows, true, GemvX::kSiluMul>(stream, w, ld, in, out, x, rows, bias, beta, y, early);
       break;
   }
 }
@@ -77,7 +95,7 @@ bool GemvTakes(const GemvInput& x, int64_t in) {
 }
 
 int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
-                   GemvInput x, int64_t rows, const float* bias, float beta, float* y) {
+                   GemvInput x, int64_t rows, const float* bias, float beta, float* y, bool early) {
   static_assert(kGemvMaxRowsPerLaunch == kGemvMaxRows, "linear_kernels.h names the kernels' limit");
   if (rows < 1 || rows > kGemvMaxRows || in < 1 || ld < in || ld % 8 != 0 || !Aligned16(w) || out < 1 ||
       !GemvTakes(x, in)) {
@@ -87,19 +105,19 @@ int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, in
   const bool vec_x = in % 8 == 0 && Aligned16(x.x);
   const int r = static_cast<int>(rows);
   if (kernel == GemvKernel::kTensorCores) {
-    LaunchGemvRows<GemvKernel::kTensorCores, 0>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y);
+    LaunchGemvRows<GemvKernel::kTensorCores, 0>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early);
     return LastLaunchError();
   }
   constexpr GemvKernel kSimt = GemvKernel::kCudaCores;
   switch (rows) {
-    case 1: LaunchGemvRows<kSimt, 1>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
-    case 2: LaunchGemvRows<kSimt, 2>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
-    case 3: LaunchGemvRows<kSimt, 3>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
-    case 4: LaunchGemvRows<kSimt, 4>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
-    case 5: LaunchGemvRows<kSimt, 5>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
-    case 6: LaunchGemvRows<kSimt, 6>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
-    case 7: LaunchGemvRows<kSimt, 7>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
-    default: LaunchGemvRows<kSimt, 8>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y); break;
+    case 1: LaunchGemvRows<kSimt, 1>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
+    case 2: LaunchGemvRows<kSimt, 2>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
+    case 3: LaunchGemvRows<kSimt, 3>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
+    case 4: LaunchGemvRows<kSimt, 4>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
+    case 5: LaunchGemvRows<kSimt, 5>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
+    case 6: LaunchGemvRows<kSimt, 6>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
+    case 7: LaunchGemvRows<kSimt, 7>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
+    default: LaunchGemvRows<kSimt, 8>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
   }
   static_assert(kGemvMaxRows == 8, "one case per row count");
   return LastLaunchError();

@@ -76,6 +76,12 @@ IRIS_GLOBAL void BiasGeluErfKernel(float* y, int64_t rows, int64_t cols, const f
   }
 }
 
+// Both GEMVs let the kernel behind them start early (GridDependencyTrigger, simt.h) and wait for
+// the kernel ahead of them (GridDependencyWait) before they read x, y or anything else another
+// kernel writes. Launched with programmatic stream serialization (early_start, LaunchGemvBf16's
+// `early`), a GEMV's blocks can be resident while the kernel ahead finishes, and they ask for
+// their first pass's weight lines in the L2 then: the weight stream starts before x is ready.
+
 // --- GEMV on the CUDA cores: y = x·Wᵀ for 1..kGemvMaxRows rows of x, W bf16 ---
 // A block owns kGemvSimtOutPerBlock output features; its warps split the input columns in
 // 16-byte chunks (8 bf16), lane-interleaved so that a warp's load of a weight row is 512
@@ -172,15 +178,22 @@ IRIS_DEVICE void GemvXChunk(const GemvInput& x, int row, int64_t c, int64_t in, 
 // blocks of kGemvSimtThreads.
 template <int kRows, bool kVecX, GemvX kOp = GemvX::kPlain>
 IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, GemvInput x,
-                                const float* bias, float beta, float* y) {
+                                const float* bias, float beta, float* y, bool early_start) {
   IRIS_SHARED float partial[kGemvSimtWarps][kGemvSimtOutPerBlock * kRows];
   IRIS_SHARED float norm_partials[kOp == GemvX::kRmsNorm ? kGemvNormPartials : 1];
   IRIS_SHARED float inv[kGemvMaxRows];
-  GemvPrologue<kOp>(x, kRows, in, norm_partials, inv);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kGemvSimtOutPerBlock;
   const int outs = static_cast<int>(out - o0 < kGemvSimtOutPerBlock ? out - o0 : kGemvSimtOutPerBlock);
   const int64_t chunks = (in + 7) / 8;
+  GridDependencyTrigger();
+  // Launched to start early (GemvEarlyStart): the weight is no kernel's output, so the first
+  // pass's chunks are asked for before the wait.
+  if (const int64_t c = static_cast<int64_t>(warp) * kWarpSize + lane; early_start && c < chunks) {
+    for (int o = 0; o < outs; ++o) PrefetchL2(reinterpret_cast<const Chunk16*>(w + (o0 + o) * ld) + c);
+  }
+  GridDependencyWait();
+  GemvPrologue<kOp>(x, kRows, in, norm_partials, inv);
   float acc[kGemvSimtOutPerBlock][kRows];
   for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {
     for (int r = 0; r < kRows; ++r) acc[o][r] = 0.f;
@@ -252,11 +265,10 @@ IRIS_DEVICE void GemvXPairs(const GemvInput& x, int row, int64_t c, int64_t in, 
 // kGemvMmaOutPerBlock) blocks of kGemvMmaThreads.
 template <bool kVecX, GemvX kOp = GemvX::kPlain>
 IRIS_GLOBAL void GemvMmaKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, GemvInput x, int rows,
-                                const float* bias, float beta, float* y) {
+                                const float* bias, float beta, float* y, bool early_start) {
   IRIS_SHARED float partial[kGemvMmaWarps][kGemvMmaOutPerBlock * kGemvMaxRows];
   IRIS_SHARED float norm_partials[kOp == GemvX::kRmsNorm ? kGemvNormPartials : 1];
   IRIS_SHARED float inv[kGemvMaxRows];
-  GemvPrologue<kOp>(x, rows, in, norm_partials, inv);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int group = lane / 4, t = lane % 4;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kGemvMmaOutPerBlock;
@@ -266,6 +278,17 @@ IRIS_GLOBAL void GemvMmaKernel(const uint16_t* w, int64_t ld, int64_t in, int64_
   const int xrow = group < rows ? group : 0;  // batch row `group`
   const int64_t chunks = (in + 7) / 8;    // 16-byte chunks of a row holding columns below `in`
   const int64_t steps = (chunks + 3) / 4;  // 32-column steps
+  GridDependencyTrigger();
+  // Launched to start early: the first pass's weight chunks are asked for before the wait.
+  IRIS_UNROLL
+  for (int u = 0; u < kGemvMmaUnroll; ++u) {
+    if (const int64_t c = (warp + static_cast<int64_t>(u) * kGemvMmaWarps) * 4 + t; early_start && c < chunks) {
+      PrefetchL2(reinterpret_cast<const Chunk16*>(w_lo) + c);
+      PrefetchL2(reinterpret_cast<const Chunk16*>(w_hi) + c);
+    }
+  }
+  GridDependencyWait();
+  GemvPrologue<kOp>(x, rows, in, norm_partials, inv);
   float d[4] = {0.f, 0.f, 0.f, 0.f};
   for (int64_t s0 = warp; s0 < steps; s0 += static_cast<int64_t>(kGemvMmaWarps) * kGemvMmaUnroll) {
     Chunk16 a_lo[kGemvMmaUnroll], a_hi[kGemvMmaUnroll];

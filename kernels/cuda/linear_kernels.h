@@ -46,9 +46,12 @@ bool GemvTakes(const GemvInput& x, int64_t in);
 // y[r, o] = beta * y[r, o] + bias[o] + op(x)[r, :] (rounded to bf16) · w[o, :] for r < rows (1 ..
 // kGemvMaxRowsPerLaunch), o < out: w bf16 bits [out, ld], 16-byte aligned, ld % 8 == 0, columns
 // [in, ld) zero; x as GemvInput says; y [rows, out] (not read when beta == 0); bias may be null.
-// cudaErrorInvalidValue where !GemvTakes(x, in).
+// cudaErrorInvalidValue where !GemvTakes(x, in). early (sm_90 and later): launched with
+// programmatic stream serialization, so that its blocks may start while the kernel ahead of it
+// on the stream finishes, asking for their first weight lines in the L2 before they wait for it
+// (linear_kernels.cuh).
 int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
-                   GemvInput x, int64_t rows, const float* bias, float beta, float* y);
+                   GemvInput x, int64_t rows, const float* bias, float beta, float* y, bool early = false);
 // partials[b] for b < blocks: block b's share of the sum of x[0, n) (x 16-byte aligned, n a
 // multiple of 4), 256 threads a block.
 int LaunchReadSum(CUstream_st* stream, const float* x, int64_t n, int blocks, float* partials);

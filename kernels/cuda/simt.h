@@ -8,7 +8,8 @@
 //     per-warp exchange with a barrier of the warp's lanes.
 // Kernels use only what this header names: IRIS_GLOBAL, IRIS_DEVICE, IRIS_HOST_DEVICE, IRIS_SHARED, IRIS_UNROLL,
 // IRIS_LAUNCH_BOUNDS, SyncThreads(),
-// SyncWarp(), ShflXor(), ThreadFence(), AtomicAddInt(), LoadCoherent(), MmaBf16() (a warp's
+// SyncWarp(), ShflXor(), ThreadFence(), AtomicAddInt(), LoadCoherent(), GridDependencyWait(),
+// GridDependencyTrigger(), PrefetchL2(), MmaBf16() (a warp's
 // tensor-core product, with a scalar twin here),
 // threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch for the host side.
 // Every thread of a block must reach each SyncThreads (as CUDA requires), and a block's size is a
@@ -67,6 +68,29 @@ __device__ __forceinline__ void ThreadFence() { __threadfence(); }
 __device__ __forceinline__ int AtomicAddInt(int* p, int v) { return atomicAdd(p, v); }
 __device__ __forceinline__ float LoadCoherent(const float* p) { return __ldcg(p); }
 __device__ __forceinline__ int32_t LoadCoherent(const int32_t* p) { return __ldcg(p); }
+
+// Programmatic dependent launch (sm_90; no-ops before): a kernel launched with the programmatic
+// stream-serialization attribute may start before the kernel ahead of it on the stream ends.
+// GridDependencyWait blocks until that kernel has completed and its writes are visible: such a
+// kernel reads nothing another kernel writes, and writes nothing, before it. GridDependencyTrigger
+// lets the kernel behind this one start early (it still waits in its GridDependencyWait).
+// PrefetchL2 asks for the 128-byte line holding p in the L2 (a hint: it reads nothing into
+// registers and cannot fault).
+__device__ __forceinline__ void GridDependencyWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void GridDependencyTrigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
 
 }  // namespace iris::kernels::cuda
 
@@ -165,6 +189,10 @@ inline void ThreadFence() { std::atomic_thread_fence(std::memory_order_seq_cst);
 inline int AtomicAddInt(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
 inline float LoadCoherent(const float* p) { return *p; }
 inline int32_t LoadCoherent(const int32_t* p) { return *p; }
+// The harness runs launches one after another: every dependency is already met.
+inline void GridDependencyWait() {}
+inline void GridDependencyTrigger() {}
+inline void PrefetchL2(const void*) {}
 
 // MmaBf16's scalar twin (the layout is documented with the CUDA one above): the lanes post their
 // fragments, each lane rebuilds A and B from the posted registers exactly as the hardware reads
