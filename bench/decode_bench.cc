@@ -64,9 +64,10 @@ ABSL_FLAG(bool, linears, true,
 ABSL_FLAG(bool, fold_inputs, true,
           "GPU: bf16 Linears apply the norm or SiLU·mul before them as they read x (false: the op's own launch "
           "first, to measure the fold)");
-ABSL_FLAG(bool, gemv_early_start, false,
-          "GPU (sm_90+): launch the GEMVs to start early (programmatic dependent launch), their first weight lines "
-          "asked for while the kernel ahead finishes");
+ABSL_FLAG(bool, early_start, true,
+          "GPU: launch the GEMVs and the paged attention to start early (programmatic dependent launch, the default "
+          "on sm_90+): the GEMVs' first weight pass and the attention's first keys are read while the kernel ahead "
+          "finishes (false: launched plainly, to measure it)");
 ABSL_FLAG(int, gemv_max_rows, -1, "GPU: bf16 Linears with at most this many rows run a GEMV (-1: the device's default)");
 ABSL_FLAG(std::string, gemv_kernel, "auto",
           "GPU: which GEMV takes bf16 Linears of up to --gemv_max_rows rows: auto (the device's pick by rows and "
@@ -266,8 +267,9 @@ int main(int argc, char** argv) {
       if (absl::Status s = gpu.SetGemvMaxRows(rows); !s.ok()) Die(std::string(s.message()));
     }
     gpu.SetFoldLinearInputs(absl::GetFlag(FLAGS_fold_inputs));
-    if (absl::Status s = gpu.SetGemvEarlyStart(absl::GetFlag(FLAGS_gemv_early_start)); !s.ok()) {
-      Die(std::string(s.message()));
+    // Off switches it off; on keeps the device's default (on where the GPU has it).
+    if (!absl::GetFlag(FLAGS_early_start)) {
+      if (absl::Status s = gpu.SetEarlyStart(false); !s.ok()) Die(std::string(s.message()));
     }
     const std::string kernel = absl::GetFlag(FLAGS_gemv_kernel);
     if (kernel == "cuda_cores" || kernel == "tensor_cores") {

@@ -98,7 +98,7 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
                                                   L.head_dim, md.query_start.data(), md.context_lens.data(),
                                                   md.block_tables.data(), md.max_blocks_per_seq, md.num_seqs,
                                                   md.row_begin, md.row_end, splits, partials,
-                                                  gpu.paged_split_counters()),
+                                                  gpu.paged_split_counters(), gpu.early_start()),
                        "PagedAttention");
 #else
       break;

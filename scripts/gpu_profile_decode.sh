@@ -7,6 +7,7 @@
 # flush the caches before each kernel: the first H200 profile, with them, summed 5.4 ms of kernels
 # for a 3b batch-1 step that runs in 4.05 ms).
 #   scripts/gpu_profile_decode.sh --bundle .gpu/bundle.tar.xz [--preset small|3b] [--batch 1] [--context 512] [--out DIR]
+#     [-- decode_bench flags, e.g. --fold_inputs=false]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=""
@@ -14,6 +15,7 @@ PRESET=small
 BATCH=1
 CONTEXT=512
 OUT_DIR=$(mktemp -d)
+EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
@@ -21,7 +23,8 @@ while [ $# -gt 0 ]; do
     --batch) BATCH=$2; shift 2 ;;
     --context) CONTEXT=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "gpu_profile_decode: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -41,7 +44,7 @@ MAKE_MODEL=$(ls "$BIN/iris-make-model" build/tools/iris-make-model/iris-make-mod
 # nothing else timed.
 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT_DIR/ncu.csv" \
   "$BIN/decode_bench" --model "$OUT_DIR/$PRESET" --device cuda --batches "$BATCH" --context "$CONTEXT" --steps 2 \
-  --graphs=false --linears=false --kv_compare_contexts= --prompt 16 --prompt_repeats 1 >"$OUT_DIR/decode_bench.log" 2>&1 \
+  --graphs=false --linears=false --kv_compare_contexts= --prompt 16 --prompt_repeats 1 "${EXTRA[@]}" >"$OUT_DIR/decode_bench.log" 2>&1 \
   || { tail -20 "$OUT_DIR/decode_bench.log"; exit 1; }
 python3 - "$OUT_DIR/ncu.csv" <<'EOF'
 import csv, sys, collections

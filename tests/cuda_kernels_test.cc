@@ -291,18 +291,24 @@ TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuKernel) {
     const std::vector<int32_t> cl(c.meta.context_lens.begin(), c.meta.context_lens.end());
     const std::vector<int32_t> bt(c.meta.block_tables.begin(), c.meta.block_tables.end());
     for (const bool bf16 : {false, true}) {
-      for (const int splits : {1, 5, 16}) {
-        SCOPED_TRACE(::testing::Message() << "head_dim " << hd << ", " << splits << " splits");
+      for (const auto& [splits, early] : {std::pair{1, false}, {5, false}, {16, false}, {1, true}, {5, true}}) {
+        if (early && !g->cuda().SetEarlyStart(true).ok()) continue;  // below sm_90
+        SCOPED_TRACE(::testing::Message() << "head_dim " << hd << ", " << splits << " splits, early start " << early);
+        // q written by the kernel just ahead (q + 0), which an early-start launch must wait for.
+        float* q = g->Up(std::vector<float>(c.q.size(), NAN));
+        ASSERT_EQ(cuda::LaunchAdd(g->cuda().stream(), g->Up(c.q), g->Up(std::vector<float>(c.q.size(), 0.f)),
+                                  static_cast<int64_t>(c.q.size()), q),
+                  0);
         float* out = g->Up(std::vector<float>(c.q.size(), NAN));
         float* partials = g->Up(std::vector<float>(
             cuda::PagedAttentionPartialBytes(c.rows, c.heads, hd, splits) / sizeof(float), NAN));
         int* counters = g->Up(std::vector<int>(c.rows * c.heads, 0));
         const void* kd = bf16 ? static_cast<const void*>(g->Up(c.kb)) : static_cast<const void*>(g->Up(c.kf));
         const void* vd = bf16 ? static_cast<const void*>(g->Up(c.vb)) : static_cast<const void*>(g->Up(c.vf));
-        ASSERT_EQ(cuda::LaunchPagedAttention(g->cuda().stream(), g->Up(c.q), c.row_stride(), out, c.row_stride(),
-                                             c.heads, c.scale(), kd, vd, bf16, c.block_size, c.kv_heads, hd,
-                                             g->Up(qs), g->Up(cl), g->Up(bt), c.meta.max_blocks_per_seq,
-                                             c.meta.num_seqs, 0, c.rows, splits, partials, counters),
+        ASSERT_EQ(cuda::LaunchPagedAttention(g->cuda().stream(), q, c.row_stride(), out, c.row_stride(), c.heads,
+                                             c.scale(), kd, vd, bf16, c.block_size, c.kv_heads, hd, g->Up(qs),
+                                             g->Up(cl), g->Up(bt), c.meta.max_blocks_per_seq, c.meta.num_seqs, 0,
+                                             c.rows, splits, partials, counters, early),
                   0);
         ExpectCloseRel(g->Down(out, c.q.size()), c.Reference(bf16), 2e-5f, bf16 ? "paged bf16" : "paged f32");
         // The last split of each (row, head) left its counter zero for the next launch.

@@ -363,7 +363,7 @@ TEST(CudaLinearTest, EarlyStartGemvsWaitForTheKernelAhead) {
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   cuda::CudaDevice& cuda = Cuda(*gpu);
-  if (absl::Status s = cuda.SetGemvEarlyStart(true); !s.ok()) GTEST_SKIP() << s;
+  if (absl::Status s = cuda.SetEarlyStart(true); !s.ok()) GTEST_SKIP() << s;
   const int64_t h = 2048, inter = 1024, m = 1;
   std::vector<float> held;
   auto make = [&](int64_t out, int64_t in, uint32_t seed) {
@@ -391,14 +391,14 @@ TEST(CudaLinearTest, EarlyStartGemvsWaitForTheKernelAhead) {
   };
   std::vector<float> got[2];
   for (const bool early : {false, true}) {
-    ASSERT_TRUE(cuda.SetGemvEarlyStart(early).ok());
+    ASSERT_TRUE(cuda.SetEarlyStart(early).ok());
     gpu->CopyToDevice(x0.data(), x.data<float>(), x0.size() * sizeof(float));
     step();
     got[early] = Download(*gpu, x.data<float>(), x0.size());
   }
   EXPECT_EQ(got[1], got[0]) << "direct";
   EXPECT_NE(got[0], x0);
-  ASSERT_TRUE(cuda.SetGemvEarlyStart(true).ok());
+  ASSERT_TRUE(cuda.SetEarlyStart(true).ok());
   ASSERT_TRUE(gpu->BeginCapture().ok());
   step();
   absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = gpu->EndCapture();
@@ -406,7 +406,7 @@ TEST(CudaLinearTest, EarlyStartGemvsWaitForTheKernelAhead) {
   gpu->CopyToDevice(x0.data(), x.data<float>(), x0.size() * sizeof(float));
   ASSERT_TRUE((*graph)->Replay().ok());
   EXPECT_EQ(Download(*gpu, x.data<float>(), x0.size()), got[0]) << "replayed";
-  ASSERT_TRUE(cuda.SetGemvEarlyStart(false).ok());
+  ASSERT_TRUE(cuda.SetEarlyStart(false).ok());
   EXPECT_TRUE(cuda.status().ok()) << cuda.status();
 }
 

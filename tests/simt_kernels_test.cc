@@ -414,21 +414,27 @@ void CheckRotaryQKWriteKv(T marker) {
     std::vector<int64_t> slots(rows);
     for (int r = 0; r < rows; ++r) slots[r] = (5 * r + 2) % num_slots;
     slots[1] = kPadSlot;
-    std::vector<float> want = qkv, got = qkv;
-    std::vector<T> want_k(num_slots * width, marker), want_v = want_k, got_k = want_k, got_v = want_k;
+    std::vector<float> want = qkv;
+    std::vector<T> want_k(num_slots * width, marker), want_v = want_k;
     float* wq = want.data();
     Launch(Dim3(rows), Dim3(96), RotaryQKKernel, wq, stride, qh, wq + qh * hd, stride, kh, hd, cos.data(), sin.data());
     Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), WritePagedKvKernel<T>, static_cast<const float*>(wq + qh * hd),
            stride, static_cast<const float*>(wq + (qh + kh) * hd), stride, static_cast<const int64_t*>(slots.data()),
            int64_t{rows}, width, num_slots, want_k.data(), want_v.data());
-    float* gq = got.data();
-    Launch(Dim3(rows), Dim3(96), RotaryQKWriteKvKernel<T>, gq, stride, qh, gq + qh * hd, stride, kh, hd, cos.data(),
-           sin.data(), static_cast<const float*>(gq + (qh + kh) * hd), stride,
-           static_cast<const int64_t*>(slots.data()), num_slots, got_k.data(), got_v.data());
-    ExpectSameBits(got, want, "qkv");
-    ExpectSameBits(got_k, want_k, "k pool");
-    ExpectSameBits(got_v, want_v, "v pool");
-    EXPECT_NE(got, qkv);
+    // One block a row, and a row's work split over 3 blocks (as the launch splits it).
+    for (int slices : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << slices << " blocks a row");
+      std::vector<float> got = qkv;
+      std::vector<T> got_k(num_slots * width, marker), got_v = got_k;
+      float* gq = got.data();
+      Launch(Dim3(rows, slices), Dim3(96), RotaryQKWriteKvKernel<T>, gq, stride, qh, gq + qh * hd, stride, kh, hd,
+             cos.data(), sin.data(), static_cast<const float*>(gq + (qh + kh) * hd), stride,
+             static_cast<const int64_t*>(slots.data()), num_slots, got_k.data(), got_v.data());
+      ExpectSameBits(got, want, "qkv");
+      ExpectSameBits(got_k, want_k, "k pool");
+      ExpectSameBits(got_v, want_v, "v pool");
+      EXPECT_NE(got, qkv);
+    }
   }
 }
 

@@ -193,7 +193,8 @@ CudaDevice::CudaDevice(int ordinal, std::shared_ptr<State> state, std::string de
     : ordinal_(ordinal),
       state_(std::move(state)),
       description_(std::move(description)),
-      gemv_max_rows_(kGemvMaxRowsPerLaunch) {}
+      gemv_max_rows_(kGemvMaxRowsPerLaunch),
+      early_start_(state_->cc_major >= 9) {}
 
 CudaDevice::~CudaDevice() = default;
 
@@ -230,12 +231,12 @@ CUstream_st* CudaDevice::stream() const { return state_->stream; }
 
 int CudaDevice::sm_count() const { return state_->sm_count; }
 
-absl::Status CudaDevice::SetGemvEarlyStart(bool early) {
+absl::Status CudaDevice::SetEarlyStart(bool early) {
   if (early && state_->cc_major < 9) {
-    return absl::FailedPreconditionError(absl::StrCat(description_, ": early-start GEMVs need compute capability 9.0 "
+    return absl::FailedPreconditionError(absl::StrCat(description_, ": early start needs compute capability 9.0 "
                                                       "(programmatic dependent launch)"));
   }
-  gemv_early_start_ = early;
+  early_start_ = early;
   return absl::OkStatus();
 }
 

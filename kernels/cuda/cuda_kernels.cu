@@ -205,13 +205,15 @@ int LaunchRotaryQKWritePagedKv(CUstream_st* stream, float* q, int64_t q_stride, 
                                int64_t num_slots, void* k_pool, void* v_pool, bool bf16_pool) {
   if (rows == 0) return 0;
   const int64_t work = std::max(int64_t{q_heads + k_heads} * head_dim / 2, int64_t{k_heads} * head_dim);
-  const auto grid = static_cast<unsigned>(rows);
+  // Each thread one rotary pair (and one v value): a row's work over ceil(work / 256) blocks.
+  const int threads = BlockFor(work);
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((work + threads - 1) / threads));
   if (bf16_pool) {
-    RotaryQKWriteKvKernel<uint16_t><<<grid, BlockFor(work), 0, stream>>>(
+    RotaryQKWriteKvKernel<uint16_t><<<grid, threads, 0, stream>>>(
         q, q_stride, q_heads, k, k_stride, k_heads, head_dim, cos, sin, v, v_stride, slots, num_slots,
         static_cast<uint16_t*>(k_pool), static_cast<uint16_t*>(v_pool));
   } else {
-    RotaryQKWriteKvKernel<float><<<grid, BlockFor(work), 0, stream>>>(q, q_stride, q_heads, k, k_stride, k_heads,
+    RotaryQKWriteKvKernel<float><<<grid, threads, 0, stream>>>(q, q_stride, q_heads, k, k_stride, k_heads,
                                                                       head_dim, cos, sin, v, v_stride, slots,
                                                                       num_slots, static_cast<float*>(k_pool),
                                                                       static_cast<float*>(v_pool));
@@ -242,7 +244,7 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
                          int block_size, int num_kv_heads, int head_dim, const int32_t* query_start,
                          const int32_t* context_lens, const int32_t* block_tables, int max_blocks_per_seq,
                          int num_seqs, int64_t row_begin, int64_t row_end, int splits, float* partials,
-                         int* split_counters) {
+                         int* split_counters, bool early) {
   if (head_dim > kPagedMaxHeadDim || num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || splits < 1 ||
       (splits > 1 && (partials == nullptr || split_counters == nullptr))) {
     return static_cast<int>(cudaErrorInvalidValue);
@@ -253,15 +255,15 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
                   static_cast<unsigned>(splits));
   const int threads = kPagedWarps * kWarpSize;
   if (bf16_pool) {
-    PagedAttentionKernel<uint16_t><<<grid, threads, 0, stream>>>(
-        q, q_row_stride, out, out_row_stride, num_heads, scale, static_cast<const uint16_t*>(k_pool),
-        static_cast<const uint16_t*>(v_pool), block_size, num_kv_heads, head_dim, query_start, context_lens,
-        block_tables, max_blocks_per_seq, num_seqs, row_begin, partials, split_counters);
+    LaunchMaybeEarly(stream, grid, threads, early, PagedAttentionKernel<uint16_t>, q, q_row_stride, out,
+                     out_row_stride, num_heads, scale, static_cast<const uint16_t*>(k_pool),
+                     static_cast<const uint16_t*>(v_pool), block_size, num_kv_heads, head_dim, query_start,
+                     context_lens, block_tables, max_blocks_per_seq, num_seqs, row_begin, partials, split_counters);
   } else {
-    PagedAttentionKernel<float><<<grid, threads, 0, stream>>>(
-        q, q_row_stride, out, out_row_stride, num_heads, scale, static_cast<const float*>(k_pool),
-        static_cast<const float*>(v_pool), block_size, num_kv_heads, head_dim, query_start, context_lens,
-        block_tables, max_blocks_per_seq, num_seqs, row_begin, partials, split_counters);
+    LaunchMaybeEarly(stream, grid, threads, early, PagedAttentionKernel<float>, q, q_row_stride, out, out_row_stride,
+                     num_heads, scale, static_cast<const float*>(k_pool), static_cast<const float*>(v_pool),
+                     block_size, num_kv_heads, head_dim, query_start, context_lens, block_tables,
+                     max_blocks_per_seq, num_seqs, row_begin, partials, split_counters);
   }
   return LastLaunchError();
 }

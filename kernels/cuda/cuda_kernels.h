@@ -81,13 +81,15 @@ int LaunchRotaryQKWritePagedKv(CUstream_st* stream, float* q, int64_t q_stride, 
 // (cudaErrorInvalidValue otherwise). splits > 1: each row's keys go to that many blocks, whose
 // partials (`partials`, PagedAttentionPartialBytes) the last of them to finish merges, counting
 // arrivals in `split_counters`: (row_end - row_begin) x num_heads ints, zero before the launch
-// and zero again after it.
+// and zero again after it. early: launched to start early (programmatic dependent launch, sm_90+;
+// CudaDevice::early_start): its blocks read the metadata and ask for their first keys while the
+// kernel ahead (which writes q and the step's keys) finishes.
 int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                          int num_heads, float scale, const void* k_pool, const void* v_pool, bool bf16_pool,
                          int block_size, int num_kv_heads, int head_dim, const int32_t* query_start,
                          const int32_t* context_lens, const int32_t* block_tables, int max_blocks_per_seq,
                          int num_seqs, int64_t row_begin, int64_t row_end, int splits = 1,
-                         float* partials = nullptr, int* split_counters = nullptr);
+                         float* partials = nullptr, int* split_counters = nullptr, bool early = false);
 
 // Paged attention's key splits for a step of `rows` query rows: as many blocks per (row, head)
 // as fit in one wave on `sm_count` SMs (the kernel holds an SM's registers: one block each), at

@@ -62,6 +62,7 @@ struct Bf16Rows {
 // (F32Rows of stride dim): each thread rewrites only the elements it read, after the block sum.
 template <typename Out>
 IRIS_GLOBAL void RmsNormKernel(const float* x, const float* w, int64_t dim, float eps, Out out) {
+  GridDependencyTrigger();  // a GEMV behind may start early (it waits for this kernel's output)
   IRIS_SHARED float partials[kMaxWarpsPerBlock];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * dim;
@@ -79,6 +80,7 @@ IRIS_GLOBAL void RmsNormKernel(const float* x, const float* w, int64_t dim, floa
 // (row_math.cuh names it: the GEMVs that fold the norm sum in the same order).
 template <typename Out>
 IRIS_GLOBAL void RmsNormVecKernel(const float* x, const float* w, int64_t dim, float eps, Out out) {
+  GridDependencyTrigger();  // a GEMV behind may start early (it waits for this kernel's output)
   IRIS_SHARED float partials[kMaxWarpsPerBlock];
   const int64_t vecs = dim / 4, row = blockIdx.x;
   const Float4* xr = reinterpret_cast<const Float4*>(x + row * dim);
@@ -129,6 +131,7 @@ IRIS_GLOBAL void LayerNormKernel(const float* x, const float* w, const float* b,
 // out[r, j] = silu(gu[r, j]) * gu[r, inter + j]: gate and up side by side in each row.
 template <typename Out>
 IRIS_GLOBAL void SiluMulRowsKernel(const float* gu, int64_t rows, int64_t inter, Out out) {
+  GridDependencyTrigger();  // a GEMV behind may start early (it waits for this kernel's output)
   const int64_t n = rows * inter;
   for (int64_t e = GridStart(); e < n; e += GridStride()) {
     const int64_t r = e / inter, j = e % inter;
@@ -141,6 +144,7 @@ IRIS_GLOBAL void SiluMulRowsKernel(const float* gu, int64_t rows, int64_t inter,
 // element kernel's 64-bit division per element made it run at half the memory's bandwidth.
 template <typename Out>
 IRIS_GLOBAL void SiluMulRows4Kernel(const float* gu, int64_t rows, int64_t inter, Out out) {
+  GridDependencyTrigger();  // a GEMV behind may start early (it waits for this kernel's output)
   const int64_t quads = inter / 4, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const Float4* gate = reinterpret_cast<const Float4*>(gu + r * 2 * inter);
@@ -424,12 +428,15 @@ IRIS_GLOBAL void WritePagedKvKernel(const float* k, int64_t k_stride, const floa
 // heads rotated in place (the same expressions), and the rotated k and the row's v (v_stride
 // apart) stored into pool slot slots[row] (k_heads * head_dim values, f32 or bf16 rounded as the
 // CPU op rounds), unless the slot is outside [0, num_slots) (kernels::kPadSlot): then the row is
-// rotated and not stored. The pool gets exactly what the two kernels would write.
+// rotated and not stored. The pool gets exactly what the two kernels would write. A row's work is
+// strided over its gridDim.y blocks' threads: a decode step of one row would otherwise be one
+// block walking 1000+ rotary pairs in turn, a memory round trip each.
 template <typename T>
 IRIS_GLOBAL void RotaryQKWriteKvKernel(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
                                        int k_heads, int head_dim, const float* cos, const float* sin, const float* v,
                                        int64_t v_stride, const int64_t* slots, int64_t num_slots, T* k_pool,
                                        T* v_pool) {
+  GridDependencyTrigger();  // the paged attention behind may start early (it waits for this kernel)
   const int64_t row = blockIdx.x;
   const int half = head_dim / 2;
   const int64_t width = static_cast<int64_t>(k_heads) * head_dim;  // a pool slot's values
@@ -437,7 +444,9 @@ IRIS_GLOBAL void RotaryQKWriteKvKernel(float* q, int64_t q_stride, int q_heads, 
   T* k_slot = slot >= 0 && slot < num_slots ? k_pool + slot * width : nullptr;
   const float* c = cos + row * half;
   const float* s = sin + row * half;
-  for (int e = static_cast<int>(threadIdx.x); e < (q_heads + k_heads) * half; e += static_cast<int>(blockDim.x)) {
+  const int first = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  const int stride = static_cast<int>(gridDim.y * blockDim.x);
+  for (int e = first; e < (q_heads + k_heads) * half; e += stride) {
     const int h = e / half, i = e % half;
     const bool is_k = h >= q_heads;
     const int64_t at = static_cast<int64_t>(is_k ? h - q_heads : h) * head_dim;
@@ -452,7 +461,7 @@ IRIS_GLOBAL void RotaryQKWriteKvKernel(float* q, int64_t q_stride, int q_heads, 
     }
   }
   if (k_slot == nullptr) return;
-  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) StoreKv(v_pool + slot * width + e, v[row * v_stride + e]);
+  for (int64_t e = first; e < width; e += stride) StoreKv(v_pool + slot * width + e, v[row * v_stride + e]);
 }
 
 constexpr int kPagedWarps = 8;        // a block: 8 warps (256 threads)
@@ -566,6 +575,11 @@ IRIS_DEVICE void AccumulateChunk(float* acc, const Chunk16& c, float p) {
 // many blocks, which write partials; the last of them to finish (counted in split_counters, one
 // zeroed int per (row, head), which it leaves zeroed again) merges them into the output, so the
 // merge costs no launch of its own.
+// Launched to start early (programmatic dependent launch, behind the kernel that writes q and the
+// step's keys), a block reads the step's metadata and block table and asks for its first tile's
+// K and V lines in the L2 before GridDependencyWait: those were all written before the kernel
+// ahead began (the metadata upload, earlier steps' keys), and a prefetch of a line that kernel is
+// writing reads nothing into registers. q, the output and the partials wait.
 template <typename T>
 IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                                       int num_heads, float scale, const T* k_pool, const T* v_pool, int block_size,
@@ -596,6 +610,19 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   const int64_t row_elems = static_cast<int64_t>(num_kv_heads) * head_dim;
   const float* qr = q + row * q_row_stride + static_cast<int64_t>(h) * head_dim;
   const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
+  // Warp w of block z takes tile w * gridDim.z + z, then every (8 * gridDim.z)th: a short context's
+  // few tiles go to different blocks (SMs) before a block's second warp gets one.
+  const int64_t first_tile = static_cast<int64_t>(warp) * gridDim.z + blockIdx.z;
+  const int64_t tile_step = static_cast<int64_t>(gridDim.z) * kPagedWarps * kWarpSize;
+  if (const int64_t j = first_tile * kWarpSize + lane; j < keys) {
+    const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+    const int64_t at = slot * row_elems + static_cast<int64_t>(g) * head_dim;
+    for (int64_t b = 0; b < static_cast<int64_t>(head_dim) * static_cast<int64_t>(sizeof(T)); b += 128) {
+      PrefetchL2(reinterpret_cast<const char*>(k_pool + at) + b);
+      PrefetchL2(reinterpret_cast<const char*>(v_pool + at) + b);
+    }
+  }
+  GridDependencyWait();
   for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) q_shared[d] = qr[d];
   SyncThreads();
   // Chunked V (PagedVChunks): lane = key group * chunks + chunk, the groups taking a tile's keys
@@ -607,10 +634,6 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   float acc[kPagedDimsPerLane];
   for (int i = 0; i < kPagedDimsPerLane; ++i) acc[i] = 0.f;
   float m = -INFINITY, l = 0.f;
-  // Warp w of block z takes tile w * gridDim.z + z, then every (8 * gridDim.z)th: a short context's
-  // few tiles go to different blocks (SMs) before a block's second warp gets one.
-  const int64_t first_tile = static_cast<int64_t>(warp) * gridDim.z + blockIdx.z;
-  const int64_t tile_step = static_cast<int64_t>(gridDim.z) * kPagedWarps * kWarpSize;
   for (int64_t t0 = first_tile * kWarpSize; t0 < keys; t0 += tile_step) {
     const int64_t j = t0 + lane;
     const bool valid = j < keys;

@@ -30,32 +30,16 @@ namespace {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// A launch on `stream`, with programmatic stream serialization where `early`.
-template <typename... Params, typename... Args>
-void LaunchOn(CUstream_st* stream, unsigned blocks, unsigned threads, bool early, void (*kernel)(Params...),
-              Args... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(threads);
-  config.stream = stream;
-  config.attrs = early ? &attribute : nullptr;
-  config.numAttrs = early ? 1 : 0;
-  (void)cudaLaunchKernelEx(&config, kernel, args...);  // its error is the launch's (LastLaunchError)
-}
-
 template <GemvKernel kKernel, int kRows, bool kVecX, GemvX kOp>
 void LaunchGemvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const GemvInput& x,
                   int rows, const float* bias, float beta, float* y, bool early) {
   if constexpr (kKernel == GemvKernel::kTensorCores) {
     const auto blocks = static_cast<unsigned>((out + kGemvMmaOutPerBlock - 1) / kGemvMmaOutPerBlock);
-    LaunchOn(stream, blocks, kGemvMmaThreads, early, GemvMmaKernel<kVecX, kOp>, w, ld, in, out, x, rows, bias, beta, y,
+    LaunchMaybeEarly(stream, dim3(blocks), kGemvMmaThreads, early, GemvMmaKernel<kVecX, kOp>, w, ld, in, out, x, rows, bias, beta, y,
              early);
   } else {
     const auto blocks = static_cast<unsigned>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock);
-    LaunchOn(stream, blocks, kGemvSimtThreads, early, GemvSimtKernel<kRows, kVecX, kOp>, w, ld, in, out, x, bias, beta,
+    LaunchMaybeEarly(stream, dim3(blocks), kGemvSimtThreads, early, GemvSimtKernel<kRows, kVecX, kOp>, w, ld, in, out, x, bias, beta,
              y, early);
   }
 }

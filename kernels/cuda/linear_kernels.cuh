@@ -174,6 +174,16 @@ IRIS_DEVICE void GemvXChunk(const GemvInput& x, int row, int64_t c, int64_t in, 
   for (int e = 0; e < 8; ++e) v[e] = Bf16ToFloat(FloatToBf16(v[e]));
 }
 
+// The block's kGemvSimtOutPerBlock weight rows' 16-byte chunk c (one load each). Rows past `out`
+// (the last block: o >= outs) read row o0: loaded, never stored.
+IRIS_DEVICE void GemvSimtLoadWeights(const uint16_t* w, int64_t ld, int64_t o0, int outs, int64_t c,
+                                     Chunk16 (&wc)[kGemvSimtOutPerBlock]) {
+  IRIS_UNROLL
+  for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {
+    wc[o] = reinterpret_cast<const Chunk16*>(w + (o0 + (o < outs ? o : 0)) * ld)[c];
+  }
+}
+
 // What GemvMmaKernel computes (below), for kRows rows. Grid: ceil(out / kGemvSimtOutPerBlock)
 // blocks of kGemvSimtThreads.
 template <int kRows, bool kVecX, GemvX kOp = GemvX::kPlain>
@@ -187,10 +197,15 @@ IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64
   const int outs = static_cast<int>(out - o0 < kGemvSimtOutPerBlock ? out - o0 : kGemvSimtOutPerBlock);
   const int64_t chunks = (in + 7) / 8;
   GridDependencyTrigger();
-  // Launched to start early (GemvEarlyStart): the weight is no kernel's output, so the first
-  // pass's chunks are asked for before the wait.
-  if (const int64_t c = static_cast<int64_t>(warp) * kWarpSize + lane; early_start && c < chunks) {
-    for (int o = 0; o < outs; ++o) PrefetchL2(reinterpret_cast<const Chunk16*>(w + (o0 + o) * ld) + c);
+  // The weight is no kernel's output, so this lane's first pass of it is loaded before the wait
+  // and the prologue: its memory latency overlaps the norm's statistics, and, launched to start
+  // early (CudaDevice::early_start), the kernel ahead. (A row of up to 2048 columns is a single pass.) The
+  // second pass's lines are asked for in the L2 too when starting early.
+  const int64_t c0 = static_cast<int64_t>(warp) * kWarpSize + lane;
+  Chunk16 wc[kGemvSimtOutPerBlock];
+  if (c0 < chunks) GemvSimtLoadWeights(w, ld, o0, outs, c0, wc);
+  if (const int64_t c1 = c0 + kGemvSimtThreads; early_start && c1 < chunks) {
+    for (int o = 0; o < outs; ++o) PrefetchL2(reinterpret_cast<const Chunk16*>(w + (o0 + o) * ld) + c1);
   }
   GridDependencyWait();
   GemvPrologue<kOp>(x, kRows, in, norm_partials, inv);
@@ -198,13 +213,8 @@ IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64
   for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {
     for (int r = 0; r < kRows; ++r) acc[o][r] = 0.f;
   }
-  for (int64_t c = static_cast<int64_t>(warp) * kWarpSize + lane; c < chunks; c += kGemvSimtThreads) {
-    Chunk16 wc[kGemvSimtOutPerBlock];
-    IRIS_UNROLL
-    for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {
-      // Rows past `out` (the last block) read row o0: loaded, never stored.
-      wc[o] = reinterpret_cast<const Chunk16*>(w + (o0 + (o < outs ? o : 0)) * ld)[c];  // one 16-byte load
-    }
+  for (int64_t c = c0; c < chunks; c += kGemvSimtThreads) {
+    if (c != c0) GemvSimtLoadWeights(w, ld, o0, outs, c, wc);
     float xv[kRows][8];
     IRIS_UNROLL
     for (int r = 0; r < kRows; ++r) GemvXChunk<kVecX, kOp>(x, r, c, in, inv, xv[r]);
@@ -258,6 +268,22 @@ IRIS_DEVICE void GemvXPairs(const GemvInput& x, int row, int64_t c, int64_t in, 
   for (int i = 0; i < 4; ++i) p[i] = PackBf16x2(v[2 * i], v[2 * i + 1]);
 }
 
+// A lane's chunks of its two weight rows for the kGemvMmaUnroll steps s0, s0 + kGemvMmaWarps, ...
+// (16-byte loads; zeros past the row's chunks).
+IRIS_DEVICE void GemvMmaLoadWeights(const uint16_t* w_lo, const uint16_t* w_hi, int64_t s0, int t, int64_t chunks,
+                                    Chunk16 (&a_lo)[kGemvMmaUnroll], Chunk16 (&a_hi)[kGemvMmaUnroll]) {
+  IRIS_UNROLL
+  for (int u = 0; u < kGemvMmaUnroll; ++u) {
+    const int64_t c = (s0 + static_cast<int64_t>(u) * kGemvMmaWarps) * 4 + t;
+    if (c < chunks) {
+      a_lo[u] = reinterpret_cast<const Chunk16*>(w_lo)[c];
+      a_hi[u] = reinterpret_cast<const Chunk16*>(w_hi)[c];
+    } else {
+      a_lo[u] = a_hi[u] = Chunk16{{0u, 0u, 0u, 0u}};
+    }
+  }
+}
+
 // y[r * out + o] = beta * y[r * out + o] + bias[o] + Σ_c bf16(op(x)[r, c]) · w[o * ld + c] for
 // r < rows (1 .. kGemvMaxRows), o < out (op: kOp, linear_kernels.h's GemvX). w: bf16 bits,
 // 16-byte aligned, ld % 8 == 0, columns [in, ld) zero (the CUDA Linear's layout). bias may be
@@ -279,10 +305,14 @@ IRIS_GLOBAL void GemvMmaKernel(const uint16_t* w, int64_t ld, int64_t in, int64_
   const int64_t chunks = (in + 7) / 8;    // 16-byte chunks of a row holding columns below `in`
   const int64_t steps = (chunks + 3) / 4;  // 32-column steps
   GridDependencyTrigger();
-  // Launched to start early: the first pass's weight chunks are asked for before the wait.
+  // As in GemvSimtKernel: the first pass's weight chunks are loaded before the wait and the
+  // prologue, and the second pass's asked for in the L2 when starting early.
+  const int64_t pass = static_cast<int64_t>(kGemvMmaWarps) * kGemvMmaUnroll;  // steps per pass
+  Chunk16 a_lo[kGemvMmaUnroll], a_hi[kGemvMmaUnroll];
+  GemvMmaLoadWeights(w_lo, w_hi, warp, t, chunks, a_lo, a_hi);
   IRIS_UNROLL
   for (int u = 0; u < kGemvMmaUnroll; ++u) {
-    if (const int64_t c = (warp + static_cast<int64_t>(u) * kGemvMmaWarps) * 4 + t; early_start && c < chunks) {
+    if (const int64_t c = (warp + pass + static_cast<int64_t>(u) * kGemvMmaWarps) * 4 + t; early_start && c < chunks) {
       PrefetchL2(reinterpret_cast<const Chunk16*>(w_lo) + c);
       PrefetchL2(reinterpret_cast<const Chunk16*>(w_hi) + c);
     }
@@ -290,18 +320,8 @@ IRIS_GLOBAL void GemvMmaKernel(const uint16_t* w, int64_t ld, int64_t in, int64_
   GridDependencyWait();
   GemvPrologue<kOp>(x, rows, in, norm_partials, inv);
   float d[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int64_t s0 = warp; s0 < steps; s0 += static_cast<int64_t>(kGemvMmaWarps) * kGemvMmaUnroll) {
-    Chunk16 a_lo[kGemvMmaUnroll], a_hi[kGemvMmaUnroll];
-    IRIS_UNROLL
-    for (int u = 0; u < kGemvMmaUnroll; ++u) {
-      const int64_t c = (s0 + static_cast<int64_t>(u) * kGemvMmaWarps) * 4 + t;
-      if (c < chunks) {
-        a_lo[u] = reinterpret_cast<const Chunk16*>(w_lo)[c];  // 16-byte loads
-        a_hi[u] = reinterpret_cast<const Chunk16*>(w_hi)[c];
-      } else {
-        a_lo[u] = a_hi[u] = Chunk16{{0u, 0u, 0u, 0u}};
-      }
-    }
+  for (int64_t s0 = warp; s0 < steps; s0 += pass) {
+    if (s0 != warp) GemvMmaLoadWeights(w_lo, w_hi, s0, t, chunks, a_lo, a_hi);
     IRIS_UNROLL
     for (int u = 0; u < kGemvMmaUnroll; ++u) {
       const int64_t c = (s0 + static_cast<int64_t>(u) * kGemvMmaWarps) * 4 + t;
