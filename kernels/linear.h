@@ -44,6 +44,15 @@ struct LinearInput {
   // [m, in] f32 in the device's memory: the op's output where it runs on its own (kNone: unused).
   // Whether it is written depends on the Linear: nothing may read it afterwards.
   float* staging = nullptr;
+
+  // The three inputs, as the decoder and the vision blocks build them.
+  static LinearInput Plain(const float* x) { return {.x = x}; }
+  static LinearInput RmsNorm(const float* x, const float* norm_weight, float eps, float* staging) {
+    return {.op = Op::kRmsNorm, .x = x, .norm_weight = norm_weight, .eps = eps, .staging = staging};
+  }
+  static LinearInput SiluMul(const float* gate_up, float* staging) {
+    return {.op = Op::kSiluMul, .x = gate_up, .staging = staging};
+  }
 };
 
 class Linear {

@@ -400,11 +400,7 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
   float* act = A.act.data<float>();
   const bool bf16 = options_.compute == kernels::ComputeType::kBF16;
   const auto NormedInput = [&](const float* rows_in, const Tensor& norm_weight, float* staging) {
-    return LinearInput{.op = LinearInput::Op::kRmsNorm,
-                       .x = rows_in,
-                       .norm_weight = norm_weight.data<float>(),
-                       .eps = c.rms_norm_eps,
-                       .staging = staging};
+    return LinearInput::RmsNorm(rows_in, norm_weight.data<float>(), c.rms_norm_eps, staging);
   };
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
 
@@ -430,8 +426,7 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
     l.o->Forward(attn, rows, x, Epilogue::kAccumulate);
 
     kernels::LinearForward(device_, *l.gate_up, NormedInput(x, l.post_norm, normed), rows, gu);
-    kernels::LinearForward(device_, *l.down, {.op = LinearInput::Op::kSiluMul, .x = gu, .staging = act}, rows, x,
-                           Epilogue::kAccumulate);
+    kernels::LinearForward(device_, *l.down, LinearInput::SiluMul(gu, act), rows, x, Epilogue::kAccumulate);
     if (observer_) observer_(li, x, rows);
   }
   if (observer_) {

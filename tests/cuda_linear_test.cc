@@ -382,11 +382,10 @@ TEST(CudaLinearTest, EarlyStartGemvsWaitForTheKernelAhead) {
     for (int i = 0; i < 3; ++i) {
       a->Forward(x.data<float>(), m, t.data<float>());
       LinearForward(*gpu, *gate_up,
-                    {.op = LinearInput::Op::kRmsNorm, .x = t.data<float>(), .norm_weight = norm.data<float>(),
-                     .eps = 1e-6f, .staging = staging.data<float>()},
-                    m, gu.data<float>());
-      LinearForward(*gpu, *down, {.op = LinearInput::Op::kSiluMul, .x = gu.data<float>(), .staging = staging.data<float>()},
-                    m, x.data<float>(), Epilogue::kAccumulate);
+                    LinearInput::RmsNorm(t.data<float>(), norm.data<float>(), 1e-6f, staging.data<float>()), m,
+                    gu.data<float>());
+      LinearForward(*gpu, *down, LinearInput::SiluMul(gu.data<float>(), staging.data<float>()), m, x.data<float>(),
+                    Epilogue::kAccumulate);
     }
   };
   std::vector<float> got[2];

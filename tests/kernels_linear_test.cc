@@ -270,18 +270,15 @@ TEST(LinearTest, LinearForwardRunsTheInputOpThenTheProduct) {
   std::vector<float> staged(m * k), want_in(m * k), want = y0, got = y0;
   RmsNorm(dev, x.data(), norm_w.data(), m, k, 1e-6f, want_in.data());
   (*lin)->Forward(want_in.data(), m, want.data(), Epilogue::kAccumulate);
-  LinearForward(dev, **lin,
-                {.op = LinearInput::Op::kRmsNorm, .x = x.data(), .norm_weight = norm_w.data(), .eps = 1e-6f,
-                 .staging = staged.data()},
-                m, got.data(), Epilogue::kAccumulate);
+  LinearForward(dev, **lin, LinearInput::RmsNorm(x.data(), norm_w.data(), 1e-6f, staged.data()), m, got.data(),
+                Epilogue::kAccumulate);
   EXPECT_EQ(got, want) << "rms_norm";
   EXPECT_EQ(staged, want_in);
 
   SiluMulRows(dev, gu.data(), m, k, want_in.data());
   want = got = y0;
   (*lin)->Forward(want_in.data(), m, want.data());
-  LinearForward(dev, **lin, {.op = LinearInput::Op::kSiluMul, .x = gu.data(), .staging = staged.data()}, m,
-                got.data());
+  LinearForward(dev, **lin, LinearInput::SiluMul(gu.data(), staged.data()), m, got.data());
   EXPECT_EQ(got, want) << "silu_mul";
 
   want = got = y0;

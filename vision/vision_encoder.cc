@@ -460,13 +460,9 @@ kernels::LinearInput VisionEncoder::NormedInput(const float* x, const Tensor& we
                                                float* staging) {
   if (config_.norm == core::VisionNorm::kLayerNorm) {
     Norm(x, weight, bias, rows, staging);
-    return {.x = staging};
+    return kernels::LinearInput::Plain(staging);
   }
-  return {.op = kernels::LinearInput::Op::kRmsNorm,
-          .x = x,
-          .norm_weight = weight.data<float>(),
-          .eps = config_.rms_norm_eps,
-          .staging = staging};
+  return kernels::LinearInput::RmsNorm(x, weight.data<float>(), config_.rms_norm_eps, staging);
 }
 
 absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
@@ -525,8 +521,8 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
       } else {
         float* gu = A.gate_up.data<float>() + r0 * 2 * ip;
         kernels::LinearForward(device_, *b.gate_up, nr, rows, gu);
-        kernels::LinearForward(device_, *b.down, {.op = kernels::LinearInput::Op::kSiluMul, .x = gu, .staging = act},
-                               rows, h, Epilogue::kAccumulate);
+        kernels::LinearForward(device_, *b.down, kernels::LinearInput::SiluMul(gu, act), rows, h,
+                               Epilogue::kAccumulate);
       }
       break;
     }
