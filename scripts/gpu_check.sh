@@ -97,7 +97,8 @@ if [ "$BENCHES" = 1 ]; then
     echo "gpu_check: === decode_bench --device cuda --fold_inputs=false"
     "$DECODE" --model "$OUT_DIR/models/small" --device cuda --batches 1,8,32,64 --context 512 --fold_inputs=false \
       --kv_compare_contexts= --linears=false 2>&1 | tee "$OUT_DIR/decode_bench_unfolded.log" || FAILED+=(decode_bench)
-    # And with the GEMVs launched plainly (early start, programmatic dependent launch, switched off).
+    # And with the GEMVs and the paged attention launched plainly (early start, programmatic
+    # dependent launch, switched off).
     echo "gpu_check: === decode_bench --device cuda --early_start=false"
     "$DECODE" --model "$OUT_DIR/models/small" --device cuda --batches 1,8,32,64 --context 512 --early_start=false \
       --kv_compare_contexts= --linears=false 2>&1 | tee "$OUT_DIR/decode_bench_plain_launch.log" || FAILED+=(decode_bench)

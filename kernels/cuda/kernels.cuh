@@ -564,6 +564,11 @@ IRIS_DEVICE void AccumulateChunk(float* acc, const Chunk16& c, float p) {
   for (int e = 0; e < kPerChunk16<T>; ++e) acc[e] += p * v[e];
 }
 
+// The pool slot of key j of a sequence whose block table is `table` (kernels/paged_attention.h).
+IRIS_DEVICE int64_t PagedSlot(const int32_t* table, int64_t j, int block_size) {
+  return static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+}
+
 // One block per (query row, q head) of a step (grid (row_end - row_begin, num_heads)), the layout and metadata of
 // kernels/paged_attention.h: the row's sequence is found in query_start; it attends causally to
 // keys 0 .. its position, read through the block table. The keys go in tiles of 32, the warps
@@ -615,8 +620,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   const int64_t first_tile = static_cast<int64_t>(warp) * gridDim.z + blockIdx.z;
   const int64_t tile_step = static_cast<int64_t>(gridDim.z) * kPagedWarps * kWarpSize;
   if (const int64_t j = first_tile * kWarpSize + lane; j < keys) {
-    const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
-    const int64_t at = slot * row_elems + static_cast<int64_t>(g) * head_dim;
+    const int64_t at = PagedSlot(table, j, block_size) * row_elems + static_cast<int64_t>(g) * head_dim;
     for (int64_t b = 0; b < static_cast<int64_t>(head_dim) * static_cast<int64_t>(sizeof(T)); b += 128) {
       PrefetchL2(reinterpret_cast<const char*>(k_pool + at) + b);
       PrefetchL2(reinterpret_cast<const char*>(v_pool + at) + b);
@@ -640,7 +644,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     int64_t slot = 0;
     float score = -INFINITY;
     if (valid) {
-      slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+      slot = PagedSlot(table, j, block_size);
       score = KeyDot(k_pool + slot * row_elems + static_cast<int64_t>(g) * head_dim, q_shared, head_dim) * scale;
     }
     const float tile_max = WarpMax(score);  // finite: the tile's first key is valid

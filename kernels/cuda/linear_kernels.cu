@@ -35,12 +35,12 @@ void LaunchGemvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in
                   int rows, const float* bias, float beta, float* y, bool early) {
   if constexpr (kKernel == GemvKernel::kTensorCores) {
     const auto blocks = static_cast<unsigned>((out + kGemvMmaOutPerBlock - 1) / kGemvMmaOutPerBlock);
-    LaunchMaybeEarly(stream, dim3(blocks), kGemvMmaThreads, early, GemvMmaKernel<kVecX, kOp>, w, ld, in, out, x, rows, bias, beta, y,
-             early);
+    LaunchMaybeEarly(stream, dim3(blocks), kGemvMmaThreads, early, GemvMmaKernel<kVecX, kOp>, w, ld, in, out, x,
+                     rows, bias, beta, y, early);
   } else {
     const auto blocks = static_cast<unsigned>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock);
-    LaunchMaybeEarly(stream, dim3(blocks), kGemvSimtThreads, early, GemvSimtKernel<kRows, kVecX, kOp>, w, ld, in, out, x, bias, beta,
-             y, early);
+    LaunchMaybeEarly(stream, dim3(blocks), kGemvSimtThreads, early, GemvSimtKernel<kRows, kVecX, kOp>, w, ld, in,
+                     out, x, bias, beta, y, early);
   }
 }
 

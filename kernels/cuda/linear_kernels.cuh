@@ -78,9 +78,11 @@ IRIS_GLOBAL void BiasGeluErfKernel(float* y, int64_t rows, int64_t cols, const f
 
 // Both GEMVs let the kernel behind them start early (GridDependencyTrigger, simt.h) and wait for
 // the kernel ahead of them (GridDependencyWait) before they read x, y or anything else another
-// kernel writes. Launched with programmatic stream serialization (early_start, LaunchGemvBf16's
-// `early`), a GEMV's blocks can be resident while the kernel ahead finishes, and they ask for
-// their first pass's weight lines in the L2 then: the weight stream starts before x is ready.
+// kernel writes. The weight is no kernel's output, so a lane loads its first pass of it into
+// registers before that wait (and before a folded norm's statistics). Launched with programmatic
+// stream serialization (early_start, LaunchGemvBf16's `early`), a GEMV's blocks can be resident
+// while the kernel ahead finishes: the weight stream starts before x is ready, and the second
+// pass's lines are asked for in the L2 then too.
 
 // --- GEMV on the CUDA cores: y = x·Wᵀ for 1..kGemvMaxRows rows of x, W bf16 ---
 // A block owns kGemvSimtOutPerBlock output features; its warps split the input columns in
@@ -197,10 +199,9 @@ IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64
   const int outs = static_cast<int>(out - o0 < kGemvSimtOutPerBlock ? out - o0 : kGemvSimtOutPerBlock);
   const int64_t chunks = (in + 7) / 8;
   GridDependencyTrigger();
-  // The weight is no kernel's output, so this lane's first pass of it is loaded before the wait
-  // and the prologue: its memory latency overlaps the norm's statistics, and, launched to start
-  // early (CudaDevice::early_start), the kernel ahead. (A row of up to 2048 columns is a single pass.) The
-  // second pass's lines are asked for in the L2 too when starting early.
+  // This lane's first pass of the weight, loaded before the wait and the prologue (above): its
+  // latency overlaps the norm's statistics and, starting early, the kernel ahead. A row of up to
+  // 2048 columns is a single pass.
   const int64_t c0 = static_cast<int64_t>(warp) * kWarpSize + lane;
   Chunk16 wc[kGemvSimtOutPerBlock];
   if (c0 < chunks) GemvSimtLoadWeights(w, ld, o0, outs, c0, wc);

@@ -48,7 +48,7 @@ bool GemvTakes(const GemvInput& x, int64_t in);
 // [in, ld) zero; x as GemvInput says; y [rows, out] (not read when beta == 0); bias may be null.
 // cudaErrorInvalidValue where !GemvTakes(x, in). early (sm_90 and later): launched with
 // programmatic stream serialization, so that its blocks may start while the kernel ahead of it
-// on the stream finishes, asking for their first weight lines in the L2 before they wait for it
+// on the stream finishes, reading their first weight pass before they wait for it
 // (linear_kernels.cuh).
 int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
                    GemvInput x, int64_t rows, const float* bias, float beta, float* y, bool early = false);
