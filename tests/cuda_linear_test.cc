@@ -200,13 +200,16 @@ TEST(CudaLinearTest, MatchesTheCpuLinearAndADoubleReferenceOnOddShapes) {
         const Tensor dx = Upload(*gpu, x);
         // Rows a GEMV may take: each GEMV kernel forced, then the device's own pick (PickGemv).
         const bool gemv = bf16 && m <= Cuda(*gpu).gemv_max_rows();
-        for (int run = 0; run < (gemv ? 6 : 2); ++run) {
+        const std::optional<cuda::GemvKernel> kinds[] = {cuda::GemvKernel::kCudaCores,
+                                                         cuda::GemvKernel::kCudaCoresStreamed,
+                                                         cuda::GemvKernel::kTensorCores, std::nullopt};
+        const char* kind_names[] = {"GEMV on the CUDA cores", "GEMV on the CUDA cores, streamed",
+                                    "GEMV on the tensor cores", "as picked"};
+        for (int run = 0; run < (gemv ? 8 : 2); ++run) {
           const int with_bias = run % 2;
-          const int kind = gemv ? run / 2 : 2;
-          Cuda(*gpu).ForceGemvKernel(kind == 0   ? std::optional(cuda::GemvKernel::kCudaCores)
-                                     : kind == 1 ? std::optional(cuda::GemvKernel::kTensorCores)
-                                                 : std::nullopt);
-          SCOPED_TRACE(kind == 0 ? "GEMV on the CUDA cores" : kind == 1 ? "GEMV on the tensor cores" : "as picked");
+          const int kind = gemv ? run / 2 : 3;
+          Cuda(*gpu).ForceGemvKernel(kinds[kind]);
+          SCOPED_TRACE(kind_names[kind]);
           for (const Epilogue ep : {Epilogue::kNone, Epilogue::kGeluErf, Epilogue::kAccumulate}) {
             SCOPED_TRACE(::testing::Message() << "m=" << m << (with_bias ? " with bias, " : " no bias, ") << Name(ep));
             const std::vector<float> y0 = testing::RandomFloats(m * out, seed++);
@@ -307,7 +310,8 @@ TEST(CudaLinearTest, ForwardIsCapturedInAGraphAndReplays) {
 
 // The ops a bf16 Linear folds into its read of x (LinearInput: the RMSNorm before a projection,
 // the SiLU·mul before down) give what the op's own kernel followed by Forward gives, bit for bit:
-// the same values reach the same product on every path — the CUDA-core GEMV, the tensor-core
+// the same values reach the same product on every path — the CUDA-core GEMVs (one block per
+// group, and streamed), the tensor-core
 // GEMV, and cuBLASLt fed by the op's bf16 rows.
 TEST(CudaLinearTest, FoldedInputOpsGiveTheOpThenForwardBitForBit) {
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
@@ -329,7 +333,7 @@ TEST(CudaLinearTest, FoldedInputOpsGiveTheOpThenForwardBitForBit) {
   using Op = LinearInput::Op;
   const std::pair<int64_t, std::optional<cuda::GemvKernel>> paths[] = {
       {1, cuda::GemvKernel::kCudaCores}, {3, cuda::GemvKernel::kCudaCores}, {8, cuda::GemvKernel::kTensorCores},
-      {max_m, std::nullopt}};
+      {1, cuda::GemvKernel::kCudaCoresStreamed}, {3, cuda::GemvKernel::kCudaCoresStreamed}, {max_m, std::nullopt}};
   for (const auto& [m, kernel] : paths) {
     cuda.ForceGemvKernel(kernel);
     for (const Op op : {Op::kRmsNorm, Op::kSiluMul}) {

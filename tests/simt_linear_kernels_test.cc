@@ -6,6 +6,7 @@
 // accumulate), and the bandwidth probe's sum. Odd sizes and grids
 // smaller than the work, so the grid-stride loops go round.
 // (Not named cuda_*: that prefix means label gpu, and this suite is for machines without one.)
+#include "kernels/cuda/gemv_streamed.cuh"
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/linear_kernels.cuh"
 #include "kernels/cuda/linear_kernels.h"
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/bf16.h"
@@ -153,36 +155,63 @@ struct GemvCase {
   bool bias, accumulate;
 };
 
+// Which GEMV a case runs, and for the streamed one its grid (any grid gives the same y).
+struct SimtGemv {
+  GemvKernel kernel;
+  int stream_blocks = 1;
+};
+std::string Name(const SimtGemv& g) {
+  switch (g.kernel) {
+    case GemvKernel::kCudaCores: return "CUDA cores";
+    case GemvKernel::kCudaCoresStreamed: return "CUDA cores streamed, " + std::to_string(g.stream_blocks) + " blocks";
+    case GemvKernel::kTensorCores: return "tensor cores";
+  }
+  return "?";
+}
+// The kernels every GEMV case runs: the streamed one on grids of one block (every group in turn),
+// two and three (groups strided over blocks), and more blocks than groups.
+const SimtGemv kSimtGemvs[] = {{GemvKernel::kCudaCores},
+                               {GemvKernel::kCudaCoresStreamed, 1},
+                               {GemvKernel::kCudaCoresStreamed, 2},
+                               {GemvKernel::kCudaCoresStreamed, 3},
+                               {GemvKernel::kCudaCoresStreamed, 40},
+                               {GemvKernel::kTensorCores}};
+
 template <int kRows, GemvX kOp>
-void LaunchSimtGemvRows(bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const GemvInput& x,
-                        const float* bias, float beta, float* y) {
+void LaunchSimtGemvRows(const SimtGemv& g, bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
+                        const GemvInput& x, const float* bias, float beta, float* y) {
   const int blocks = static_cast<int>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock);
-  if constexpr (kOp == GemvX::kPlain) {
+  const bool early = kOp != GemvX::kPlain;  // either value of the flag, on the way
+  if (g.kernel == GemvKernel::kCudaCoresStreamed && vec) {
+    Launch(Dim3(g.stream_blocks), Dim3(kGemvSimtThreads), GemvStreamKernel<kRows, kOp>, w, ld, in, out, x, bias, beta,
+           y, early);
+  } else if constexpr (kOp == GemvX::kPlain) {
     Launch(Dim3(blocks), Dim3(kGemvSimtThreads), vec ? GemvSimtKernel<kRows, true> : GemvSimtKernel<kRows, false>,
-           w, ld, in, out, x, bias, beta, y, false);
+           w, ld, in, out, x, bias, beta, y, early);
   } else {
     Launch(Dim3(blocks), Dim3(kGemvSimtThreads), GemvSimtKernel<kRows, true, kOp>, w, ld, in, out, x, bias, beta, y,
-           true);
+           early);
   }
 }
 template <GemvX kOp>
-void LaunchSimtGemvOp(int rows, bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const GemvInput& x,
-                      const float* bias, float beta, float* y) {
+void LaunchSimtGemvOp(const SimtGemv& g, int rows, bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
+                      const GemvInput& x, const float* bias, float beta, float* y) {
   switch (rows) {
-    case 1: return LaunchSimtGemvRows<1, kOp>(vec, w, ld, in, out, x, bias, beta, y);
-    case 2: return LaunchSimtGemvRows<2, kOp>(vec, w, ld, in, out, x, bias, beta, y);
-    case 3: return LaunchSimtGemvRows<3, kOp>(vec, w, ld, in, out, x, bias, beta, y);
-    case 4: return LaunchSimtGemvRows<4, kOp>(vec, w, ld, in, out, x, bias, beta, y);
-    case 5: return LaunchSimtGemvRows<5, kOp>(vec, w, ld, in, out, x, bias, beta, y);
-    case 6: return LaunchSimtGemvRows<6, kOp>(vec, w, ld, in, out, x, bias, beta, y);
-    case 7: return LaunchSimtGemvRows<7, kOp>(vec, w, ld, in, out, x, bias, beta, y);
-    default: return LaunchSimtGemvRows<8, kOp>(vec, w, ld, in, out, x, bias, beta, y);
+    case 1: return LaunchSimtGemvRows<1, kOp>(g, vec, w, ld, in, out, x, bias, beta, y);
+    case 2: return LaunchSimtGemvRows<2, kOp>(g, vec, w, ld, in, out, x, bias, beta, y);
+    case 3: return LaunchSimtGemvRows<3, kOp>(g, vec, w, ld, in, out, x, bias, beta, y);
+    case 4: return LaunchSimtGemvRows<4, kOp>(g, vec, w, ld, in, out, x, bias, beta, y);
+    case 5: return LaunchSimtGemvRows<5, kOp>(g, vec, w, ld, in, out, x, bias, beta, y);
+    case 6: return LaunchSimtGemvRows<6, kOp>(g, vec, w, ld, in, out, x, bias, beta, y);
+    case 7: return LaunchSimtGemvRows<7, kOp>(g, vec, w, ld, in, out, x, bias, beta, y);
+    default: return LaunchSimtGemvRows<8, kOp>(g, vec, w, ld, in, out, x, bias, beta, y);
   }
 }
-// Either GEMV (the tensor cores', or the CUDA cores' for `rows`), with x's op.
-void LaunchSimtGemv(bool tensor_cores, int rows, bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
+// A GEMV (the tensor cores', or a CUDA-cores one for `rows`), with x's op. The streamed kernel
+// takes only whole 16-byte vectors of x (vec); otherwise the one-pass kernel runs, as on a GPU.
+void LaunchSimtGemv(const SimtGemv& g, int rows, bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
                     const GemvInput& x, const float* bias, float beta, float* y) {
-  if (tensor_cores) {
+  if (g.kernel == GemvKernel::kTensorCores) {
     const int blocks = static_cast<int>((out + kGemvMmaOutPerBlock - 1) / kGemvMmaOutPerBlock);
     const Dim3 grid(blocks), block(kGemvMmaThreads);
     switch (x.op) {
@@ -199,9 +228,9 @@ void LaunchSimtGemv(bool tensor_cores, int rows, bool vec, const uint16_t* w, in
     }
   }
   switch (x.op) {
-    case GemvX::kPlain: return LaunchSimtGemvOp<GemvX::kPlain>(rows, vec, w, ld, in, out, x, bias, beta, y);
-    case GemvX::kRmsNorm: return LaunchSimtGemvOp<GemvX::kRmsNorm>(rows, vec, w, ld, in, out, x, bias, beta, y);
-    case GemvX::kSiluMul: return LaunchSimtGemvOp<GemvX::kSiluMul>(rows, vec, w, ld, in, out, x, bias, beta, y);
+    case GemvX::kPlain: return LaunchSimtGemvOp<GemvX::kPlain>(g, rows, vec, w, ld, in, out, x, bias, beta, y);
+    case GemvX::kRmsNorm: return LaunchSimtGemvOp<GemvX::kRmsNorm>(g, rows, vec, w, ld, in, out, x, bias, beta, y);
+    case GemvX::kSiluMul: return LaunchSimtGemvOp<GemvX::kSiluMul>(g, rows, vec, w, ld, in, out, x, bias, beta, y);
   }
 }
 
@@ -220,6 +249,7 @@ TEST(LinearKernelsOnSimtTest, BothGemvsMatchADoubleReferenceOnTheBf16RoundedInpu
   const GemvCase cases[] = {
       {1, 2048, 19, 0, true, false},  // one pass of the block's warps, a ragged last block
       {1, 4104, 8, 0, false, true},   // more than one pass of either kernel's warps (513 chunks)
+      {2, 4104, 21, 0, true, false},  // streamed: several groups of several passes each
       {2, 40, 3, 0, true, true},      // fewer outputs than a block owns
       {3, 1000, 17, 1, false, false}, // x not 16-byte aligned: element loads
       {5, 13, 9, 0, true, true},      // in % 8 != 0: the last chunk is partly past `in`
@@ -243,11 +273,11 @@ TEST(LinearKernelsOnSimtTest, BothGemvsMatchADoubleReferenceOnTheBf16RoundedInpu
     const float* b = k.bias ? bias.data() : nullptr;
     const float beta = k.accumulate ? 1.f : 0.f;
     const bool vec = k.in % 8 == 0 && k.x_offset % 4 == 0;
-    for (const bool tensor_cores : {false, true}) {
-      SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
+    for (const SimtGemv& g : kSimtGemvs) {
+      SCOPED_TRACE(Name(g));
       // Without accumulate, y holds NaNs the kernel must not read.
       std::vector<float> y = k.accumulate ? y0 : std::vector<float>(y0.size(), NAN);
-      LaunchSimtGemv(tensor_cores, k.rows, vec, w, ld, k.in, k.out, GemvInput{x}, b, beta, y.data());
+      LaunchSimtGemv(g, k.rows, vec, w, ld, k.in, k.out, GemvInput{x}, b, beta, y.data());
       for (int r = 0; r < k.rows; ++r) {
         for (int64_t o = 0; o < k.out; ++o) {
           double dot = 0, scale = 0;
@@ -322,13 +352,14 @@ TEST(LinearKernelsOnSimtTest, FoldedOpsGiveTheOpKernelThenTheGemvBitForBit) {
       Launch(Dim3(1), Dim3(threads), GemvXReadKernel<GemvX::kSiluMul>, folded_silu, k.rows, k.in, read.data());
       EXPECT_EQ(read, act) << "silu_mul x read by a block of " << threads;
     }
-    for (const bool tensor_cores : {false, true}) {
-      SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
+    // One grid of the streamed kernel here: BothGemvs... above runs the others.
+    for (const SimtGemv& g : {kSimtGemvs[0], kSimtGemvs[3], kSimtGemvs[5]}) {
+      SCOPED_TRACE(Name(g));
       for (const auto& [unfolded, folded, name] :
            {std::tuple{GemvInput{normed.data()}, folded_norm, "rms_norm"}, {GemvInput{act.data()}, folded_silu, "silu_mul"}}) {
         std::vector<float> want = y0, got = y0;
-        LaunchSimtGemv(tensor_cores, k.rows, true, w, k.in, k.in, k.out, unfolded, bias.data(), 1.f, want.data());
-        LaunchSimtGemv(tensor_cores, k.rows, true, w, k.in, k.in, k.out, folded, bias.data(), 1.f, got.data());
+        LaunchSimtGemv(g, k.rows, true, w, k.in, k.in, k.out, unfolded, bias.data(), 1.f, want.data());
+        LaunchSimtGemv(g, k.rows, true, w, k.in, k.in, k.out, folded, bias.data(), 1.f, got.data());
         EXPECT_EQ(got, want) << name;
         EXPECT_NE(got, y0) << name;
       }

@@ -514,33 +514,44 @@ IRIS_DEVICE float MergedAcc(const float* m, int64_t stride, const float* acc, in
 }
 
 // q·k of one key, computed whole by one lane (q in shared memory). Rows whose address and length
-// allow it are read 16 bytes at a time; four partial sums keep the loads independent.
-IRIS_DEVICE float KeyDot(const uint16_t* kr, const float* qs, int head_dim) {
+// allow it are read 16 bytes at a time, kKeyDotBatch loads issued before their products (a bf16
+// row of 128 dims is one memory round trip, not one per loop turn: the loads of a turn wait for
+// the last turn's products otherwise); four partial sums keep the products independent. The sum's
+// order is the chunks' order whatever the batching.
+constexpr int kKeyDotBatch = 8;
+template <typename T>
+IRIS_DEVICE float KeyDot(const T* kr, const float* qs, int head_dim) {
+  constexpr int kPer = kPerChunk16<T>;  // values per 16-byte chunk: 8 bf16, 4 f32
   float s[4] = {0.f, 0.f, 0.f, 0.f};
   int d = 0;
   if (reinterpret_cast<uintptr_t>(kr) % 16 == 0) {
-    for (; d + 8 <= head_dim; d += 8) {
-      const Chunk16 c = *reinterpret_cast<const Chunk16*>(kr + d);  // one 16-byte load
-      float v[8];
-      ChunkValues(c, v, kr);
-      for (int i = 0; i < 4; ++i) s[i] += qs[d + 2 * i] * v[2 * i] + qs[d + 2 * i + 1] * v[2 * i + 1];
+    const Chunk16* kc = reinterpret_cast<const Chunk16*>(kr);
+    for (; d + kPer <= head_dim; d += kPer * kKeyDotBatch) {
+      const int n = (head_dim - d) / kPer < kKeyDotBatch ? (head_dim - d) / kPer : kKeyDotBatch;
+      Chunk16 c[kKeyDotBatch];
+      IRIS_UNROLL
+      for (int b = 0; b < kKeyDotBatch; ++b) {
+        if (b < n) c[b] = kc[d / kPer + b];
+      }
+      IRIS_UNROLL
+      for (int b = 0; b < kKeyDotBatch; ++b) {
+        if (b >= n) break;
+        float v[kPer];
+        ChunkValues(c[b], v, kr);
+        const float* q = qs + d + b * kPer;
+        if constexpr (kPer == 8) {
+          for (int i = 0; i < 4; ++i) s[i] += q[2 * i] * v[2 * i] + q[2 * i + 1] * v[2 * i + 1];
+        } else {
+          for (int i = 0; i < 4; ++i) s[i] += q[i] * v[i];
+        }
+      }
+      if (n < kKeyDotBatch) {
+        d += kPer * n;
+        break;
+      }
     }
   }
-  for (; d < head_dim; ++d) s[d % 4] += qs[d] * Bf16ToFloat(kr[d]);
-  return (s[0] + s[1]) + (s[2] + s[3]);
-}
-IRIS_DEVICE float KeyDot(const float* kr, const float* qs, int head_dim) {
-  float s[4] = {0.f, 0.f, 0.f, 0.f};
-  int d = 0;
-  if (reinterpret_cast<uintptr_t>(kr) % 16 == 0) {
-    for (; d + 4 <= head_dim; d += 4) {
-      const Chunk16 c = *reinterpret_cast<const Chunk16*>(kr + d);  // one 16-byte load
-      float v[4];
-      ChunkValues(c, v, kr);
-      for (int i = 0; i < 4; ++i) s[i] += qs[d + i] * v[i];
-    }
-  }
-  for (; d < head_dim; ++d) s[d % 4] += qs[d] * kr[d];
+  for (; d < head_dim; ++d) s[d % 4] += qs[d] * LoadKv(kr + d);
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/gemv_streamed.cuh"
 #include "kernels/cuda/launch_grid.cuh"
 #include "kernels/cuda/linear_kernels.cuh"
 
@@ -30,6 +31,24 @@ namespace {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The streamed GEMV's grid: as many of its blocks as are resident on the current GPU at once (an
+// SM's worth, by the kernel's registers and shared memory, times the SMs), at most one per
+// group. Any grid computes the same product; this one keeps every block streaming to the end.
+template <typename Kernel>
+unsigned StreamGrid(Kernel kernel, int threads, int64_t groups) {
+  static const int per_sm = [&] {
+    int n = 0;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) == cudaSuccess && n > 0 ? n : 1;
+  }();
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
+    sms = 1;
+  }
+  const int64_t resident = static_cast<int64_t>(per_sm) * sms;
+  return static_cast<unsigned>(groups < resident ? groups : resident);
+}
+
 template <GemvKernel kKernel, int kRows, bool kVecX, GemvX kOp>
 void LaunchGemvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const GemvInput& x,
                   int rows, const float* bias, float beta, float* y, bool early) {
@@ -37,6 +56,11 @@ void LaunchGemvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in
     const auto blocks = static_cast<unsigned>((out + kGemvMmaOutPerBlock - 1) / kGemvMmaOutPerBlock);
     LaunchMaybeEarly(stream, dim3(blocks), kGemvMmaThreads, early, GemvMmaKernel<kVecX, kOp>, w, ld, in, out, x,
                      rows, bias, beta, y, early);
+  } else if constexpr (kKernel == GemvKernel::kCudaCoresStreamed && kVecX) {
+    constexpr int kOuts = GemvStreamOuts(kRows);
+    const unsigned blocks = StreamGrid(GemvStreamKernel<kRows, kOp>, kGemvSimtThreads, (out + kOuts - 1) / kOuts);
+    LaunchMaybeEarly(stream, dim3(blocks), kGemvSimtThreads, early, GemvStreamKernel<kRows, kOp>, w, ld, in, out, x,
+                     bias, beta, y, early);
   } else {
     const auto blocks = static_cast<unsigned>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock);
     LaunchMaybeEarly(stream, dim3(blocks), kGemvSimtThreads, early, GemvSimtKernel<kRows, kVecX, kOp>, w, ld, in,
@@ -66,6 +90,23 @@ void LaunchGemvRows(CUstream_st* stream, bool vec_x, const uint16_t* w, int64_t 
   }
 }
 
+// A CUDA-cores GEMV, instantiated for the row count.
+template <GemvKernel kKernel>
+void LaunchGemvSimt(CUstream_st* stream, bool vec_x, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
+                    const GemvInput& x, int rows, const float* bias, float beta, float* y, bool early) {
+  switch (rows) {
+    case 1: return LaunchGemvRows<kKernel, 1>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
+    case 2: return LaunchGemvRows<kKernel, 2>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
+    case 3: return LaunchGemvRows<kKernel, 3>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
+    case 4: return LaunchGemvRows<kKernel, 4>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
+    case 5: return LaunchGemvRows<kKernel, 5>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
+    case 6: return LaunchGemvRows<kKernel, 6>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
+    case 7: return LaunchGemvRows<kKernel, 7>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
+    default: return LaunchGemvRows<kKernel, 8>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
+  }
+  static_assert(kGemvMaxRows == 8, "one case per row count");
+}
+
 }  // namespace
 
 bool GemvTakes(const GemvInput& x, int64_t in) {
@@ -92,18 +133,11 @@ int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, in
     LaunchGemvRows<GemvKernel::kTensorCores, 0>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early);
     return LastLaunchError();
   }
-  constexpr GemvKernel kSimt = GemvKernel::kCudaCores;
-  switch (rows) {
-    case 1: LaunchGemvRows<kSimt, 1>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
-    case 2: LaunchGemvRows<kSimt, 2>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
-    case 3: LaunchGemvRows<kSimt, 3>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
-    case 4: LaunchGemvRows<kSimt, 4>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
-    case 5: LaunchGemvRows<kSimt, 5>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
-    case 6: LaunchGemvRows<kSimt, 6>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
-    case 7: LaunchGemvRows<kSimt, 7>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
-    default: LaunchGemvRows<kSimt, 8>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early); break;
+  if (kernel == GemvKernel::kCudaCoresStreamed) {
+    LaunchGemvSimt<GemvKernel::kCudaCoresStreamed>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early);
+  } else {
+    LaunchGemvSimt<GemvKernel::kCudaCores>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early);
   }
-  static_assert(kGemvMaxRows == 8, "one case per row count");
   return LastLaunchError();
 }
 

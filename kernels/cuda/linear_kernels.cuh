@@ -176,12 +176,13 @@ IRIS_DEVICE void GemvXChunk(const GemvInput& x, int row, int64_t c, int64_t in, 
   for (int e = 0; e < 8; ++e) v[e] = Bf16ToFloat(FloatToBf16(v[e]));
 }
 
-// The block's kGemvSimtOutPerBlock weight rows' 16-byte chunk c (one load each). Rows past `out`
-// (the last block: o >= outs) read row o0: loaded, never stored.
+// The 16-byte chunk c of kN weight rows from o0 (one load each). Rows past `out` (the last
+// group: o >= outs) read row o0: loaded, never stored.
+template <int kN>
 IRIS_DEVICE void GemvSimtLoadWeights(const uint16_t* w, int64_t ld, int64_t o0, int outs, int64_t c,
-                                     Chunk16 (&wc)[kGemvSimtOutPerBlock]) {
+                                     Chunk16 (&wc)[kN]) {
   IRIS_UNROLL
-  for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {
+  for (int o = 0; o < kN; ++o) {
     wc[o] = reinterpret_cast<const Chunk16*>(w + (o0 + (o < outs ? o : 0)) * ld)[c];
   }
 }

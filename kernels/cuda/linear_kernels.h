@@ -16,9 +16,11 @@ int LaunchBiasGeluErf(CUstream_st* stream, float* y, int64_t rows, int64_t cols,
 // The most rows of x LaunchGemvBf16 takes (linear_kernels.cuh's kGemvMaxRows).
 constexpr int kGemvMaxRowsPerLaunch = 8;
 // Which GEMV: on the CUDA cores (a warp streams 512 contiguous bytes of a weight row per load;
-// rows x 8 FMAs per 16 bytes of weight) or on the tensor cores (two m16n8k16 products per 16
-// bytes a lane loads of two weight rows, whatever the rows).
-enum class GemvKernel { kCudaCores, kTensorCores };
+// rows x 8 FMAs per 16 bytes of weight; a block per group of 8 outputs), the same streamed (as
+// many blocks as fit on the GPU at once, each walking many groups with its next loads in flight:
+// gemv_streamed.cuh; an x that is not whole 16-byte vectors takes kCudaCores), or on the tensor
+// cores (two m16n8k16 products per 16 bytes a lane loads of two weight rows, whatever the rows).
+enum class GemvKernel { kCudaCores, kCudaCoresStreamed, kTensorCores };
 // Which path a bf16 Linear of `rows` rows and `weight_bytes` of weight takes, as measured on an
 // H200 (README): the CUDA-core GEMV for one row (every shape of the 3b decoder, 1.1-2.4x the
 // bandwidth cuBLASLt reaches); for 2..max_rows rows only weights of at most 32 MiB (qkv, o), on
