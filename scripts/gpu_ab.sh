@@ -5,10 +5,13 @@
 # machine differs from the last one (clocks, HBM, host), so only figures from the same call
 # compare; this prints them side by side.
 #   scripts/gpu_ab.sh --bundle .gpu/bundle.tar.xz [--models small,3b] [--batches 1,8,32]
-#     [--rounds 2] [--steps 48] [--device cuda] [--out DIR] [-- decode_bench flags for both]
-# Each line: model, round, which binary, then per batch "b<N> <ms/step> (<share of bandwidth>)".
-# Settings only one side knows (a flag added since the baseline) go after `--` only if both
-# binaries accept them; otherwise run this build's variants with decode_bench directly.
+#     [--rounds 2] [--steps 48] [--device cuda] [--out DIR] [--variant "NAME: FLAGS"]...
+#     [-- decode_bench flags for all]
+# Each line: model, round, which side, then per batch "b<N> <ms/step> (<share of bandwidth>)".
+# --variant: one more side, this build's decode_bench with FLAGS (a setting the baseline does not
+# know, e.g. --variant "streamed: --gemv_kernel=streamed"); with variants the baseline is
+# optional (without one, the sides are this build and its variants). Flags after `--` go to
+# every side, so only flags both binaries accept.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=""
@@ -19,6 +22,7 @@ STEPS=48
 DEVICE=cuda
 OUT_DIR=""
 EXTRA=()
+VARIANTS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
@@ -28,8 +32,9 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --device) DEVICE=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
+    --variant) VARIANTS+=("$2"); shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "gpu_ab: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -38,11 +43,30 @@ done
 mkdir -p "$OUT_DIR"
 . scripts/gpu_bundle_unpack.sh
 unpack_gpu_bundle "$BUNDLE" || { echo "gpu_ab: cannot unpack $BUNDLE" >&2; exit 1; }
-[ -x "$BIN/baseline/decode_bench" ] || {
-  echo "gpu_ab: $BUNDLE has no baseline (pack it with gpu_bundle.sh --baseline OLD_BUNDLE)" >&2
+SIDES=()
+if [ -x "$BIN/baseline/decode_bench" ]; then
+  SIDES+=(baseline)
+elif [ ${#VARIANTS[@]} -eq 0 ]; then
+  echo "gpu_ab: $BUNDLE has no baseline (pack it with gpu_bundle.sh --baseline OLD_BUNDLE, or name --variant)" >&2
   exit 1
-}
+fi
+SIDES+=(this)
+for v in "${VARIANTS[@]}"; do
+  case "$v" in
+    *:*) SIDES+=("${v%%:*}") ;;
+    *) echo "gpu_ab: --variant wants \"NAME: FLAGS\", got $v" >&2; exit 2 ;;
+  esac
+done
 echo "gpu_ab: this build: $(sed -n 's/^commit //p' "$BUNDLE_ROOT/MANIFEST"); baseline: $(sed -n 's/^baseline //p' "$BUNDLE_ROOT/MANIFEST")"
+echo "gpu_ab: sides: ${SIDES[*]}"
+
+# A variant's flags, by its name (word-split: flags hold no spaces).
+variant_flags() {
+  local v
+  for v in "${VARIANTS[@]}"; do
+    [ "${v%%:*}" = "$1" ] && { echo "${v#*:}"; return; }
+  done
+}
 
 # The decode table's rows (`| batch | ms/step | best ms | ... | of bandwidth |`) as one line.
 summarise() {
@@ -59,12 +83,14 @@ for model in ${MODELS//,/ }; do
     continue
   fi
   for round in $(seq 1 "$ROUNDS"); do
-    for side in baseline this; do
+    for side in "${SIDES[@]}"; do
       bench=$BIN/decode_bench
       [ "$side" = baseline ] && bench=$BIN/baseline/decode_bench
+      # shellcheck disable=SC2207
+      flags=($(variant_flags "$side"))
       log="$OUT_DIR/$model.$round.$side.log"
       "$bench" --model "$dir" --device "$DEVICE" --batches "$BATCHES" --steps "$STEPS" --linears=false \
-        --kv_compare_contexts= --prompt 0 "${EXTRA[@]}" >"$log" 2>&1 || {
+        --kv_compare_contexts= --prompt 0 "${flags[@]}" "${EXTRA[@]}" >"$log" 2>&1 || {
         echo "gpu_ab: $side decode_bench failed on $model (see $log):" >&2
         tail -3 "$log" >&2
         status=1
