@@ -52,7 +52,7 @@ void RotaryQKWritePagedKv(Device& device, HeadsView q, HeadsView k, int64_t rows
     return gpu.Check(cuda::LaunchRotaryQKWritePagedKv(
                          gpu.stream(), q.data, q.row_stride, q.num_heads, k.data, k.row_stride, k.num_heads, rows,
                          head_dim, cos, sin, v, v_row_stride, slot_mapping.data(), layer.num_blocks * layer.block_size,
-                         layer.k, layer.v, layer.dtype == core::DType::kBF16),
+                         layer.k, layer.v, layer.dtype == core::DType::kBF16, gpu.early_start()),
                      "RotaryQKWritePagedKv");
   }
 #endif

@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/device.h"
 #include "kernels/elementwise.h"
 #include "kernels/paged_attention.h"
@@ -220,7 +221,8 @@ TEST(CudaOpsTest, WritePagedKvMatchesTheCpuOnF32AndBf16Pools) {
 
 // The decode step's rotary and KV write through RotaryQKWritePagedKv (one launch on the GPU)
 // leave the qkv buffer and both pools exactly as RotaryQK then WritePagedKv on the GPU do, with
-// f32 and bf16 pools and a padding row.
+// f32 and bf16 pools and a padding row; launched plainly and to start early (sm_90+), behind
+// the kernel that writes the qkv buffer, which an early launch must wait for.
 TEST(CudaOpsTest, RotaryQKWritePagedKvEqualsTheTwoOps) {
   auto g = MakeGpu();
   ASSERT_NE(g, nullptr);
@@ -233,13 +235,17 @@ TEST(CudaOpsTest, RotaryQKWritePagedKvEqualsTheTwoOps) {
   const float* dsin = g->Up(RandomNormal(rows * half, 52));
   const std::vector<int64_t> slots = {3, kPadSlot, 9, 0, 14};
   const auto dslots = DeviceSpan(g->Up(slots), slots.size());
-  for (const bool bf16 : {false, true}) {
-    SCOPED_TRACE(bf16 ? "bf16 pools" : "f32 pools");
+  for (const auto& [bf16, early] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+    if (!g->cuda().SetEarlyStart(early).ok()) continue;  // early start below sm_90
+    SCOPED_TRACE(::testing::Message() << (bf16 ? "bf16 pools" : "f32 pools") << ", early start " << early);
     const size_t elem = bf16 ? 2 : 4;
     std::vector<float> got_qkv[2];
     std::vector<uint8_t> got_k[2], got_v[2];
     for (const bool fused : {true, false}) {
-      float* d = g->Up(qkv);
+      float* d = g->Up(std::vector<float>(qkv.size(), NAN));
+      ASSERT_EQ(cuda::LaunchAdd(g->cuda().stream(), g->Up(qkv), g->Up(std::vector<float>(qkv.size(), 0.f)),
+                                static_cast<int64_t>(qkv.size()), d),
+                0);
       auto* k = reinterpret_cast<uint8_t*>(g->Up(std::vector<float>(pool, -7.f)));
       auto* v = reinterpret_cast<uint8_t*>(g->Up(std::vector<float>(pool, -7.f)));
       const PagedKvLayer layer{k, v, num_blocks, block_size, kh, hd, bf16 ? core::DType::kBF16 : core::DType::kF32};

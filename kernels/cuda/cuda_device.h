@@ -112,10 +112,11 @@ class CudaDevice final : public Device {
   bool fold_linear_inputs() const { return fold_linear_inputs_; }
   void SetFoldLinearInputs(bool fold) { fold_linear_inputs_ = fold; }
 
-  // Whether the GEMVs and the paged attention are launched to start early (programmatic dependent
-  // launch, sm_90 and later: LaunchGemvBf16's and LaunchPagedAttention's `early`), so that a
-  // decode step's weight stream, and the attention's first keys, are read while the kernel ahead
-  // finishes. On by default where the GPU has it (H200, 3b batch-1 step, GEMVs alone: 2.43 ->
+  // Whether the GEMVs, the decode rotary + KV write and the paged attention are launched to start
+  // early (programmatic dependent launch, sm_90 and later: LaunchGemvBf16's,
+  // LaunchRotaryQKWritePagedKv's and LaunchPagedAttention's `early`), so that a decode step's
+  // weight stream, and the attention's first keys, are read while the kernel ahead finishes, and
+  // the rotary's launch overlaps the qkv projection's end. On by default where the GPU has it (H200, 3b batch-1 step, GEMVs alone: 2.43 ->
   // 2.37 ms); FAILED_PRECONDITION below compute capability 9.0.
   bool early_start() const { return early_start_; }
   absl::Status SetEarlyStart(bool early);

@@ -202,21 +202,20 @@ int ArgmaxSlices(int64_t rows, int64_t vocab, int sm_count) {
 int LaunchRotaryQKWritePagedKv(CUstream_st* stream, float* q, int64_t q_stride, int q_heads, float* k,
                                int64_t k_stride, int k_heads, int64_t rows, int head_dim, const float* cos,
                                const float* sin, const float* v, int64_t v_stride, const int64_t* slots,
-                               int64_t num_slots, void* k_pool, void* v_pool, bool bf16_pool) {
+                               int64_t num_slots, void* k_pool, void* v_pool, bool bf16_pool, bool early) {
   if (rows == 0) return 0;
   const int64_t work = std::max(int64_t{q_heads + k_heads} * head_dim / 2, int64_t{k_heads} * head_dim);
   // Each thread one rotary pair (and one v value): a row's work over ceil(work / 256) blocks.
   const int threads = BlockFor(work);
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((work + threads - 1) / threads));
   if (bf16_pool) {
-    RotaryQKWriteKvKernel<uint16_t><<<grid, threads, 0, stream>>>(
-        q, q_stride, q_heads, k, k_stride, k_heads, head_dim, cos, sin, v, v_stride, slots, num_slots,
-        static_cast<uint16_t*>(k_pool), static_cast<uint16_t*>(v_pool));
+    LaunchMaybeEarly(stream, grid, static_cast<unsigned>(threads), early, RotaryQKWriteKvKernel<uint16_t>, q, q_stride,
+                     q_heads, k, k_stride, k_heads, head_dim, cos, sin, v, v_stride, slots, num_slots,
+                     static_cast<uint16_t*>(k_pool), static_cast<uint16_t*>(v_pool));
   } else {
-    RotaryQKWriteKvKernel<float><<<grid, threads, 0, stream>>>(q, q_stride, q_heads, k, k_stride, k_heads,
-                                                                      head_dim, cos, sin, v, v_stride, slots,
-                                                                      num_slots, static_cast<float*>(k_pool),
-                                                                      static_cast<float*>(v_pool));
+    LaunchMaybeEarly(stream, grid, static_cast<unsigned>(threads), early, RotaryQKWriteKvKernel<float>, q, q_stride,
+                     q_heads, k, k_stride, k_heads, head_dim, cos, sin, v, v_stride, slots, num_slots,
+                     static_cast<float*>(k_pool), static_cast<float*>(v_pool));
   }
   return LastLaunchError();
 }

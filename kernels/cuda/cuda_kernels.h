@@ -70,11 +70,13 @@ int LaunchWritePagedKv(CUstream_st* stream, const float* k, int64_t k_row_stride
                        const int64_t* slots, int64_t n, int64_t row_elems, int64_t num_slots, void* k_pool,
                        void* v_pool, bool bf16_pool);
 // LaunchRotaryQK on `rows` rows, then LaunchWritePagedKv of the rotated k and of v into slots[0,
-// rows) of pools with k_heads * head_dim values a slot: one launch, the same results.
+// rows) of pools with k_heads * head_dim values a slot: one launch, the same results. early
+// (sm_90 and later): launched with programmatic stream serialization (kernels.cuh says what its
+// blocks read before they wait for the kernel ahead: only the slots).
 int LaunchRotaryQKWritePagedKv(CUstream_st* stream, float* q, int64_t q_stride, int q_heads, float* k,
                                int64_t k_stride, int k_heads, int64_t rows, int head_dim, const float* cos,
                                const float* sin, const float* v, int64_t v_stride, const int64_t* slots,
-                               int64_t num_slots, void* k_pool, void* v_pool, bool bf16_pool);
+                               int64_t num_slots, void* k_pool, void* v_pool, bool bf16_pool, bool early = false);
 
 // Paged attention over f32 or bf16 pools (f32 products), kernels/paged_attention.h's layout and
 // metadata (device arrays); the step's query rows are [row_begin, row_end). head_dim at most 256

@@ -431,6 +431,9 @@ IRIS_GLOBAL void WritePagedKvKernel(const float* k, int64_t k_stride, const floa
 // rotated and not stored. The pool gets exactly what the two kernels would write. A row's work is
 // strided over its gridDim.y blocks' threads: a decode step of one row would otherwise be one
 // block walking 1000+ rotary pairs in turn, a memory round trip each.
+// Launched to start early (behind the qkv projection), a block reads only its row's slot (step
+// metadata, uploaded before the step's kernels) before GridDependencyWait; q, k, v and the
+// cos/sin rows after it, and it writes nothing before it.
 template <typename T>
 IRIS_GLOBAL void RotaryQKWriteKvKernel(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
                                        int k_heads, int head_dim, const float* cos, const float* sin, const float* v,
@@ -441,6 +444,7 @@ IRIS_GLOBAL void RotaryQKWriteKvKernel(float* q, int64_t q_stride, int q_heads, 
   const int half = head_dim / 2;
   const int64_t width = static_cast<int64_t>(k_heads) * head_dim;  // a pool slot's values
   const int64_t slot = slots[row];
+  GridDependencyWait();
   T* k_slot = slot >= 0 && slot < num_slots ? k_pool + slot * width : nullptr;
   const float* c = cos + row * half;
   const float* s = sin + row * half;
@@ -593,9 +597,10 @@ IRIS_DEVICE int64_t PagedSlot(const int32_t* table, int64_t j, int block_size) {
 // merge costs no launch of its own.
 // Launched to start early (programmatic dependent launch, behind the kernel that writes q and the
 // step's keys), a block reads the step's metadata and block table and asks for its first tile's
-// K and V lines in the L2 before GridDependencyWait: those were all written before the kernel
-// ahead began (the metadata upload, earlier steps' keys), and a prefetch of a line that kernel is
-// writing reads nothing into registers. q, the output and the partials wait.
+// K and V lines in the L2 before GridDependencyWait: no kernel of the step writes the metadata or
+// the table (a copy uploads them before the step's first kernel, and no early start crosses a
+// copy), so they are safe however far the early starts ahead of this one run; and a prefetch of a
+// line a kernel is still writing reads nothing into registers. q, the output and the partials wait.
 template <typename T>
 IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                                       int num_heads, float scale, const T* k_pool, const T* v_pool, int block_size,
