@@ -34,11 +34,13 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // The streamed GEMV's grid: as many of its blocks as are resident on the current GPU at once (an
 // SM's worth, by the kernel's registers and shared memory, times the SMs), at most one per
 // group. Any grid computes the same product; this one keeps every block streaming to the end.
-template <typename Kernel>
-unsigned StreamGrid(Kernel kernel, int threads, int64_t groups) {
-  static const int per_sm = [&] {
+// A template on the kernel itself, so that each instantiation (rows, op) keeps its own count:
+// they share one function-pointer type.
+template <auto kKernel>
+unsigned StreamGrid(int threads, int64_t groups) {
+  static const int per_sm = [threads] {
     int n = 0;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) == cudaSuccess && n > 0 ? n : 1;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, threads, 0) == cudaSuccess && n > 0 ? n : 1;
   }();
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -58,7 +60,7 @@ void LaunchGemvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in
                      rows, bias, beta, y, early);
   } else if constexpr (kKernel == GemvKernel::kCudaCoresStreamed && kVecX) {
     constexpr int kOuts = GemvStreamOuts(kRows);
-    const unsigned blocks = StreamGrid(GemvStreamKernel<kRows, kOp>, kGemvSimtThreads, (out + kOuts - 1) / kOuts);
+    const unsigned blocks = StreamGrid<GemvStreamKernel<kRows, kOp>>(kGemvSimtThreads, (out + kOuts - 1) / kOuts);
     LaunchMaybeEarly(stream, dim3(blocks), kGemvSimtThreads, early, GemvStreamKernel<kRows, kOp>, w, ld, in, out, x,
                      bias, beta, y, early);
   } else {
