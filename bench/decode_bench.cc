@@ -68,6 +68,9 @@ ABSL_FLAG(bool, early_start, true,
           "GPU: launch the GEMVs and the paged attention to start early (programmatic dependent launch, the default "
           "on sm_90+): the GEMVs' first weight pass and the attention's first keys are read while the kernel ahead "
           "finishes (false: launched plainly, to measure it)");
+ABSL_FLAG(double, weight_prefetch, 0.0,
+          "GPU: the share of the L2 a decode step asks to fill with the weights of o and gate_up while its "
+          "attention runs (CudaDevice::SetWeightPrefetchBytes; 0, the default: none)");
 ABSL_FLAG(int, gemv_max_rows, -1, "GPU: bf16 Linears with at most this many rows run a GEMV (-1: the device's default)");
 ABSL_FLAG(std::string, gemv_kernel, "auto",
           "GPU: which GEMV takes bf16 Linears of up to --gemv_max_rows rows: auto (the device's pick by rows and "
@@ -267,6 +270,11 @@ int main(int argc, char** argv) {
       if (absl::Status s = gpu.SetGemvMaxRows(rows); !s.ok()) Die(std::string(s.message()));
     }
     gpu.SetFoldLinearInputs(absl::GetFlag(FLAGS_fold_inputs));
+    if (const double share = absl::GetFlag(FLAGS_weight_prefetch); share != 0) {
+      if (!(share > 0 && share <= 1)) Die("--weight_prefetch must be in [0, 1], got " + std::to_string(share));
+      const auto bytes = static_cast<int64_t>(share * static_cast<double>(gpu.l2_bytes()));
+      if (absl::Status s = gpu.SetWeightPrefetchBytes(bytes); !s.ok()) Die(std::string(s.message()));
+    }
     // Off switches it off; on keeps the device's default (on where the GPU has it).
     if (!absl::GetFlag(FLAGS_early_start)) {
       if (absl::Status s = gpu.SetEarlyStart(false); !s.ok()) Die(std::string(s.message()));

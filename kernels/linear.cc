@@ -36,6 +36,23 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(Device& device, const cor
 
 bool Linear::ForwardFolded(const LinearInput&, int64_t, float*, Epilogue) const { return false; }
 
+int64_t Linear::PrefetchWeight(int64_t) const { return 0; }
+
+void PrefetchWeights(Device& device, int64_t m, std::initializer_list<const Linear*> linears) {
+#ifdef IRIS_HAVE_CUDA
+  if (device.kind() != DeviceKind::kCuda) return;
+  const cuda::CudaDevice& gpu = cuda::AsCuda(device);
+  int64_t budget = gpu.weight_prefetch_bytes();
+  if (budget <= 0 || m < 1 || m > gpu.gemv_max_rows()) return;
+  for (const Linear* linear : linears) {
+    if (budget <= 0) break;
+    budget -= linear->PrefetchWeight(budget);
+  }
+#else
+  (void)device, (void)m, (void)linears;
+#endif
+}
+
 void LinearForward(Device& device, const Linear& linear, const LinearInput& in, int64_t m, float* y,
                    Epilogue epilogue) {
   if (in.op == LinearInput::Op::kNone) {

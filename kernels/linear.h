@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -75,7 +76,19 @@ class Linear {
   // this Linear cannot fold it (then LinearForward runs the op on its own). The default folds
   // nothing.
   virtual bool ForwardFolded(const LinearInput& in, int64_t m, float* y, Epilogue epilogue) const;
+
+  // Asks the device to bring up to `max_bytes` of this Linear's weight, from its start, into its
+  // cache ahead of a Forward, and returns the bytes asked for. A hint: it changes no value. The
+  // default (the CPU's) asks for nothing and returns 0.
+  virtual int64_t PrefetchWeight(int64_t max_bytes) const;
 };
+
+// Before latency-bound work that leaves memory bandwidth idle (a decode step's attention), asks
+// the device to stream the weights of the Linears that come after it into its cache, in order,
+// as far as the device's budget goes (CudaDevice::weight_prefetch_bytes; 0 by default, and the
+// CPU has none), for steps of at most the rows a GEMV takes (whose Linears read their weights at
+// the memory's pace). Changes no value.
+void PrefetchWeights(Device& device, int64_t m, std::initializer_list<const Linear*> linears);
 
 // y = op(x)·Wᵀ + b (with the epilogue): the op folded where `linear` can, else run on `device`
 // into in.staging first.

@@ -422,6 +422,9 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
     a.layer = kv;
     a.metadata = in.md;
     a.bf16 = bf16;
+    // The attention waits on memory round trips, not bandwidth: the weights read next may stream
+    // into the device's cache meanwhile (a hint; none by default).
+    kernels::PrefetchWeights(device_, rows, {l.o.get(), l.gate_up.get()});
     kernels::PagedAttention(device_, a);
     l.o->Forward(attn, rows, x, Epilogue::kAccumulate);
 

@@ -325,6 +325,37 @@ TEST(CudaTinyDecoder, DecodeGraphsRecordedAtStartServeTheirCache) {
   EXPECT_TRUE(gpu->status().ok()) << gpu->status();
 }
 
+// The weight prefetch (o and gate_up asked into the L2 while each layer's attention runs) is a
+// hint: on the shared decode workload, steps issued directly and steps replayed from graphs
+// recorded with it give what they give without it, bit for bit, with the same cache entries.
+// The prefetch launch sits between the rotary + KV write and the attention, both started early:
+// a wrong wait in it would let the attention read q and keys before they are written.
+TEST(CudaTinyDecoder, WeightPrefetchChangesNoValue) {
+  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  kernels::cuda::CudaDevice& cuda = kernels::cuda::AsCuda(*gpu);
+  if (!cuda.SetWeightPrefetchBytes(cuda.l2_bytes() / 2).ok()) GTEST_SKIP() << "below sm_90";
+  for (const ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
+    const core::DType kv = compute == ComputeType::kBF16 ? core::DType::kBF16 : core::DType::kF32;
+    testing::DecodeRun want[2], got[2];  // [0]: direct, [1]: graphs
+    for (const bool prefetch : {false, true}) {
+      ASSERT_TRUE(cuda.SetWeightPrefetchBytes(prefetch ? cuda.l2_bytes() / 2 : 0).ok());
+      DecoderOn direct(*gpu, compute), graphs(*gpu, compute);
+      ASSERT_TRUE(graphs.decoder->EnableDecodeGraphs(testing::WorkloadGraphOptions(/*capture=*/true)).ok());
+      (prefetch ? got : want)[0] = testing::RunDecodeWorkload(*direct.decoder, *gpu, kv);
+      (prefetch ? got : want)[1] = testing::RunDecodeWorkload(*graphs.decoder, *gpu, kv);
+      ASSERT_TRUE(gpu->status().ok()) << gpu->status();
+    }
+    testing::ExpectSameRun(got[0], want[0], 0.f, "direct, prefetch vs none");
+    testing::ExpectSameRun(got[1], want[1], 0.f, "graphs, prefetch vs none");
+  }
+  const char* unaligned = reinterpret_cast<const char*>(cuda.paged_split_counters()) + 4;
+  EXPECT_NE(kernels::cuda::LaunchPrefetchL2(cuda.stream(), unaligned, 64, false), 0) << "an unaligned start";
+  ASSERT_TRUE(cuda.SetWeightPrefetchBytes(0).ok());
+  EXPECT_FALSE(cuda.SetWeightPrefetchBytes(cuda.l2_bytes() + 1).ok());
+  EXPECT_TRUE(gpu->status().ok()) << gpu->status();
+}
+
 #else
 TEST(CudaModelTest, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
 #endif

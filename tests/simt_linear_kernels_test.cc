@@ -13,10 +13,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/bf16.h"
@@ -385,6 +388,40 @@ TEST(LinearKernelsTest, PickGemvFollowsRowsAndWeightSize) {
   EXPECT_FALSE(PickGemv(5, small, 4, &k));
 }
 #endif
+
+// The weight prefetch asks for every byte of its range once, in pieces the bulk instruction takes
+// (16-byte aligned starts, sizes multiples of 16 up to the piece size), whatever the grid: one
+// piece or less, a piece and a bit, more pieces than threads (the loop goes round).
+TEST(LinearKernelsOnSimtTest, PrefetchAsksForEveryByteOnceInPiecesTheInstructionTakes) {
+  const int64_t piece = kPrefetchPieceBytes;
+  std::vector<Chunk16> store(static_cast<size_t>(40 * piece / 16 + 1));
+  const char* base = reinterpret_cast<const char*>(store.data());
+  simt::PrefetchLog& log = simt::Prefetches();
+  for (const int64_t bytes : {int64_t{16}, int64_t{4096}, piece, piece + 16, 5 * piece + 48, 40 * piece}) {
+    for (const auto& [blocks, threads] : {std::pair{1, 32}, {2, 32}, {3, 64}}) {
+      SCOPED_TRACE(::testing::Message() << bytes << " bytes, " << blocks << " x " << threads);
+      {
+        std::lock_guard<std::mutex> lock(log.mu);
+        log.ranges.clear();
+      }
+      log.on = true;
+      Launch(Dim3(blocks), Dim3(threads), PrefetchL2Kernel, base + 16, bytes);
+      log.on = false;
+      std::vector<simt::PrefetchRange> got = log.ranges;
+      std::sort(got.begin(), got.end(), [](const auto& a, const auto& b) { return a.p < b.p; });
+      const char* next = base + 16;
+      for (const simt::PrefetchRange& r : got) {
+        ASSERT_EQ(static_cast<const char*>(r.p), next) << "gap or overlap";
+        ASSERT_EQ(reinterpret_cast<uintptr_t>(r.p) % 16, 0u);
+        ASSERT_GT(r.bytes, 0u);
+        ASSERT_EQ(r.bytes % 16, 0u);
+        ASSERT_LE(static_cast<int64_t>(r.bytes), piece);
+        next += r.bytes;
+      }
+      EXPECT_EQ(next, base + 16 + bytes);
+    }
+  }
+}
 
 TEST(LinearKernelsOnSimtTest, ReadSumAddsEveryElementOnce) {
   // Values in quarters: every partial sum is exact in f32, so the total must be exact too.

@@ -51,6 +51,7 @@ absl::StatusOr<int64_t> Bytes(core::DType dtype, const std::vector<int64_t>& sha
 struct CudaDevice::State {
   int ordinal = 0;
   int sm_count = 0;
+  int64_t l2_bytes = 0;
   int cc_major = 0;  // compute capability
   cudaStream_t stream = nullptr;
   cudaMemPool_t pool = nullptr;
@@ -172,6 +173,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
     return CudaStatus(e, "cudaMalloc(cuBLASLt matmul workspace)");
   }
   state->sm_count = prop.multiProcessorCount;
+  state->l2_bytes = prop.l2CacheSize;
   state->cc_major = prop.major;
   const size_t counter_bytes = sizeof(int) * static_cast<size_t>(state->sm_count);
   if (const cudaError_t e = cudaMalloc(&state->split_counters, counter_bytes); e != cudaSuccess) {
@@ -230,6 +232,21 @@ std::optional<GemvKernel> CudaDevice::GemvFor(int64_t rows, int64_t weight_bytes
 CUstream_st* CudaDevice::stream() const { return state_->stream; }
 
 int CudaDevice::sm_count() const { return state_->sm_count; }
+
+int64_t CudaDevice::l2_bytes() const { return state_->l2_bytes; }
+
+absl::Status CudaDevice::SetWeightPrefetchBytes(int64_t bytes) {
+  if (bytes < 0 || bytes > state_->l2_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("weight prefetch bytes must be in [0, ", state_->l2_bytes,
+                                                   "] (the L2), got ", bytes));
+  }
+  if (bytes > 0 && state_->cc_major < 9) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(description_, ": weight prefetch needs compute capability 9.0 (bulk L2 prefetch)"));
+  }
+  weight_prefetch_bytes_ = bytes;
+  return absl::OkStatus();
+}
 
 absl::Status CudaDevice::SetEarlyStart(bool early) {
   if (early && state_->cc_major < 9) {

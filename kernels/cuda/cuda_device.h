@@ -62,6 +62,7 @@ class CudaDevice final : public Device {
 
   int ordinal() const { return ordinal_; }
   int sm_count() const;  // streaming multiprocessors, for launch shapes that must fill the GPU
+  int64_t l2_bytes() const;  // the L2 cache
   CUstream_st* stream() const;
 
   // The cuBLASLt handle, created with the device (on its GPU); every matmul goes on stream().
@@ -121,6 +122,14 @@ class CudaDevice final : public Device {
   bool early_start() const { return early_start_; }
   absl::Status SetEarlyStart(bool early);
 
+  // How much of the weights of the Linears after a decode step's attention that step asks into the
+  // L2 while the attention runs (kernels::PrefetchWeights: the attention is latency-bound, HBM
+  // idles). 0, the default, asks for nothing: not yet timed on a GPU (decode_bench
+  // --weight_prefetch measures it). INVALID_ARGUMENT past l2_bytes(); FAILED_PRECONDITION for
+  // non-zero below compute capability 9.0.
+  int64_t weight_prefetch_bytes() const { return weight_prefetch_bytes_; }
+  absl::Status SetWeightPrefetchBytes(int64_t bytes);
+
  private:
   struct State;
   CudaDevice(int ordinal, std::shared_ptr<State> state, std::string description);
@@ -135,6 +144,7 @@ class CudaDevice final : public Device {
   std::optional<GemvKernel> forced_gemv_kernel_;
   bool fold_linear_inputs_ = true;
   bool early_start_;
+  int64_t weight_prefetch_bytes_ = 0;
   std::unique_ptr<CudnnSdpa> sdpa_;
 };
 

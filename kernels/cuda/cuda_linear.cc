@@ -275,6 +275,15 @@ class CudaLinear final : public Linear {
     return true;
   }
 
+  // The weight's first bytes (rows are contiguous: [out, ld_]) asked into the L2.
+  int64_t PrefetchWeight(int64_t max_bytes) const override {
+    int64_t bytes = std::min<int64_t>(static_cast<int64_t>(weight_.nbytes()), max_bytes);
+    bytes -= bytes % 16;
+    if (bytes <= 0) return 0;
+    dev_.Check(LaunchPrefetchL2(dev_.stream(), weight_.raw(), bytes, dev_.early_start()), "Linear: weight prefetch");
+    return bytes;
+  }
+
  private:
   int64_t WeightBytes() const { return out_ * ld_ * int64_t{2}; }
 

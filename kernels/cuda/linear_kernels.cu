@@ -155,6 +155,19 @@ bool PickGemv(int64_t rows, int64_t weight_bytes, int max_rows, GemvKernel* kern
   return true;
 }
 
+int LaunchPrefetchL2(CUstream_st* stream, const void* p, int64_t bytes, bool early) {
+  bytes -= bytes % 16;
+  if (!Aligned16(p) || bytes < 0) return static_cast<int>(cudaErrorInvalidValue);
+  if (bytes == 0) return 0;
+  // A warp a block, one piece a lane: the requests spread over SMs (each has its own bulk copy unit).
+  constexpr int kThreads = 32;
+  const int64_t pieces = (bytes + kPrefetchPieceBytes - 1) / kPrefetchPieceBytes;
+  const int64_t blocks = (pieces + kThreads - 1) / kThreads;
+  LaunchMaybeEarly(stream, dim3(static_cast<unsigned>(blocks < 1024 ? blocks : 1024)), kThreads, early,
+                   PrefetchL2Kernel, static_cast<const char*>(p), bytes);
+  return LastLaunchError();
+}
+
 int LaunchReadSum(CUstream_st* stream, const float* x, int64_t n, int blocks, float* partials) {
   if (n % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 || blocks <= 0) {
     return static_cast<int>(cudaErrorInvalidValue);

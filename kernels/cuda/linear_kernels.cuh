@@ -11,7 +11,8 @@
 //     it, where cuBLASLt's kernels for such shapes need x converted by a launch first; and that
 //     may apply the op before the product as they read x (RMSNorm, SiLU·mul: GemvX), so that
 //     op's launch goes too;
-//   - a read-and-sum pass over a large buffer (MeasureMemoryReadBandwidth).
+//   - a read-and-sum pass over a large buffer (MeasureMemoryReadBandwidth);
+//   - a request for a range of memory in the L2 (PrefetchL2Kernel: weights ahead of their GEMV).
 #pragma once
 
 #include <math.h>
@@ -350,6 +351,26 @@ IRIS_GLOBAL void GemvMmaKernel(const uint16_t* w, int64_t ld, int64_t in, int64_
                y + static_cast<int64_t>(r) * out + o0 + o);
   }
   SyncThreads();  // the shared partials are read before a next block (harness) reuses them
+}
+
+// Asks the L2 for [p, p + bytes) (p 16-byte aligned, bytes a multiple of 16) in pieces of
+// kPrefetchPieceBytes, thread i of the grid taking pieces i, i + threads, ...; then waits for the
+// kernel ahead before it ends, so that a kernel launched early behind this one, waiting for it
+// (GridDependencyWait), has waited for that kernel too: put between two kernels, it keeps the
+// chain of early starts as it was. It reads nothing into registers and writes nothing. (Why: a
+// decode step's attention is latency-bound and leaves HBM idle; the weights of the Linears after
+// it can stream into the L2 meanwhile. kernels::PrefetchWeights.)
+constexpr int64_t kPrefetchPieceBytes = int64_t{16} << 10;
+IRIS_GLOBAL void PrefetchL2Kernel(const char* p, int64_t bytes) {
+  GridDependencyTrigger();
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i * kPrefetchPieceBytes < bytes;
+       i += threads) {
+    const int64_t left = bytes - i * kPrefetchPieceBytes;
+    PrefetchL2Bulk(p + i * kPrefetchPieceBytes,
+                   static_cast<uint32_t>(left < kPrefetchPieceBytes ? left : kPrefetchPieceBytes));
+  }
+  GridDependencyWait();
 }
 
 constexpr int kReadSumMaxWarps = 32;

@@ -54,6 +54,11 @@ bool GemvTakes(const GemvInput& x, int64_t in);
 // (linear_kernels.cuh).
 int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
                    GemvInput x, int64_t rows, const float* bias, float beta, float* y, bool early = false);
+// Asks the L2 for bytes [p, p + bytes) (p 16-byte aligned; bytes rounded down to a multiple of
+// 16), a hint that changes no value (sm_90 and later; below, a launch that asks for nothing).
+// early: launched with programmatic stream serialization; the kernel waits for the one ahead
+// before it ends either way, so the kernels behind see the same order (linear_kernels.cuh).
+int LaunchPrefetchL2(CUstream_st* stream, const void* p, int64_t bytes, bool early);
 // partials[b] for b < blocks: block b's share of the sum of x[0, n) (x 16-byte aligned, n a
 // multiple of 4), 256 threads a block.
 int LaunchReadSum(CUstream_st* stream, const float* x, int64_t n, int blocks, float* partials);

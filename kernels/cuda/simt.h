@@ -9,7 +9,7 @@
 // Kernels use only what this header names: IRIS_GLOBAL, IRIS_DEVICE, IRIS_HOST_DEVICE, IRIS_SHARED, IRIS_UNROLL,
 // IRIS_LAUNCH_BOUNDS, SyncThreads(),
 // SyncWarp(), ShflXor(), ThreadFence(), AtomicAddInt(), LoadCoherent(), GridDependencyWait(),
-// GridDependencyTrigger(), PrefetchL2(), MmaBf16() (a warp's
+// GridDependencyTrigger(), PrefetchL2(), PrefetchL2Bulk(), MmaBf16() (a warp's
 // tensor-core product, with a scalar twin here),
 // threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch for the host side.
 // Every thread of a block must reach each SyncThreads (as CUDA requires), and a block's size is a
@@ -91,6 +91,13 @@ __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #endif
 }
+// PrefetchL2Bulk asks for [p, p + bytes) in the L2 with one instruction (sm_90's bulk copy unit;
+// p 16-byte aligned, bytes a multiple of 16); below sm_90 it asks for nothing.
+__device__ __forceinline__ void PrefetchL2Bulk(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
 
 }  // namespace iris::kernels::cuda
 
@@ -101,6 +108,7 @@ __device__ __forceinline__ void PrefetchL2(const void* p) {
 #include <barrier>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -193,6 +201,29 @@ inline int32_t LoadCoherent(const int32_t* p) { return *p; }
 inline void GridDependencyWait() {}
 inline void GridDependencyTrigger() {}
 inline void PrefetchL2(const void*) {}
+namespace simt {
+// The harness records each PrefetchL2Bulk range while a test asks it to (tests check that a
+// kernel asks for exactly the bytes it should, in pieces the instruction takes).
+struct PrefetchRange {
+  const void* p;
+  uint32_t bytes;
+};
+struct PrefetchLog {
+  std::atomic<bool> on{false};
+  std::mutex mu;
+  std::vector<PrefetchRange> ranges;  // guarded by mu
+};
+inline PrefetchLog& Prefetches() {
+  static PrefetchLog log;
+  return log;
+}
+}  // namespace simt
+inline void PrefetchL2Bulk(const void* p, uint32_t bytes) {
+  simt::PrefetchLog& log = simt::Prefetches();
+  if (!log.on.load()) return;
+  std::lock_guard<std::mutex> lock(log.mu);
+  log.ranges.push_back({p, bytes});
+}
 
 // MmaBf16's scalar twin (the layout is documented with the CUDA one above): the lanes post their
 // fragments, each lane rebuilds A and B from the posted registers exactly as the hardware reads
