@@ -530,30 +530,28 @@ IRIS_DEVICE float KeyDot(const T* kr, const float* qs, int head_dim) {
   int d = 0;
   if (reinterpret_cast<uintptr_t>(kr) % 16 == 0) {
     const Chunk16* kc = reinterpret_cast<const Chunk16*>(kr);
-    for (; d + kPer <= head_dim; d += kPer * kKeyDotBatch) {
-      const int n = (head_dim - d) / kPer < kKeyDotBatch ? (head_dim - d) / kPer : kKeyDotBatch;
+    const int chunks = head_dim / kPer;  // whole chunks; the rest goes element by element below
+    for (int c0 = 0; c0 < chunks; c0 += kKeyDotBatch) {
+      const int n = chunks - c0 < kKeyDotBatch ? chunks - c0 : kKeyDotBatch;
       Chunk16 c[kKeyDotBatch];
       IRIS_UNROLL
       for (int b = 0; b < kKeyDotBatch; ++b) {
-        if (b < n) c[b] = kc[d / kPer + b];
+        if (b < n) c[b] = kc[c0 + b];
       }
       IRIS_UNROLL
       for (int b = 0; b < kKeyDotBatch; ++b) {
         if (b >= n) break;
         float v[kPer];
         ChunkValues(c[b], v, kr);
-        const float* q = qs + d + b * kPer;
+        const float* q = qs + (c0 + b) * kPer;
         if constexpr (kPer == 8) {
           for (int i = 0; i < 4; ++i) s[i] += q[2 * i] * v[2 * i] + q[2 * i + 1] * v[2 * i + 1];
         } else {
           for (int i = 0; i < 4; ++i) s[i] += q[i] * v[i];
         }
       }
-      if (n < kKeyDotBatch) {
-        d += kPer * n;
-        break;
-      }
     }
+    d = chunks * kPer;
   }
   for (; d < head_dim; ++d) s[d % 4] += qs[d] * LoadKv(kr + d);
   return (s[0] + s[1]) + (s[2] + s[3]);
