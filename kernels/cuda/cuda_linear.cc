@@ -297,7 +297,7 @@ class CudaLinear final : public Linear {
     const bool gelu = epilogue == Epilogue::kGeluErf;
     dev_.Check(LaunchGemvBf16(dev_.stream(), kernel, static_cast<const uint16_t*>(weight_.raw()), ld_, in_, out_, x, m,
                               gelu ? nullptr : bias, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y,
-                              dev_.early_start()),
+                              dev_.sm_count(), dev_.early_start()),
                "Linear: bf16 GEMV");
     if (gelu) dev_.Check(LaunchBiasGeluErf(dev_.stream(), y, m, out_, bias), "Linear: bias + gelu_erf");
   }

@@ -37,30 +37,26 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // A template on the kernel itself, so that each instantiation (rows, op) keeps its own count:
 // they share one function-pointer type.
 template <auto kKernel>
-unsigned StreamGrid(int threads, int64_t groups) {
+unsigned StreamGrid(int threads, int64_t groups, int sm_count) {
   static const int per_sm = [threads] {
     int n = 0;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, threads, 0) == cudaSuccess && n > 0 ? n : 1;
   }();
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
-    sms = 1;
-  }
-  const int64_t resident = static_cast<int64_t>(per_sm) * sms;
+  const int64_t resident = static_cast<int64_t>(per_sm) * (sm_count > 0 ? sm_count : 1);
   return static_cast<unsigned>(groups < resident ? groups : resident);
 }
 
 template <GemvKernel kKernel, int kRows, bool kVecX, GemvX kOp>
 void LaunchGemvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const GemvInput& x,
-                  int rows, const float* bias, float beta, float* y, bool early) {
+                  int rows, const float* bias, float beta, float* y, int sm_count, bool early) {
   if constexpr (kKernel == GemvKernel::kTensorCores) {
     const auto blocks = static_cast<unsigned>((out + kGemvMmaOutPerBlock - 1) / kGemvMmaOutPerBlock);
     LaunchMaybeEarly(stream, dim3(blocks), kGemvMmaThreads, early, GemvMmaKernel<kVecX, kOp>, w, ld, in, out, x,
                      rows, bias, beta, y, early);
   } else if constexpr (kKernel == GemvKernel::kCudaCoresStreamed && kVecX) {
     constexpr int kOuts = GemvStreamOuts(kRows);
-    const unsigned blocks = StreamGrid<GemvStreamKernel<kRows, kOp>>(kGemvSimtThreads, (out + kOuts - 1) / kOuts);
+    const unsigned blocks = StreamGrid<GemvStreamKernel<kRows, kOp>>(kGemvSimtThreads, (out + kOuts - 1) / kOuts,
+                                                                      sm_count);
     LaunchMaybeEarly(stream, dim3(blocks), kGemvSimtThreads, early, GemvStreamKernel<kRows, kOp>, w, ld, in, out, x,
                      bias, beta, y, early);
   } else {
@@ -74,20 +70,24 @@ void LaunchGemvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in
 // as vectors.
 template <GemvKernel kKernel, int kRows>
 void LaunchGemvRows(CUstream_st* stream, bool vec_x, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
-                    const GemvInput& x, int rows, const float* bias, float beta, float* y, bool early) {
+                    const GemvInput& x, int rows, const float* bias, float beta, float* y, int sm_count, bool early) {
   switch (x.op) {
     case GemvX::kPlain:
       if (vec_x) {
-        LaunchGemvAs<kKernel, kRows, true, GemvX::kPlain>(stream, w, ld, in, out, x, rows, bias, beta, y, early);
+        LaunchGemvAs<kKernel, kRows, true, GemvX::kPlain>(stream, w, ld, in, out, x, rows, bias, beta, y, sm_count,
+                                                          early);
       } else {
-        LaunchGemvAs<kKernel, kRows, false, GemvX::kPlain>(stream, w, ld, in, out, x, rows, bias, beta, y, early);
+        LaunchGemvAs<kKernel, kRows, false, GemvX::kPlain>(stream, w, ld, in, out, x, rows, bias, beta, y, sm_count,
+                                                           early);
       }
       break;
     case GemvX::kRmsNorm:
-      LaunchGemvAs<kKernel, kRows, true, GemvX::kRmsNorm>(stream, w, ld, in, out, x, rows, bias, beta, y, early);
+      LaunchGemvAs<kKernel, kRows, true, GemvX::kRmsNorm>(stream, w, ld, in, out, x, rows, bias, beta, y, sm_count,
+                                                          early);
       break;
     case GemvX::kSiluMul:
-      LaunchGemvAs<kKernel, kRows, true, GemvX::kSiluMul>(stream, w, ld, in, out, x, rows, bias, beta, y, early);
+      LaunchGemvAs<kKernel, kRows, true, GemvX::kSiluMul>(stream, w, ld, in, out, x, rows, bias, beta, y, sm_count,
+                                                          early);
       break;
   }
 }
@@ -95,16 +95,16 @@ void LaunchGemvRows(CUstream_st* stream, bool vec_x, const uint16_t* w, int64_t 
 // A CUDA-cores GEMV, instantiated for the row count.
 template <GemvKernel kKernel>
 void LaunchGemvSimt(CUstream_st* stream, bool vec_x, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
-                    const GemvInput& x, int rows, const float* bias, float beta, float* y, bool early) {
+                    const GemvInput& x, int rows, const float* bias, float beta, float* y, int sm_count, bool early) {
   switch (rows) {
-    case 1: return LaunchGemvRows<kKernel, 1>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
-    case 2: return LaunchGemvRows<kKernel, 2>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
-    case 3: return LaunchGemvRows<kKernel, 3>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
-    case 4: return LaunchGemvRows<kKernel, 4>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
-    case 5: return LaunchGemvRows<kKernel, 5>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
-    case 6: return LaunchGemvRows<kKernel, 6>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
-    case 7: return LaunchGemvRows<kKernel, 7>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
-    default: return LaunchGemvRows<kKernel, 8>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, early);
+    case 1: return LaunchGemvRows<kKernel, 1>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, sm_count, early);
+    case 2: return LaunchGemvRows<kKernel, 2>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, sm_count, early);
+    case 3: return LaunchGemvRows<kKernel, 3>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, sm_count, early);
+    case 4: return LaunchGemvRows<kKernel, 4>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, sm_count, early);
+    case 5: return LaunchGemvRows<kKernel, 5>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, sm_count, early);
+    case 6: return LaunchGemvRows<kKernel, 6>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, sm_count, early);
+    case 7: return LaunchGemvRows<kKernel, 7>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, sm_count, early);
+    default: return LaunchGemvRows<kKernel, 8>(stream, vec_x, w, ld, in, out, x, rows, bias, beta, y, sm_count, early);
   }
   static_assert(kGemvMaxRows == 8, "one case per row count");
 }
@@ -122,7 +122,7 @@ bool GemvTakes(const GemvInput& x, int64_t in) {
 }
 
 int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
-                   GemvInput x, int64_t rows, const float* bias, float beta, float* y, bool early) {
+                   GemvInput x, int64_t rows, const float* bias, float beta, float* y, int sm_count, bool early) {
   static_assert(kGemvMaxRowsPerLaunch == kGemvMaxRows, "linear_kernels.h names the kernels' limit");
   if (rows < 1 || rows > kGemvMaxRows || in < 1 || ld < in || ld % 8 != 0 || !Aligned16(w) || out < 1 ||
       !GemvTakes(x, in)) {
@@ -132,13 +132,13 @@ int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, in
   const bool vec_x = in % 8 == 0 && Aligned16(x.x);
   const int r = static_cast<int>(rows);
   if (kernel == GemvKernel::kTensorCores) {
-    LaunchGemvRows<GemvKernel::kTensorCores, 0>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early);
+    LaunchGemvRows<GemvKernel::kTensorCores, 0>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, sm_count, early);
     return LastLaunchError();
   }
   if (kernel == GemvKernel::kCudaCoresStreamed) {
-    LaunchGemvSimt<GemvKernel::kCudaCoresStreamed>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early);
+    LaunchGemvSimt<GemvKernel::kCudaCoresStreamed>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, sm_count, early);
   } else {
-    LaunchGemvSimt<GemvKernel::kCudaCores>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, early);
+    LaunchGemvSimt<GemvKernel::kCudaCores>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, sm_count, early);
   }
   return LastLaunchError();
 }

@@ -48,12 +48,13 @@ bool GemvTakes(const GemvInput& x, int64_t in);
 // y[r, o] = beta * y[r, o] + bias[o] + op(x)[r, :] (rounded to bf16) · w[o, :] for r < rows (1 ..
 // kGemvMaxRowsPerLaunch), o < out: w bf16 bits [out, ld], 16-byte aligned, ld % 8 == 0, columns
 // [in, ld) zero; x as GemvInput says; y [rows, out] (not read when beta == 0); bias may be null.
-// cudaErrorInvalidValue where !GemvTakes(x, in). early (sm_90 and later): launched with
-// programmatic stream serialization, so that its blocks may start while the kernel ahead of it
-// on the stream finishes, reading their first weight pass before they wait for it
-// (linear_kernels.cuh).
+// cudaErrorInvalidValue where !GemvTakes(x, in). sm_count: the GPU's SMs (CudaDevice::sm_count),
+// sizing the streamed kernel's grid. early (sm_90 and later): launched with programmatic stream
+// serialization, so that its blocks may start while the kernel ahead of it on the stream
+// finishes, reading their first weight pass before they wait for it (linear_kernels.cuh).
 int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
-                   GemvInput x, int64_t rows, const float* bias, float beta, float* y, bool early = false);
+                   GemvInput x, int64_t rows, const float* bias, float beta, float* y, int sm_count,
+                   bool early = false);
 // Asks the L2 for bytes [p, p + bytes) (p 16-byte aligned; bytes rounded down to a multiple of
 // 16), a hint that changes no value (sm_90 and later; below, a launch that asks for nothing).
 // early: launched with programmatic stream serialization; the kernel waits for the one ahead
