@@ -64,6 +64,9 @@ ABSL_FLAG(bool, linears, true,
 ABSL_FLAG(bool, fold_inputs, true,
           "GPU: bf16 Linears apply the norm or SiLU·mul before them as they read x (false: the op's own launch "
           "first, to measure the fold)");
+ABSL_FLAG(bool, bf16_handoff, true,
+          "GPU: the gated MLP hands gate_up's output to the SiLU·mul as bf16 rows (prefill-sized rows; decode "
+          "steps' GEMVs are not affected; false: f32 rows, to measure it)");
 ABSL_FLAG(bool, early_start, true,
           "GPU: launch the GEMVs and the paged attention to start early (programmatic dependent launch, the default "
           "on sm_90+): the GEMVs' first weight pass and the attention's first keys are read while the kernel ahead "
@@ -270,6 +273,7 @@ int main(int argc, char** argv) {
       if (absl::Status s = gpu.SetGemvMaxRows(rows); !s.ok()) Die(std::string(s.message()));
     }
     gpu.SetFoldLinearInputs(absl::GetFlag(FLAGS_fold_inputs));
+    gpu.SetBf16Handoff(absl::GetFlag(FLAGS_bf16_handoff));
     if (const double share = absl::GetFlag(FLAGS_weight_prefetch); share != 0) {
       if (!(share > 0 && share <= 1)) Die("--weight_prefetch must be in [0, 1], got " + std::to_string(share));
       const auto bytes = static_cast<int64_t>(share * static_cast<double>(gpu.l2_bytes()));

@@ -260,6 +260,7 @@ int main(int argc, char** argv) {
       const char* name;
       vision::EncoderTechniques t;
       bool fold_inputs = true;  // GPU: the norms and SiLU·mul folded into the Linears after them
+      bool bf16_handoff = true;  // GPU: the gated MLP's gate_up output handed over in bf16
     };
     std::vector<Config> configs = {
         {"fused rotary off", {false, true, true}},
@@ -268,7 +269,10 @@ int main(int argc, char** argv) {
         {"all off", {false, false, false}},
     };
 #ifdef IRIS_HAVE_CUDA
-    if (gpu && bf16) configs.push_back({"input ops unfolded", {}, false});
+    if (gpu && bf16) {
+      configs.push_back({"input ops unfolded", {}, false});
+      configs.push_back({"bf16 hand-off off", {}, true, false});
+    }
 #endif
     // Configurations alternate within each round, so machine drift hits them alike; the table
     // shows each configuration's median over the rounds.
@@ -286,7 +290,10 @@ int main(int argc, char** argv) {
         for (size_t c = 0; c < configs.size(); ++c) {
           (*encoder)->set_techniques(configs[c].t);
 #ifdef IRIS_HAVE_CUDA
-          if (gpu) kernels::cuda::AsCuda(dev).SetFoldLinearInputs(configs[c].fold_inputs);
+          if (gpu) {
+            kernels::cuda::AsCuda(dev).SetFoldLinearInputs(configs[c].fold_inputs);
+            kernels::cuda::AsCuda(dev).SetBf16Handoff(configs[c].bf16_handoff);
+          }
 #endif
           const auto t = Clock::now();
           (void)*(*encoder)->Forward(inputs[i].pixel_values, inputs[i].grids);
@@ -306,7 +313,10 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       (*encoder)->set_techniques({});
 #ifdef IRIS_HAVE_CUDA
-      if (gpu) kernels::cuda::AsCuda(dev).SetFoldLinearInputs(true);
+      if (gpu) {
+        kernels::cuda::AsCuda(dev).SetFoldLinearInputs(true);
+        kernels::cuda::AsCuda(dev).SetBf16Handoff(true);
+      }
 #endif
     }
   }

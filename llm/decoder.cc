@@ -9,6 +9,7 @@
 #include "core/status_macros.h"
 #include "core/weights.h"
 #include "kernels/elementwise.h"
+#include "kernels/gated_mlp.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rotary.h"
 #include "kernels/rows.h"
@@ -428,8 +429,7 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
     kernels::PagedAttention(device_, a);
     l.o->Forward(attn, rows, x, Epilogue::kAccumulate);
 
-    kernels::LinearForward(device_, *l.gate_up, NormedInput(x, l.post_norm, normed), rows, gu);
-    kernels::LinearForward(device_, *l.down, LinearInput::SiluMul(gu, act), rows, x, Epilogue::kAccumulate);
+    kernels::GatedMlp(device_, *l.gate_up, *l.down, NormedInput(x, l.post_norm, normed), rows, {gu, act}, x);
     if (observer_) observer_(li, x, rows);
   }
   if (observer_) {

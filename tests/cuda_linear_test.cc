@@ -20,6 +20,7 @@
 #include "core/bf16.h"
 #include "gtest/gtest.h"
 #include "kernels/device.h"
+#include "kernels/gated_mlp.h"
 #include "kernels/linear.h"
 #include "kernels/memory_bandwidth.h"
 #ifdef IRIS_HAVE_CUDA
@@ -410,6 +411,80 @@ TEST(CudaLinearTest, EarlyStartGemvsWaitForTheKernelAhead) {
   ASSERT_TRUE((*graph)->Replay().ok());
   EXPECT_EQ(Download(*gpu, x.data<float>(), x0.size()), got[0]) << "replayed";
   ASSERT_TRUE(cuda.SetEarlyStart(false).ok());
+  EXPECT_TRUE(cuda.status().ok()) << cuda.status();
+}
+
+// kernels::GatedMlp's bf16 hand-off: cuBLASLt writes gate_up's output as bf16 rows and the
+// SiLU·mul reads them. Against a double reference of those steps, started from gate_up's own f32
+// output on the GPU (checked above): gate and up rounded to bf16, the SiLU·mul in f32 rounded to
+// bf16, down in double. The two cuBLASLt kernels (f32 and bf16 output) may sum in different
+// orders, so now and then a gate or up value rounds to the neighbouring bf16: the relative L2
+// bound is tight, the per-element one allows such a step. With the hand-off off, and for rows the
+// GEMVs take, GatedMlp is the two Linears bit for bit. Odd intermediates: a padded bf16 row
+// stride and the element SiLU·mul kernel; 1024: the 4-wide one.
+TEST(CudaLinearTest, GatedMlpHandsGateUpOverInBf16WhereAMatmulRuns) {
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  cuda::CudaDevice& cuda = Cuda(*gpu);
+  const int64_t h = 1280;
+  uint32_t seed = 500;
+  for (const int64_t inter : {int64_t{342}, int64_t{1024}}) {
+    std::vector<float> wgu, wdn;
+    const Tensor gu_weight = MakeWeight(2 * inter, h, DType::kBF16, seed++, &wgu);
+    const Tensor dn_weight = MakeWeight(h, inter, DType::kBF16, seed++, &wdn);
+    // gate_up's bias bf16-exact, so that cuBLASLt's bf16 copy of it is the same bias.
+    const std::vector<float> bgu = RoundedToBf16(testing::RandomFloats(2 * inter, seed++));
+    const std::vector<float> bdn = testing::RandomFloats(h, seed++);
+    Tensor gu_bias = Tensor::Empty(DType::kF32, {2 * inter}), dn_bias = Tensor::Empty(DType::kF32, {h});
+    std::memcpy(gu_bias.raw(), bgu.data(), bgu.size() * sizeof(float));
+    std::memcpy(dn_bias.raw(), bdn.data(), bdn.size() * sizeof(float));
+    auto gate_up = Linear::Create(*gpu, gu_weight, &gu_bias, ComputeType::kBF16);
+    auto down = Linear::Create(*gpu, dn_weight, &dn_bias, ComputeType::kBF16);
+    ASSERT_TRUE(gate_up.ok() && down.ok());
+    for (const int64_t m : {int64_t{77}, int64_t{2}}) {
+      SCOPED_TRACE(::testing::Message() << "inter " << inter << ", m " << m);
+      const bool gemv = m <= cuda.gemv_max_rows();
+      cuda.ForceGemvKernel(gemv ? std::optional(cuda::GemvKernel::kCudaCores) : std::nullopt);
+      const Tensor dx = Upload(*gpu, testing::RandomFloats(m * h, seed++));
+      const Tensor dnorm = Upload(*gpu, testing::RandomFloats(h, seed++));
+      Tensor staging = Upload(*gpu, std::vector<float>(m * h, 0.f));
+      Tensor gu_out = Upload(*gpu, std::vector<float>(m * 2 * inter, 0.f));
+      Tensor act = Upload(*gpu, std::vector<float>(m * inter, 0.f));
+      const std::vector<float> y0 = testing::RandomFloats(m * h, seed++);
+      const LinearInput in = LinearInput::RmsNorm(dx.data<float>(), dnorm.data<float>(), 1e-6f, staging.data<float>());
+      std::vector<float> got[2];
+      for (const bool handoff : {true, false}) {
+        cuda.SetBf16Handoff(handoff);
+        Tensor dy = Upload(*gpu, y0);
+        GatedMlp(*gpu, **gate_up, **down, in, m, {gu_out.data<float>(), act.data<float>()}, dy.data<float>());
+        got[handoff ? 0 : 1] = Download(*gpu, dy.data<float>(), static_cast<size_t>(m * h));
+      }
+      cuda.SetBf16Handoff(true);
+      // The two Linears, as GatedMlp runs them without the hand-off.
+      Tensor dy = Upload(*gpu, y0);
+      LinearForward(*gpu, **gate_up, in, m, gu_out.data<float>());
+      const std::vector<float> g32 = Download(*gpu, gu_out.data<float>(), static_cast<size_t>(m * 2 * inter));
+      LinearForward(*gpu, **down, LinearInput::SiluMul(gu_out.data<float>(), act.data<float>()), m, dy.data<float>(),
+                    Epilogue::kAccumulate);
+      EXPECT_EQ(got[1], Download(*gpu, dy.data<float>(), static_cast<size_t>(m * h))) << "hand-off off";
+      if (gemv) {
+        EXPECT_EQ(got[0], got[1]) << "rows a GEMV takes: no hand-off";
+        continue;
+      }
+      EXPECT_NE(got[0], got[1]) << "the hand-off's rounding should show";
+      std::vector<float> a(static_cast<size_t>(m * inter));
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t j = 0; j < inter; ++j) {
+          const float g = core::Bf16ToFloat(core::FloatToBf16(g32[r * 2 * inter + j]));
+          const float u = core::Bf16ToFloat(core::FloatToBf16(g32[r * 2 * inter + inter + j]));
+          a[r * inter + j] = core::Bf16ToFloat(core::FloatToBf16(g / (1.0f + std::exp(-g)) * u));
+        }
+      }
+      const Expected want = Apply(Multiply(a, RoundedToBf16(wdn), m, inter, h), bdn.data(), Epilogue::kAccumulate, y0, h);
+      ExpectClose(got[0], want, 2e-4, 2e-2, "hand-off");
+    }
+  }
+  cuda.ForceGemvKernel(std::nullopt);
   EXPECT_TRUE(cuda.status().ok()) << cuda.status();
 }
 

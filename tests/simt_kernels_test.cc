@@ -119,13 +119,13 @@ TEST(CudaKernelsOnSimtTest, SiluMulRowsMatchesTheCpuKernel) {
     const std::vector<float> gu = RandomNormal(static_cast<size_t>(rows) * 2 * inter, 3 + inter, 3.f);
     std::vector<float> want(static_cast<size_t>(rows) * inter), got(want.size());
     SiluMulRows(cpu, gu.data(), rows, inter, want.data());
-    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel<F32Rows>, gu.data(), int64_t{rows}, int64_t{inter},
-           F32Rows{got.data(), inter});
+    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel<F32In, F32Rows>, F32In{gu.data(), 2 * inter}, int64_t{rows},
+           int64_t{inter}, F32Rows{got.data(), inter});
     ExpectCloseRel(got, want, 2e-6f, "silu_mul");
     if (inter % 4 == 0) {  // malloc'd storage is 16-byte aligned: the 4-wide kernel, bit for bit
       std::vector<float> got4(want.size(), NAN);
-      Launch(Dim3(3, 2), Dim3(32), SiluMulRows4Kernel<F32Rows>, gu.data(), int64_t{rows}, int64_t{inter},
-             F32Rows{got4.data(), inter});
+      Launch(Dim3(3, 2), Dim3(32), SiluMulRows4Kernel<F32In, F32Rows>, F32In{gu.data(), 2 * inter}, int64_t{rows},
+             int64_t{inter}, F32Rows{got4.data(), inter});
       EXPECT_EQ(got4, got);
     }
   }
@@ -164,14 +164,50 @@ TEST(CudaKernelsOnSimtTest, RmsNormAndSiluMulWriteBf16RowsAsTheF32KernelsRounded
     const int64_t inter = dim;
     const std::vector<float> gu = RandomNormal(static_cast<size_t>(rows) * 2 * inter, 9 + dim, 3.f);
     std::vector<float> act(static_cast<size_t>(rows * inter));
-    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel<F32Rows>, gu.data(), int64_t{rows}, inter, F32Rows{act.data(), inter});
+    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel<F32In, F32Rows>, F32In{gu.data(), 2 * inter}, int64_t{rows}, inter,
+           F32Rows{act.data(), inter});
     std::fill(got.begin(), got.end(), kUntouched);
-    Launch(Dim3(3, 2), Dim3(32), SiluMulRows4Kernel<Bf16Rows>, gu.data(), int64_t{rows}, inter,
+    Launch(Dim3(3, 2), Dim3(32), SiluMulRows4Kernel<F32In, Bf16Rows>, F32In{gu.data(), 2 * inter}, int64_t{rows}, inter,
            Bf16Rows{got.data(), ld});
     EXPECT_EQ(got, rounded(act, rows, inter, ld)) << "4-wide silu_mul, inter " << inter;
     std::fill(got.begin(), got.end(), kUntouched);
-    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel<Bf16Rows>, gu.data(), int64_t{rows}, inter, Bf16Rows{got.data(), ld});
+    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel<F32In, Bf16Rows>, F32In{gu.data(), 2 * inter}, int64_t{rows}, inter,
+           Bf16Rows{got.data(), ld});
     EXPECT_EQ(got, rounded(act, rows, inter, ld)) << "silu_mul, inter " << inter;
+  }
+}
+
+// From bf16 gate/up rows (the GPU's gated MLP hands gate_up's output over in bf16, strided rows
+// of a matmul's output) to bf16 rows: each value is the f32 kernel's on the widened inputs,
+// rounded, bit for bit, in the element and the 4-wide kernels; padding columns untouched.
+TEST(CudaKernelsOnSimtTest, SiluMulFromBf16RowsIsTheF32KernelOnTheWidenedValues) {
+  static constexpr uint16_t kUntouched = 0xABCD;
+  for (const auto& [rows, inter, gu_ld, ld] :
+       {std::tuple{3, int64_t{3420}, int64_t{6840}, int64_t{3424}}, {2, 64, 136, 64}, {5, 37, 75, 40}}) {
+    const std::vector<float> src = RandomNormal(static_cast<size_t>(rows * gu_ld), 11 + inter, 3.f);
+    std::vector<uint16_t> gu(src.size());
+    std::vector<float> widened(static_cast<size_t>(rows * 2 * inter));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < gu_ld; ++c) gu[r * gu_ld + c] = FloatToBf16(src[r * gu_ld + c]);
+      for (int64_t c = 0; c < 2 * inter; ++c) widened[r * 2 * inter + c] = Bf16ToFloat(gu[r * gu_ld + c]);
+    }
+    std::vector<float> act(static_cast<size_t>(rows * inter));
+    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel<F32In, F32Rows>, F32In{widened.data(), 2 * inter}, int64_t{rows},
+           inter, F32Rows{act.data(), inter});
+    std::vector<uint16_t> want(static_cast<size_t>(rows * ld), kUntouched);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < inter; ++c) want[r * ld + c] = FloatToBf16(act[r * inter + c]);
+    }
+    std::vector<uint16_t> got(want.size(), kUntouched);
+    Launch(Dim3(5), Dim3(64), SiluMulRowsKernel<Bf16In, Bf16Rows>, Bf16In{gu.data(), gu_ld}, int64_t{rows}, inter,
+           Bf16Rows{got.data(), ld});
+    EXPECT_EQ(got, want) << "silu_mul from bf16, inter " << inter;
+    if (inter % 4 == 0 && gu_ld % 4 == 0) {
+      std::fill(got.begin(), got.end(), kUntouched);
+      Launch(Dim3(3, 2), Dim3(32), SiluMulRows4Kernel<Bf16In, Bf16Rows>, Bf16In{gu.data(), gu_ld}, int64_t{rows}, inter,
+             Bf16Rows{got.data(), ld});
+      EXPECT_EQ(got, want) << "4-wide silu_mul from bf16, inter " << inter;
+    }
   }
 }
 

@@ -344,8 +344,8 @@ TEST(LinearKernelsOnSimtTest, FoldedOpsGiveTheOpKernelThenTheGemvBitForBit) {
     std::vector<float> normed(x.size()), act(static_cast<size_t>(k.rows * k.in));
     Launch(Dim3(k.rows), Dim3(norm_threads), RmsNormVecKernel<F32Rows>, x.data(), norm_w.data(), k.in, eps,
            F32Rows{normed.data(), k.in});
-    Launch(Dim3(3, 2), Dim3(64), SiluMulRows4Kernel<F32Rows>, gu.data(), int64_t{k.rows}, k.in,
-           F32Rows{act.data(), k.in});
+    Launch(Dim3(3, 2), Dim3(64), SiluMulRows4Kernel<F32In, F32Rows>, F32In{gu.data(), 2 * k.in}, int64_t{k.rows},
+           k.in, F32Rows{act.data(), k.in});
     const GemvInput folded_norm{x.data(), GemvX::kRmsNorm, norm_w.data(), eps, norm_threads};
     const GemvInput folded_silu{gu.data(), GemvX::kSiluMul};
     for (const int threads : {kGemvSimtThreads, kGemvMmaThreads}) {  // the x each block reads, in f32

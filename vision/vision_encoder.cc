@@ -11,6 +11,7 @@
 #include "core/weights.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/gated_mlp.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
 #include "kernels/rows.h"
@@ -519,10 +520,7 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
         kernels::QuickGelu(device_, act, rows * ip, act);
         b.down->Forward(act, rows, h, Epilogue::kAccumulate);
       } else {
-        float* gu = A.gate_up.data<float>() + r0 * 2 * ip;
-        kernels::LinearForward(device_, *b.gate_up, nr, rows, gu);
-        kernels::LinearForward(device_, *b.down, kernels::LinearInput::SiluMul(gu, act), rows, h,
-                               Epilogue::kAccumulate);
+        kernels::GatedMlp(device_, *b.gate_up, *b.down, nr, rows, {A.gate_up.data<float>() + r0 * 2 * ip, act}, h);
       }
       break;
     }

@@ -113,6 +113,14 @@ class CudaDevice final : public Device {
   bool fold_linear_inputs() const { return fold_linear_inputs_; }
   void SetFoldLinearInputs(bool fold) { fold_linear_inputs_ = fold; }
 
+  // Whether kernels::GatedMlp hands gate_up's output to the SiLU·mul as bf16 rows (cuBLASLt's
+  // bf16 output) rather than f32 (GatedMlpBf16Handoff: bf16 compute, matmul-sized rows, inputs
+  // folded). On by default: half the bytes of the block's largest activation, written and read
+  // back; it adds one bf16 rounding of gate and up before the SiLU·mul. Not yet timed on a GPU
+  // (encoder_bench's "bf16 hand-off off" column and decode_bench --bf16_handoff measure it).
+  bool bf16_handoff() const { return bf16_handoff_; }
+  void SetBf16Handoff(bool handoff) { bf16_handoff_ = handoff; }
+
   // Whether the GEMVs, the decode rotary + KV write and the paged attention are launched to start
   // early (programmatic dependent launch, sm_90 and later: LaunchGemvBf16's,
   // LaunchRotaryQKWritePagedKv's and LaunchPagedAttention's `early`), so that a decode step's
@@ -143,6 +151,7 @@ class CudaDevice final : public Device {
   int gemv_max_rows_;
   std::optional<GemvKernel> forced_gemv_kernel_;
   bool fold_linear_inputs_ = true;
+  bool bf16_handoff_ = true;
   bool early_start_;
   int64_t weight_prefetch_bytes_ = 0;
   std::unique_ptr<CudnnSdpa> sdpa_;

@@ -35,12 +35,14 @@ int LaunchRmsNormTo(CUstream_st* stream, const float* x, const float* weight, in
   return LastLaunchError();
 }
 
-template <typename Out>
-int LaunchSiluMulRowsTo(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, const void* out_base,
-                        bool out_vec_ok, Out out) {
+// gu_base: the input's first byte; in_vec_ok / out_vec_ok: whether the row strides allow the
+// 4-wide kernel's vector loads / stores (the addresses are checked here).
+template <typename In, typename Out>
+int LaunchSiluMulRowsTo(CUstream_st* stream, In gu, const void* gu_base, bool in_vec_ok, int64_t rows, int64_t inter,
+                        const void* out_base, bool out_vec_ok, Out out) {
   const int64_t n = rows * inter;
   if (n == 0) return 0;
-  if (inter % 4 == 0 && out_vec_ok && reinterpret_cast<uintptr_t>(gu) % 16 == 0 &&
+  if (inter % 4 == 0 && in_vec_ok && out_vec_ok && reinterpret_cast<uintptr_t>(gu_base) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(out_base) % 16 == 0) {
     SiluMulRows4Kernel<<<RowsGrid(rows, inter / 4), kLaunchThreads, 0, stream>>>(gu, rows, inter, out);
     return LastLaunchError();
@@ -70,13 +72,20 @@ int LaunchLayerNorm(CUstream_st* stream, const float* x, const float* weight, co
 }
 
 int LaunchSiluMulRows(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, float* out) {
-  return LaunchSiluMulRowsTo(stream, gu, rows, inter, out, true, F32Rows{out, inter});
+  return LaunchSiluMulRowsTo(stream, F32In{gu, 2 * inter}, gu, true, rows, inter, out, true, F32Rows{out, inter});
 }
 
 int LaunchSiluMulRowsBf16(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, uint16_t* out,
                           int64_t ld) {
   if (ld < inter) return static_cast<int>(cudaErrorInvalidValue);
-  return LaunchSiluMulRowsTo(stream, gu, rows, inter, out, ld % 4 == 0, Bf16Rows{out, ld});
+  return LaunchSiluMulRowsTo(stream, F32In{gu, 2 * inter}, gu, true, rows, inter, out, ld % 4 == 0, Bf16Rows{out, ld});
+}
+
+int LaunchSiluMulBf16RowsBf16(CUstream_st* stream, const uint16_t* gu, int64_t gu_ld, int64_t rows, int64_t inter,
+                              uint16_t* out, int64_t ld) {
+  if (ld < inter || gu_ld < 2 * inter) return static_cast<int>(cudaErrorInvalidValue);
+  return LaunchSiluMulRowsTo(stream, Bf16In{gu, gu_ld}, gu, gu_ld % 4 == 0, rows, inter, out, ld % 4 == 0,
+                             Bf16Rows{out, ld});
 }
 
 int LaunchSiluMul(CUstream_st* stream, const float* gate, const float* up, int64_t n, float* out) {

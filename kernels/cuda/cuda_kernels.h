@@ -23,6 +23,10 @@ int LaunchRmsNormBf16(CUstream_st* stream, const float* x, const float* weight, 
                       uint16_t* out, int64_t ld);
 int LaunchSiluMulRowsBf16(CUstream_st* stream, const float* gu, int64_t rows, int64_t inter, uint16_t* out,
                           int64_t ld);
+// SiluMulRows from bf16 gate/up rows (a matmul's bf16 output, row stride gu_ld >= 2 inter) to
+// bf16 rows: the bf16 hand-off of kernels::GatedMlp on the GPU.
+int LaunchSiluMulBf16RowsBf16(CUstream_st* stream, const uint16_t* gu, int64_t gu_ld, int64_t rows, int64_t inter,
+                              uint16_t* out, int64_t ld);
 int LaunchGeluErf(CUstream_st* stream, const float* x, int64_t n, float* y);
 int LaunchQuickGelu(CUstream_st* stream, const float* x, int64_t n, float* y);
 int LaunchAdd(CUstream_st* stream, const float* a, const float* b, int64_t n, float* y);

@@ -69,15 +69,17 @@ uint32_t Alignment(const void* p) {
 }
 
 // One matmul's descriptors and the algorithm cuBLASLt's heuristic chose for it:
-// D [M, N] (f32, ld ldd) = op(A)·B (+ bias), A stored [K, M] (ld lda, transposed by op), B [K, N]
-// (ld ldb), column-major, A and B of `type`, f32 compute.
+// D [M, N] (d_type, ld ldd) = op(A)·B (+ bias), A stored [K, M] (ld lda, transposed by op), B
+// [K, N] (ld ldb), column-major, A and B of `type`, f32 compute. D is f32, or bf16 for bf16 A/B
+// (the gated MLP's hand-off: the sum rounded once, in the epilogue).
 class MatmulPlan {
  public:
   struct Shape {
     cudaDataType_t type;
     int64_t m, n, k, lda, ldb, ldd;
-    const float* bias;  // null: no bias epilogue
+    const void* bias;  // of D's type; null: no bias epilogue
     uint32_t align_a, align_b, align_d;
+    cudaDataType_t d_type = CUDA_R_32F;
   };
 
   static absl::StatusOr<std::unique_ptr<MatmulPlan>> Create(cublasLtHandle_t lt, const Shape& s, size_t workspace) {
@@ -98,7 +100,7 @@ class MatmulPlan {
   MatmulPlan& operator=(const MatmulPlan&) = delete;
 
   // D = op(A)·B + beta·D (+ bias), enqueued on `stream`.
-  cublasStatus_t Run(cublasLtHandle_t lt, const void* a, const void* b, float beta, float* d, void* workspace,
+  cublasStatus_t Run(cublasLtHandle_t lt, const void* a, const void* b, float beta, void* d, void* workspace,
                      size_t workspace_bytes, cudaStream_t stream) const {
     const float alpha = 1.f;
     // alpha and beta are read on the host when the call is made (pointer mode host), so a graph
@@ -123,9 +125,9 @@ class MatmulPlan {
     if (e != CUBLAS_STATUS_SUCCESS) return BlasStatus(e, "cublasLtMatmulDescSetAttribute(TRANSA/TRANSB)");
     if (s.bias != nullptr) {
       const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      // With bf16 or f32 A/B and an f32 D, the bias has D's type (cuBLASLt's rule outside the
-      // int8 and fp8 kernels): f32, named explicitly rather than left to the default.
-      const int32_t bias_type = CUDA_R_32F;
+      // The bias has D's type (cuBLASLt's rule outside the int8 and fp8 kernels): f32, or bf16
+      // for a bf16 D; named explicitly rather than left to the default.
+      const int32_t bias_type = s.d_type;
       const void* bias = s.bias;
       e = cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
       if (e == CUBLAS_STATUS_SUCCESS) {
@@ -141,7 +143,7 @@ class MatmulPlan {
       e = cublasLtMatrixLayoutCreate(&b_, s.type, static_cast<uint64_t>(s.k), static_cast<uint64_t>(s.n), s.ldb);
     }
     if (e == CUBLAS_STATUS_SUCCESS) {
-      e = cublasLtMatrixLayoutCreate(&d_, CUDA_R_32F, static_cast<uint64_t>(s.m), static_cast<uint64_t>(s.n), s.ldd);
+      e = cublasLtMatrixLayoutCreate(&d_, s.d_type, static_cast<uint64_t>(s.m), static_cast<uint64_t>(s.n), s.ldd);
     }
     if (e != CUBLAS_STATUS_SUCCESS) return BlasStatus(e, "cublasLtMatrixLayoutCreate");
 
@@ -168,7 +170,8 @@ class MatmulPlan {
                         : found == 0               ? CUBLAS_STATUS_NOT_SUPPORTED
                                                    : result.state,
                         absl::StrCat("cublasLtMatmulAlgoGetHeuristic (M=", s.m, " N=", s.n, " K=", s.k,
-                                     s.type == CUDA_R_16BF ? ", bf16" : ", f32", s.bias ? ", bias" : "",
+                                     s.type == CUDA_R_16BF ? ", bf16" : ", f32",
+                                     s.d_type == CUDA_R_16BF ? ", bf16 output" : "", s.bias ? ", bias" : "",
                                      ", alignments ", s.align_a, "/", s.align_b, "/", s.align_d, "): no algorithm"));
     }
     algo_ = result.algo;
@@ -225,6 +228,16 @@ class CudaLinear final : public Linear {
       absl::StatusOr<core::Tensor> b = dev_.Mirror(bias->ToF32());
       if (!b.ok()) return b.status();
       bias_ = std::move(*b);
+      if (bf16) {  // for a bf16 output (MatmulToBf16), whose bias cuBLASLt takes in bf16
+        const core::Tensor f32_bias = bias->ToF32();
+        core::Tensor host_bias = core::Tensor::Empty(core::DType::kBF16, {out_});
+        for (int64_t i = 0; i < out_; ++i) {
+          static_cast<uint16_t*>(host_bias.raw())[i] = core::FloatToBf16(f32_bias.data<float>()[i]);
+        }
+        absl::StatusOr<core::Tensor> b16 = dev_.Mirror(host_bias);
+        if (!b16.ok()) return b16.status();
+        bias_bf16_ = std::move(*b16);
+      }
     }
     return absl::OkStatus();
   }
@@ -244,10 +257,7 @@ class CudaLinear final : public Linear {
       Matmul(x, in_, m, y, epilogue);
       return;
     }
-    uint16_t* rows = ScratchBf16Rows(m);
-    if (rows == nullptr) return;  // the device keeps the error
-    dev_.Check(LaunchToBf16Rows(dev_.stream(), x, m, in_, ld_, rows), "Linear: f32 -> bf16 rows");
-    Matmul(rows, ld_, m, y, epilogue);
+    if (const uint16_t* rows = InputRowsBf16(LinearInput::Plain(x), m)) Matmul(rows, ld_, m, y, epilogue);
   }
 
   // bf16 only: the GEMVs apply the op as they read x; before cuBLASLt the op's kernel writes the
@@ -263,16 +273,8 @@ class CudaLinear final : public Linear {
       Gemv(*gemv, x, m, y, epilogue);
       return true;
     }
-    uint16_t* rows = ScratchBf16Rows(m);
-    if (rows == nullptr) return true;  // the device keeps the error
-    if (x.op == GemvX::kRmsNorm) {
-      dev_.Check(LaunchRmsNormBf16(dev_.stream(), in.x, in.norm_weight, m, in_, in.eps, rows, ld_),
-                 "Linear: rms_norm -> bf16 rows");
-    } else {
-      dev_.Check(LaunchSiluMulRowsBf16(dev_.stream(), in.x, m, in_, rows, ld_), "Linear: silu_mul -> bf16 rows");
-    }
-    Matmul(rows, ld_, m, y, epilogue);
-    return true;
+    if (const uint16_t* rows = InputRowsBf16(in, m)) Matmul(rows, ld_, m, y, epilogue);
+    return true;  // (a null: the device keeps the error)
   }
 
   // The weight's first bytes (rows are contiguous: [out, ld_]) asked into the L2.
@@ -284,29 +286,61 @@ class CudaLinear final : public Linear {
     return bytes;
   }
 
- private:
-  int64_t WeightBytes() const { return out_ * ld_ * int64_t{2}; }
+  // --- for GatedMlpBf16Handoff, and the paths above ---
+
+  int64_t ld() const { return ld_; }  // the bf16 input rows' stride
+
+  // Whether a bf16 Forward of m rows runs one of iris's GEMVs (not cuBLASLt).
+  bool RunsGemv(int64_t m) const {
+    return compute_ == ComputeType::kBF16 && dev_.GemvFor(m, WeightBytes()).has_value();
+  }
 
   // The activation scratch as m bf16 rows of stride ld_ (null: the device has the error).
   uint16_t* ScratchBf16Rows(int64_t m) const {
     return static_cast<uint16_t*>(dev_.ActivationScratch(static_cast<size_t>(m * ld_) * sizeof(uint16_t)));
   }
 
-  void Gemv(GemvKernel kernel, const GemvInput& x, int64_t m, float* y, Epilogue epilogue) const {
-    const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
-    const bool gelu = epilogue == Epilogue::kGeluErf;
-    dev_.Check(LaunchGemvBf16(dev_.stream(), kernel, static_cast<const uint16_t*>(weight_.raw()), ld_, in_, out_, x, m,
-                              gelu ? nullptr : bias, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y,
-                              dev_.sm_count(), dev_.early_start()),
-               "Linear: bf16 GEMV");
-    if (gelu) dev_.Check(LaunchBiasGeluErf(dev_.stream(), y, m, out_, bias), "Linear: bias + gelu_erf");
+  // bf16 compute, before cuBLASLt: `in`'s m rows as the bf16 rows the matmul reads (stride ld_,
+  // in the activation scratch), written by the conversion (kNone) or by the op itself. Null: the
+  // device has the error.
+  const uint16_t* InputRowsBf16(const LinearInput& in, int64_t m) const {
+    uint16_t* rows = ScratchBf16Rows(m);
+    if (rows == nullptr) return nullptr;
+    switch (in.op) {
+      case LinearInput::Op::kNone:
+        dev_.Check(LaunchToBf16Rows(dev_.stream(), in.x, m, in_, ld_, rows), "Linear: f32 -> bf16 rows");
+        break;
+      case LinearInput::Op::kRmsNorm:
+        dev_.Check(LaunchRmsNormBf16(dev_.stream(), in.x, in.norm_weight, m, in_, in.eps, rows, ld_),
+                   "Linear: rms_norm -> bf16 rows");
+        break;
+      case LinearInput::Op::kSiluMul:
+        dev_.Check(LaunchSiluMulRowsBf16(dev_.stream(), in.x, m, in_, rows, ld_), "Linear: silu_mul -> bf16 rows");
+        break;
+    }
+    return rows;
+  }
+
+  // bf16 rows (stride ld_) -> y: bf16 rows of stride ldy, with the bias (in bf16, as cuBLASLt
+  // takes it for a bf16 output) and no other epilogue. False, with nothing enqueued, where
+  // cuBLASLt has no kernel for it (the caller then runs Matmul into f32).
+  bool MatmulToBf16(const uint16_t* rows, int64_t m, uint16_t* y, int64_t ldy) const {
+    const void* bias = bias_bf16_.raw();
+    const MatmulPlan* plan = GetPlan(m, ld_, bias, Alignment(rows), Alignment(y), CUDA_R_16BF, ldy);
+    if (plan == nullptr) return false;
+    const cublasStatus_t s = plan->Run(dev_.blas_lt(), weight_.raw(), rows, 0.f, y, dev_.matmul_workspace(),
+                                       CudaDevice::kMatmulWorkspaceBytes, dev_.stream());
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      dev_.Report(BlasStatus(s, absl::StrCat("Linear [", out_, ", ", in_, "]: cublasLtMatmul to bf16 (m=", m, ")")));
+    }
+    return true;
   }
 
   // cuBLASLt on b: m rows of stride ldb, in the compute type (bf16 rows or the f32 input).
   void Matmul(const void* b, int64_t ldb, int64_t m, float* y, Epilogue epilogue) const {
     const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
     const bool gelu = epilogue == Epilogue::kGeluErf;
-    const MatmulPlan* plan = GetPlan(m, ldb, gelu ? nullptr : bias, Alignment(b), Alignment(y));
+    const MatmulPlan* plan = GetPlan(m, ldb, gelu ? nullptr : bias, Alignment(b), Alignment(y), CUDA_R_32F, out_);
     if (plan == nullptr) return;
     const cublasStatus_t s =
         plan->Run(dev_.blas_lt(), weight_.raw(), b, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y,
@@ -318,25 +352,44 @@ class CudaLinear final : public Linear {
     if (gelu) dev_.Check(LaunchBiasGeluErf(dev_.stream(), y, m, out_, bias), "Linear: bias + gelu_erf");
   }
 
-  // Plans cached per (m, bias in the matmul, the activations' and the output's alignment), as
-  // the CPU caches a primitive per M: a heuristic query costs host time on every call otherwise.
-  // Row counts vary from step to step, so the cache is bounded: past kMaxPlans it starts over
-  // (the plans in use are rebuilt on their next call; cuBLASLt caches heuristics itself too).
-  static constexpr size_t kMaxPlans = 256;
-  using PlanKey = std::tuple<int64_t, bool, uint32_t, uint32_t>;
+ private:
+  int64_t WeightBytes() const { return out_ * ld_ * int64_t{2}; }
 
-  const MatmulPlan* GetPlan(int64_t m, int64_t ldb, const float* bias, uint32_t align_b, uint32_t align_y) const {
-    const PlanKey key{m, bias != nullptr, align_b, align_y};
+  void Gemv(GemvKernel kernel, const GemvInput& x, int64_t m, float* y, Epilogue epilogue) const {
+    const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
+    const bool gelu = epilogue == Epilogue::kGeluErf;
+    dev_.Check(LaunchGemvBf16(dev_.stream(), kernel, static_cast<const uint16_t*>(weight_.raw()), ld_, in_, out_, x, m,
+                              gelu ? nullptr : bias, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y,
+                              dev_.sm_count(), dev_.early_start()),
+               "Linear: bf16 GEMV");
+    if (gelu) dev_.Check(LaunchBiasGeluErf(dev_.stream(), y, m, out_, bias), "Linear: bias + gelu_erf");
+  }
+
+  // Plans cached per (m, bias in the matmul, the activations' and the output's alignment, the
+  // output's type and row stride), as the CPU caches a primitive per M: a heuristic query costs
+  // host time on every call otherwise. Row counts vary from step to step, so the cache is
+  // bounded: past kMaxPlans it starts over (the plans in use are rebuilt on their next call;
+  // cuBLASLt caches heuristics itself too).
+  static constexpr size_t kMaxPlans = 256;
+  using PlanKey = std::tuple<int64_t, bool, uint32_t, uint32_t, int, int64_t>;
+
+  // An f32 output's plan that cannot be made is the device's error (null); a bf16 output's is
+  // only a null, kept (MatmulToBf16 falls back to the f32 output).
+  const MatmulPlan* GetPlan(int64_t m, int64_t ldb, const void* bias, uint32_t align_b, uint32_t align_y,
+                            cudaDataType_t y_type, int64_t ldy) const {
+    const PlanKey key{m, bias != nullptr, align_b, align_y, static_cast<int>(y_type), ldy};
     std::lock_guard<std::mutex> lock(mu_);
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second.get();
     const bool bf16 = compute_ == ComputeType::kBF16;
     absl::StatusOr<std::unique_ptr<MatmulPlan>> plan = MatmulPlan::Create(
         dev_.blas_lt(),
-        MatmulPlan::Shape{bf16 ? CUDA_R_16BF : CUDA_R_32F, out_, m, in_, ld_, ldb, out_, bias,
-                          Alignment(weight_.raw()), align_b, align_y},
+        MatmulPlan::Shape{bf16 ? CUDA_R_16BF : CUDA_R_32F, out_, m, in_, ld_, ldb, ldy, bias,
+                          Alignment(weight_.raw()), align_b, align_y, y_type},
         CudaDevice::kMatmulWorkspaceBytes);
     if (!plan.ok()) {
+      if (plans_.size() >= kMaxPlans) plans_.clear();
+      if (y_type != CUDA_R_32F) return plans_.emplace(key, nullptr).first->second.get();
       dev_.Report(absl::Status(plan.status().code(),
                                absl::StrCat("Linear [", out_, ", ", in_, "]: ", plan.status().message())));
       return nullptr;
@@ -351,6 +404,7 @@ class CudaLinear final : public Linear {
   const int64_t ld_;     // the device weight's row stride (and the bf16 activations'), in elements
   core::Tensor weight_;  // [out, ld_] in the compute type, on the GPU
   core::Tensor bias_;    // [out] f32 on the GPU, or none (no storage)
+  core::Tensor bias_bf16_;  // the bias in bf16 (bf16 compute only), for MatmulToBf16
   mutable std::mutex mu_;
   mutable std::map<PlanKey, std::unique_ptr<MatmulPlan>> plans_;
 };
@@ -363,6 +417,42 @@ absl::Status CheckDType(const core::Tensor& t, const char* what) {
 }
 
 }  // namespace
+
+bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& down, const LinearInput& in, int64_t m,
+                         float* gate_up_out, float* y) {
+  if (!dev.bf16_handoff() || !dev.fold_linear_inputs() || m <= 0) return false;
+  if (in.op != LinearInput::Op::kNone && in.op != LinearInput::Op::kRmsNorm) return false;
+  const auto* gu = dynamic_cast<const CudaLinear*>(&gate_up);
+  const auto* dn = dynamic_cast<const CudaLinear*>(&down);
+  if (gu == nullptr || dn == nullptr || gu->compute() != ComputeType::kBF16 || dn->compute() != ComputeType::kBF16 ||
+      gu->out_features() != 2 * dn->in_features()) {
+    return false;
+  }
+  // A decode step's few rows: the GEMVs read the f32 rows as they stream the weight.
+  if (gu->RunsGemv(m) || dn->RunsGemv(m)) return false;
+  const int64_t inter = dn->in_features(), width = 2 * inter;
+  // gate_up's bf16 rows in gate_up_out's bytes (4 m width of them), their stride rounded up to
+  // 16 bytes where that still fits (2 m RoundUp(width, 8) bytes: width >= 8).
+  const int64_t ldg = width >= 8 ? RoundUp(width, 8) : width;
+  uint16_t* g = reinterpret_cast<uint16_t*>(gate_up_out);
+  const uint16_t* rows = gu->InputRowsBf16(in, m);
+  if (rows == nullptr) return true;  // the device keeps the error
+  uint16_t* act = nullptr;
+  if (gu->MatmulToBf16(rows, m, g, ldg)) {
+    act = dn->ScratchBf16Rows(m);  // the same scratch as `rows`: ordered after the matmul read them
+    if (act == nullptr) return true;
+    dev.Check(LaunchSiluMulBf16RowsBf16(dev.stream(), g, ldg, m, inter, act, dn->ld()),
+              "GatedMlp: silu_mul bf16 -> bf16 rows");
+  } else {
+    gu->Matmul(rows, gu->ld(), m, gate_up_out, Epilogue::kNone);
+    act = dn->ScratchBf16Rows(m);
+    if (act == nullptr) return true;
+    dev.Check(LaunchSiluMulRowsBf16(dev.stream(), gate_up_out, m, inter, act, dn->ld()),
+              "GatedMlp: silu_mul -> bf16 rows");
+  }
+  dn->Matmul(act, dn->ld(), m, y, Epilogue::kAccumulate);
+  return true;
+}
 
 absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CudaDevice& dev, const core::Tensor& weight,
                                                      const core::Tensor* bias, ComputeType compute) {

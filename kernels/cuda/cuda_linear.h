@@ -19,6 +19,16 @@ namespace iris::kernels::cuda {
 absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CudaDevice& dev, const core::Tensor& weight,
                                                      const core::Tensor* bias, ComputeType compute);
 
+// kernels::GatedMlp's bf16 hand-off: y += down(silu(gate) * up) with gate_up's output written by
+// cuBLASLt as bf16 rows (row stride: 2 * inter rounded up to 8) into gate_up_out's bytes, the
+// SiLU·mul reading them and writing down's bf16 input rows, and down accumulating into y. True
+// when it took the call (any error is the device's); false, with nothing enqueued, where it does
+// not apply: the hand-off or input folding switched off, f32 compute, rows a GEMV takes, an input
+// op other than none or RMSNorm, Linears not of this device. Where cuBLASLt has no bf16-output
+// kernel for a shape, gate_up writes f32 rows there instead (the two-Linear path's values).
+bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& down, const LinearInput& in, int64_t m,
+                         float* gate_up_out, float* y);
+
 // FLOP/s of a size x size x size cuBLASLt GEMM in the compute type (bf16 inputs or f32, f32
 // accumulation), best of `repeats` timed with CUDA events after a warm-up; 0 when it cannot run.
 double MeasureMatmulPeakFlops(CudaDevice& dev, ComputeType compute, int64_t size, int repeats);

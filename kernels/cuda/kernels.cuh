@@ -128,29 +128,56 @@ IRIS_GLOBAL void LayerNormKernel(const float* x, const float* w, const float* b,
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
 }
 
-// out[r, j] = silu(gu[r, j]) * gu[r, inter + j]: gate and up side by side in each row.
-template <typename Out>
-IRIS_GLOBAL void SiluMulRowsKernel(const float* gu, int64_t rows, int64_t inter, Out out) {
+// Where a row op reads its input: f32 rows, or bf16 rows a matmul wrote (widened exactly).
+struct F32In {
+  const float* x;
+  int64_t ld;  // row stride, in values
+  IRIS_DEVICE float Get(int64_t r, int64_t c) const { return x[r * ld + c]; }
+  // Four values at columns c .. c+3 (c % 4 == 0, the row 16-byte aligned: one 16-byte load).
+  IRIS_DEVICE Float4 Get4(int64_t r, int64_t c) const { return *reinterpret_cast<const Float4*>(x + r * ld + c); }
+};
+struct alignas(8) Bf16x4 {
+  uint32_t w[2];
+};
+struct Bf16In {
+  const uint16_t* x;
+  int64_t ld;  // row stride, in values
+  IRIS_DEVICE float Get(int64_t r, int64_t c) const { return Bf16ToFloat(x[r * ld + c]); }
+  // (c % 4 == 0, ld % 4 == 0, x 8-byte aligned: one 8-byte load.)
+  IRIS_DEVICE Float4 Get4(int64_t r, int64_t c) const {
+    const Bf16x4 b = *reinterpret_cast<const Bf16x4*>(x + r * ld + c);
+    Float4 v;
+    v.x = BitsToFloat(b.w[0] << 16);
+    v.y = BitsToFloat(b.w[0] & 0xffff0000u);
+    v.z = BitsToFloat(b.w[1] << 16);
+    v.w = BitsToFloat(b.w[1] & 0xffff0000u);
+    return v;
+  }
+};
+
+// out[r, j] = silu(gu[r, j]) * gu[r, inter + j]: gate and up side by side in each row (In: F32In
+// or Bf16In, a row stride of at least 2 inter).
+template <typename In, typename Out>
+IRIS_GLOBAL void SiluMulRowsKernel(In gu, int64_t rows, int64_t inter, Out out) {
   GridDependencyTrigger();  // a GEMV behind may start early (it waits for this kernel's output)
   const int64_t n = rows * inter;
   for (int64_t e = GridStart(); e < n; e += GridStride()) {
     const int64_t r = e / inter, j = e % inter;
-    out.Put(r, j, Silu(gu[r * 2 * inter + j]) * gu[r * 2 * inter + inter + j]);
+    out.Put(r, j, Silu(gu.Get(r, j)) * gu.Get(r, inter + j));
   }
 }
 
-// The same, 4 values a thread (16-byte loads and store) where inter % 4 == 0 and gu and out are
-// 16-byte aligned: rows over blockIdx.y, a row's Float4s over the x threads (any grid). The
-// element kernel's 64-bit division per element made it run at half the memory's bandwidth.
-template <typename Out>
-IRIS_GLOBAL void SiluMulRows4Kernel(const float* gu, int64_t rows, int64_t inter, Out out) {
+// The same, 4 values a thread (vector loads and store) where inter % 4 == 0 and the rows are
+// aligned for In's Get4 and Out's Put4: rows over blockIdx.y, a row's quads over the x threads
+// (any grid). The element kernel's 64-bit division per element made it run at half the memory's
+// bandwidth.
+template <typename In, typename Out>
+IRIS_GLOBAL void SiluMulRows4Kernel(In gu, int64_t rows, int64_t inter, Out out) {
   GridDependencyTrigger();  // a GEMV behind may start early (it waits for this kernel's output)
   const int64_t quads = inter / 4, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const Float4* gate = reinterpret_cast<const Float4*>(gu + r * 2 * inter);
-    const Float4* up = reinterpret_cast<const Float4*>(gu + r * 2 * inter + inter);
     for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < quads; c += stride) {
-      const Float4 g = gate[c], u = up[c];
+      const Float4 g = gu.Get4(r, 4 * c), u = gu.Get4(r, inter + 4 * c);
       Float4 y;
       y.x = Silu(g.x) * u.x;
       y.y = Silu(g.y) * u.y;
