@@ -2,13 +2,16 @@
 // double-precision reference: the vision tower's window and full attention shapes (head dim 80,
 // q/k/v read in place from the fused qkv rows), the decoder's causal GQA at head dim 128, and a
 // clipped row range (the encoder's resumable pieces); and cuDNN's SDPA where the device is set to it.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/attention.h"
+#include "kernels/attention_projection.h"
 #include "kernels/device.h"
+#include "kernels/linear.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cudnn_sdpa.h"
@@ -130,6 +133,63 @@ TEST(CudaAttentionTest, AHeadDimPastTheKernelsLimitIsAnErrorNotAWrongResult) {
   const absl::Status status = cuda::AsCuda(*gpu).status();
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.message().find("VarlenAttention"), std::string::npos) << status;
+}
+
+// kernels::AttendAndProject's hand-off: the flash kernel writes proj's bf16 input rows itself.
+// Those are its f32 output rounded exactly as the Linear's conversion rounds it, into the same
+// scratch, so y equals VarlenAttention then proj.Forward bit for bit, hand-off on or off, for
+// whole and clipped row ranges and for rows a GEMV takes (where the hand-off does not apply).
+TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitForBit) {
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  cuda::CudaDevice& cuda = cuda::AsCuda(*gpu);
+  const VarlenCase c = VarlenShape{{64, 64, 64, 64, 1, 333}, 16, 16, 80, 80, false}.Case();
+  const int64_t width = c.out_stride();
+  core::Tensor weight = core::Tensor::Empty(core::DType::kF32, {width, width}), bias = core::Tensor::Empty(core::DType::kF32, {width});
+  const std::vector<float> w = testing::RandomFloats(width * width, 71), b = testing::RandomFloats(width, 72);
+  std::copy(w.begin(), w.end(), weight.data<float>());
+  std::copy(b.begin(), b.end(), bias.data<float>());
+  absl::StatusOr<std::unique_ptr<Linear>> proj = Linear::Create(*gpu, weight, &bias, ComputeType::kBF16);
+  ASSERT_TRUE(proj.ok()) << proj.status();
+  auto up = [&](const void* host, core::DType dtype, int64_t n) {
+    absl::StatusOr<core::Tensor> t = gpu->Allocate(dtype, {n});
+    EXPECT_TRUE(t.ok()) << t.status();
+    gpu->CopyToDevice(host, t->data<char>(), t->nbytes());
+    return *std::move(t);
+  };
+  const core::Tensor qkv = up(c.qkv.data(), core::DType::kF32, static_cast<int64_t>(c.qkv.size()));
+  const core::Tensor cu = up(c.cu.data(), core::DType::kI32, static_cast<int64_t>(c.cu.size()));
+  const std::vector<float> staging_init(static_cast<size_t>(c.rows * width), NAN);
+  const std::vector<float> y0 = testing::RandomFloats(c.rows * width, 73);
+  const int64_t gemv_rows = std::min<int64_t>(cuda.gemv_max_rows(), 2);
+  for (const auto& [q_begin, q_end] : {std::pair<int64_t, int64_t>{0, c.rows}, {5, 200}, {300, 300 + gemv_rows}}) {
+    SCOPED_TRACE(::testing::Message() << "rows [" << q_begin << ", " << q_end << ")");
+    const int64_t rows = q_end - q_begin;
+    if (rows <= 0) continue;
+    std::vector<float> got[3];
+    for (int path = 0; path < 3; ++path) {  // hand-off on, off, and the two ops called directly
+      cuda.SetBf16Handoff(path == 0);
+      core::Tensor staging = up(staging_init.data(), core::DType::kF32, c.rows * width);
+      core::Tensor y = up(y0.data(), core::DType::kF32, rows * width);
+      AttentionArgs a = c.Args(qkv.data<float>(), cu.data<int32_t>(), staging.data<float>());
+      a.q_begin = q_begin;
+      a.q_end = q_end;
+      a.bf16 = true;
+      if (path < 2) {
+        AttendAndProject(*gpu, a, **proj, y.data<float>());
+      } else {
+        VarlenAttention(*gpu, a);
+        (*proj)->Forward(staging.data<float>() + q_begin * width, rows, y.data<float>(), Epilogue::kAccumulate);
+      }
+      got[path].resize(static_cast<size_t>(rows * width));
+      gpu->CopyToHost(y.data<float>(), got[path].data(), got[path].size() * sizeof(float));
+    }
+    cuda.SetBf16Handoff(true);
+    ASSERT_TRUE(cuda.status().ok()) << cuda.status();
+    EXPECT_EQ(got[0], got[2]) << "hand-off on";
+    EXPECT_EQ(got[1], got[2]) << "hand-off off";
+    EXPECT_NE(got[2], std::vector<float>(y0.begin(), y0.begin() + rows * width));
+  }
 }
 
 #else

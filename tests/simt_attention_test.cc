@@ -125,6 +125,35 @@ TEST(FlashVarlenMmaOnSimtTest, ClippedRowsEqualTheWholeCallAndLeaveTheRestUntouc
   }
 }
 
+// The hand-off to the projection (kernels::AttendAndProject on a GPU): with out_bf16 set, the
+// query rows [q_begin, q_end) land as bf16 rows from row 0, at a padded stride, each value the
+// f32 output's rounded (core::FloatToBf16) bit for bit; the padding columns, the rows past the
+// range and the f32 output are left as they were.
+TEST(FlashVarlenMmaOnSimtTest, Bf16RowsForTheProjectionAreTheF32OutputRounded) {
+  static constexpr uint16_t kUntouched = 0xABCD;
+  for (const auto& [s, q_begin, q_end] : {std::tuple{VarlenShape{{9, 70, 20}, 2, 1, 80, 80, false}, 7, 75},
+                                          {VarlenShape{{33, 2}, 2, 2, 17, 24, true}, 0, 35}}) {
+    const VarlenCase c = s.Case();
+    const std::vector<float> f32 = RunMmaOnHarness(c, q_begin, q_end);
+    const int64_t width = c.out_stride(), ld = width + 6, rows = q_end - q_begin;
+    std::vector<uint16_t> got(static_cast<size_t>((rows + 2) * ld), kUntouched);
+    std::vector<float> out;
+    FlashVarlenParams p = HarnessParams(c, out, q_begin, q_end, /*bf16=*/true);
+    p.out_bf16 = got.data();
+    p.out_bf16_ld = ld;
+    const Dim3 grid(p.num_seqs, (p.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows, p.num_heads);
+    WithMmaFlashDim(p.head_dim, [&](auto dim) {
+      Launch(grid, Dim3(kMmaFlashWarps * kWarpSize), FlashVarlenMmaKernel<decltype(dim)::value>, p);
+    });
+    std::vector<uint16_t> want(got.size(), kUntouched);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t e = 0; e < width; ++e) want[r * ld + e] = core::FloatToBf16(f32[(q_begin + r) * width + e]);
+    }
+    EXPECT_EQ(got, want) << "head dim " << c.head_dim;
+    for (const float v : out) ASSERT_TRUE(std::isnan(v)) << "the f32 output was written";
+  }
+}
+
 TEST(FlashVarlenOnSimtTest, MatchesTheCpuKernelAndTheDefinition) {
   const VarlenShape shapes[] = {
       {{1, 5, 16, 17, 40}, 4, 2, 80, 80, false},  // the vision tower's head dim, GQA

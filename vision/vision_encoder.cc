@@ -10,6 +10,7 @@
 #include "core/status_macros.h"
 #include "core/weights.h"
 #include "kernels/attention.h"
+#include "kernels/attention_projection.h"
 #include "kernels/elementwise.h"
 #include "kernels/gated_mlp.h"
 #include "kernels/qkv_pad.h"
@@ -260,7 +261,8 @@ struct VisionEncoder::Run {
   double attention_flops_per_row[2] = {0, 0};  // window, full: mean over the rows
 };
 
-void VisionEncoder::Attention(const DevicePlan& plan, bool full, int64_t n, int64_t r0, int64_t r1) {
+void VisionEncoder::AttentionAndProj(const Block& b, const DevicePlan& plan, bool full, int64_t n, int64_t r0,
+                                     int64_t r1, float* h) {
   const int heads = config_.num_heads, d = config_.head_dim();
   const int64_t hv = config_.hidden_size;
   float* qkv = act_->qkv.data<float>();
@@ -284,7 +286,8 @@ void VisionEncoder::Attention(const DevicePlan& plan, bool full, int64_t n, int6
     a.out = out;
     a.out_row_stride = hv;
     a.head_dim = d;
-    kernels::VarlenAttention(device_, a);
+    // (On a GPU the attention may write proj's bf16 input rows itself: kernels/attention_projection.h.)
+    kernels::AttendAndProject(device_, a, *b.proj, h);
     return;
   }
   // q, k, v in head-major buffers padded to dp (PadAll), attention at dp, the output sliced back.
@@ -298,6 +301,7 @@ void VisionEncoder::Attention(const DevicePlan& plan, bool full, int64_t n, int6
   a.head_dim = dp;
   kernels::VarlenAttention(device_, a);
   kernels::UnpadHeads(device_, po + r0 * heads * dp, r1 - r0, heads, d, dp, out + r0 * hv);
+  b.proj->Forward(out + r0 * hv, r1 - r0, h, Epilogue::kAccumulate);
 }
 
 void VisionEncoder::PadAll(int64_t n) {
@@ -510,9 +514,8 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
     case Stage::kPad: PadAll(n); break;
     case Stage::kAttend: {
       const Block& b = blocks_[r.l];
-      Attention(plan, config_.IsFullAttention(r.l), n, r0, r1);
       float* h = hidden + r0 * hv;
-      b.proj->Forward(A.attn.data<float>() + r0 * hv, rows, h, Epilogue::kAccumulate);
+      AttentionAndProj(b, plan, config_.IsFullAttention(r.l), n, r0, r1, h);
       const kernels::LinearInput nr = NormedInput(h, b.norm2, b.norm2_bias, rows, normed + r0 * hv);
       float* act = A.act.data<float>() + r0 * ip;
       if (b.fc1 != nullptr) {

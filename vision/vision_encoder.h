@@ -126,8 +126,10 @@ class VisionEncoder {
   enum class Stage;
   VisionEncoder(kernels::Device& device, const core::VisionConfig& config, const EncoderOptions& options);
   absl::StatusOr<std::shared_ptr<const DevicePlan>> MirrorPlan(std::shared_ptr<const EncoderPlan> plan);
-  // Attention for query rows [r0, r1) of the forward's n rows, written to the attn buffer.
-  void Attention(const DevicePlan& plan, bool full, int64_t n, int64_t r0, int64_t r1);
+  // Attention for query rows [r0, r1) of the forward's n rows and block b's proj on it, added
+  // into h (rows r0.. of the hidden state).
+  void AttentionAndProj(const Block& b, const DevicePlan& plan, bool full, int64_t n, int64_t r0, int64_t r1,
+                        float* h);
   void PadAll(int64_t n);
   // A stage's rows and FLOPs per row (stage s of block l); running rows [r0, r1) of the current one.
   int64_t StageRows(Stage s) const;

@@ -16,7 +16,7 @@ bool ValidHeads(const FlashVarlenParams& p, int max_head_dim) {
 }  // namespace
 
 int LaunchFlashVarlen(CUstream_st* stream, const FlashVarlenParams& p) {
-  if (!ValidHeads(p, kFlashMaxHeadDim)) return static_cast<int>(cudaErrorInvalidValue);
+  if (!ValidHeads(p, kFlashMaxHeadDim) || p.out_bf16 != nullptr) return static_cast<int>(cudaErrorInvalidValue);
   if (p.num_seqs <= 0 || p.max_seqlen <= 0) return 0;
   if ((p.max_seqlen + kFlashRows - 1) / kFlashRows > 65535) return static_cast<int>(cudaErrorInvalidValue);  // grid y
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>((p.max_seqlen + kFlashRows - 1) / kFlashRows),
@@ -27,6 +27,9 @@ int LaunchFlashVarlen(CUstream_st* stream, const FlashVarlenParams& p) {
 
 int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p) {
   if (!ValidHeads(p, kMmaFlashMaxHeadDim)) return static_cast<int>(cudaErrorInvalidValue);
+  if (p.out_bf16 != nullptr && (p.q_end < p.q_begin || p.out_bf16_ld < int64_t{p.num_heads} * p.head_dim)) {
+    return static_cast<int>(cudaErrorInvalidValue);  // bf16 rows: a bounded row range, whole rows
+  }
   if (p.num_seqs <= 0 || p.max_seqlen <= 0) return 0;
   const int row_blocks = (p.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows;
   if (row_blocks > 65535 || p.num_heads > 65535) return static_cast<int>(cudaErrorInvalidValue);  // grid y, z

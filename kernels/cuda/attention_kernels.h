@@ -28,6 +28,12 @@ struct FlashVarlenParams {
   bool causal = false;
   int64_t q_begin = 0;  // absolute query rows [q_begin, q_end) are computed (q_end < 0: to the end)
   int64_t q_end = -1;
+  // Tensor-core kernel only: when set, the output goes here instead of `out`, as the bf16 input
+  // rows of the projection after the attention (kernels::AttendAndProject's hand-off): query row
+  // r at row r - q_begin, stride out_bf16_ld values, head h at h * head_dim (rounded as
+  // core::FloatToBf16).
+  uint16_t* out_bf16 = nullptr;
+  int64_t out_bf16_ld = 0;
 };
 
 // Head dims up to kFlashMaxHeadDim (128); cudaErrorInvalidValue (as int) otherwise.

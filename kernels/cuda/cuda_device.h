@@ -113,11 +113,14 @@ class CudaDevice final : public Device {
   bool fold_linear_inputs() const { return fold_linear_inputs_; }
   void SetFoldLinearInputs(bool fold) { fold_linear_inputs_ = fold; }
 
-  // Whether kernels::GatedMlp hands gate_up's output to the SiLU·mul as bf16 rows (cuBLASLt's
-  // bf16 output) rather than f32 (GatedMlpBf16Handoff: bf16 compute, matmul-sized rows, inputs
-  // folded). On by default: half the bytes of the block's largest activation, written and read
-  // back; it adds one bf16 rounding of gate and up before the SiLU·mul. Not yet timed on a GPU
-  // (encoder_bench's "bf16 hand-off off" column and decode_bench --bf16_handoff measure it).
+  // Whether ops hand an intermediate to the next one as the bf16 rows it reads, for
+  // matmul-sized rows with bf16 compute: kernels::GatedMlp's gate_up output goes to the SiLU·mul
+  // as bf16 rows (cuBLASLt's bf16 output; GatedMlpBf16Handoff, with inputs folded), half the
+  // bytes of a block's largest activation, for one more bf16 rounding of gate and up; and
+  // kernels::AttendAndProject's flash kernel writes proj's bf16 input rows itself
+  // (AttendAndProjectBf16Handoff: the same values, no f32 output and no conversion launch). On by
+  // default; not yet timed on a GPU (encoder_bench's "bf16 hand-off off" column, decode_bench
+  // --bf16_handoff).
   bool bf16_handoff() const { return bf16_handoff_; }
   void SetBf16Handoff(bool handoff) { bf16_handoff_ = handoff; }
 

@@ -43,7 +43,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/bf16.h"
 #include "core/parallel_for.h"
+#include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/flash_varlen_args.h"
 #include "kernels/cuda/linear_kernels.h"
 
 namespace iris::kernels::cuda {
@@ -451,6 +453,24 @@ bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& d
               "GatedMlp: silu_mul -> bf16 rows");
   }
   dn->Matmul(act, dn->ld(), m, y, Epilogue::kAccumulate);
+  return true;
+}
+
+bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, const Linear& proj, float* y) {
+  if (!dev.bf16_handoff() || !args.bf16 || dev.attention() != CudaDevice::Attention::kFlash) return false;
+  const int64_t rows = args.q_end - args.q_begin;
+  if (args.q_begin < 0 || rows <= 0) return false;
+  const auto* pr = dynamic_cast<const CudaLinear*>(&proj);
+  if (pr == nullptr || pr->compute() != ComputeType::kBF16 || pr->RunsGemv(rows)) return false;
+  const int64_t width = int64_t{args.num_heads} * args.head_dim;
+  if (width != pr->in_features() || args.out_row_stride != width) return false;
+  uint16_t* act = pr->ScratchBf16Rows(rows);
+  if (act == nullptr) return true;  // the device keeps the error
+  FlashVarlenParams p = FlashVarlenParamsOf(args);
+  p.out_bf16 = act;
+  p.out_bf16_ld = pr->ld();
+  dev.Check(LaunchFlashVarlenMma(dev.stream(), p), "AttendAndProject: flash attention -> bf16 rows");
+  pr->Matmul(act, pr->ld(), rows, y, Epilogue::kAccumulate);
   return true;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/attention.h"
 #include "kernels/linear.h"
 
 namespace iris::kernels::cuda {
@@ -28,6 +29,13 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CudaDevice& dev, const core
 // kernel for a shape, gate_up writes f32 rows there instead (the two-Linear path's values).
 bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& down, const LinearInput& in, int64_t m,
                          float* gate_up_out, float* y);
+
+// kernels::AttendAndProject's bf16 hand-off: iris's tensor-core flash kernel writes the query
+// rows' attention output as proj's bf16 input rows (no f32 output, no conversion launch), and
+// proj accumulates into y. True when it took the call; false, with nothing enqueued, where it
+// does not apply: the hand-off switched off, f32 attention, cuDNN's attention chosen, rows a GEMV
+// takes, a head layout other than proj's input row, a proj not of this device or not bf16.
+bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, const Linear& proj, float* y);
 
 // FLOP/s of a size x size x size cuBLASLt GEMM in the compute type (bf16 inputs or f32, f32
 // accumulation), best of `repeats` timed with CUDA events after a warm-up; 0 when it cannot run.

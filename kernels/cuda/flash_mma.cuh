@@ -277,6 +277,16 @@ IRIS_UNROLL
     for (int x = 0; x < 2; ++x) {
       const int r = row_a + 8 * x;
       if (r < r_lo || r >= r_hi) continue;
+      if (p.out_bf16 != nullptr) {
+        uint16_t* o = p.out_bf16 + (start + r - p.q_begin) * p.out_bf16_ld + static_cast<int64_t>(h) * hd;
+IRIS_UNROLL
+        for (int c = 0; c < kDim / 8; ++c) {
+          const int d = 8 * c + 2 * t;
+          if (d < hd) o[d] = FloatToBf16(acc[c][2 * x] / l[x]);
+          if (d + 1 < hd) o[d + 1] = FloatToBf16(acc[c][2 * x + 1] / l[x]);
+        }
+        continue;
+      }
       float* o = p.out + (start + r) * p.out_row_stride + static_cast<int64_t>(h) * hd;
 IRIS_UNROLL
       for (int c = 0; c < kDim / 8; ++c) {
