@@ -143,7 +143,7 @@ TEST(FlashVarlenMmaOnSimtTest, Bf16RowsForTheProjectionAreTheF32OutputRounded) {
     p.out_bf16_ld = ld;
     const Dim3 grid(p.num_seqs, (p.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows, p.num_heads);
     WithMmaFlashDim(p.head_dim, [&](auto dim) {
-      Launch(grid, Dim3(kMmaFlashWarps * kWarpSize), FlashVarlenMmaKernel<decltype(dim)::value>, p);
+      Launch(grid, Dim3(kMmaFlashWarps * kWarpSize), FlashVarlenMmaKernel<decltype(dim)::value, true>, p);
     });
     std::vector<uint16_t> want(got.size(), kUntouched);
     for (int64_t r = 0; r < rows; ++r) {

@@ -36,7 +36,11 @@ int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p) {
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(row_blocks),
                   static_cast<unsigned>(p.num_heads));
   WithMmaFlashDim(p.head_dim, [&](auto dim) {
-    FlashVarlenMmaKernel<decltype(dim)::value><<<grid, kMmaFlashWarps * kWarpSize, 0, stream>>>(p);
+    if (p.out_bf16 != nullptr) {
+      FlashVarlenMmaKernel<decltype(dim)::value, true><<<grid, kMmaFlashWarps * kWarpSize, 0, stream>>>(p);
+    } else {
+      FlashVarlenMmaKernel<decltype(dim)::value><<<grid, kMmaFlashWarps * kWarpSize, 0, stream>>>(p);
+    }
   });
   return LastLaunchError();
 }

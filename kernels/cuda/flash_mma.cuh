@@ -116,7 +116,9 @@ IRIS_UNROLL
 
 // Three blocks an SM up to head dim 80 (the vision tower's: 168 registers, no spills; 221
 // without the bound), two past it (96 and 128 spill at three).
-template <int kDim>
+// kBf16Out: the output goes to p.out_bf16 as bf16 rows (a template parameter, not a branch: the
+// f32 instantiation keeps its registers; with the branch in it, ptxas spilled at head dim 80).
+template <int kDim, bool kBf16Out = false>
 IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 80 ? 3 : 2) FlashVarlenMmaKernel(FlashVarlenParams p) {
   static_assert(kDim % 16 == 0 && kDim <= kMmaFlashMaxHeadDim);
   constexpr int kKWords = kMmaFlashKWords<kDim>;
@@ -277,7 +279,7 @@ IRIS_UNROLL
     for (int x = 0; x < 2; ++x) {
       const int r = row_a + 8 * x;
       if (r < r_lo || r >= r_hi) continue;
-      if (p.out_bf16 != nullptr) {
+      if constexpr (kBf16Out) {
         uint16_t* o = p.out_bf16 + (start + r - p.q_begin) * p.out_bf16_ld + static_cast<int64_t>(h) * hd;
 IRIS_UNROLL
         for (int c = 0; c < kDim / 8; ++c) {
