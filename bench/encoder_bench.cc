@@ -41,6 +41,10 @@ ABSL_FLAG(int, rounds, 3, "alternating rounds for the technique-switch table");
 ABSL_FLAG(std::string, profile_input, "",
           "for a profiler (Nsight Compute): encode only this input (a label of the table, e.g. \"448x448 x8\"), "
           "once to warm up and once more, and measure nothing else");
+ABSL_FLAG(int, padded_head_dim, 0,
+          "attention at this head dim, q/k/v padded to it (EncoderOptions::padded_head_dim; 0: the model's own, no "
+          "padding where attention takes it). E.g. 96 on a GPU: the switch table then times the one-launch padding "
+          "(all on) against three launches (qkv padding off) on the path that pads");
 ABSL_FLAG(std::string, slice_gflop, "1,4,16",
           "also time the resumable forward in slices of these GFLOP (as the engine interleaves it), "
           "against the one-call forward; empty: skip");
@@ -120,6 +124,12 @@ int main(int argc, char** argv) {
   options.compute = bf16 ? kernels::ComputeType::kBF16 : kernels::ComputeType::kF32;
   // Room for the largest batched forward below (the buffers are virtual memory until touched).
   options.max_patches = int64_t{1} << 16;
+  options.padded_head_dim = absl::GetFlag(FLAGS_padded_head_dim);
+  if (const int hd = config->vision.head_dim(), p = options.padded_head_dim; p != 0 && (p <= hd || p > 128)) {
+    std::fprintf(stderr, "encoder_bench: --padded_head_dim must be 0 or in (%d, 128] (the head dim is %d), got %d\n", hd,
+                 hd, p);
+    return 1;
+  }
   std::unique_ptr<kernels::Device> own_device;
   absl::StatusOr<kernels::Device*> device = bench::DeviceNamed(absl::GetFlag(FLAGS_device), &own_device);
   if (!device.ok()) {
