@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
       const char* name;
       vision::EncoderTechniques t;
       bool fold_inputs = true;  // GPU: the norms and SiLU·mul folded into the Linears after them
-      bool bf16_handoff = true;  // GPU: the gated MLP's gate_up output handed over in bf16
+      bool bf16_handoff = true;  // GPU: gate_up's output and the attention's handed to the next op in bf16
     };
     std::vector<Config> configs = {
         {"fused rotary off", {false, true, true}},

@@ -29,16 +29,19 @@ using testing::ExpectRowsOfWholeAndRestUntouched;
 using testing::VarlenCase;
 using testing::VarlenShape;
 
+// n values of `dtype` from host memory, in a new device tensor.
+core::Tensor Upload(Device& gpu, const void* host, core::DType dtype, int64_t n) {
+  absl::StatusOr<core::Tensor> t = gpu.Allocate(dtype, {n});
+  EXPECT_TRUE(t.ok()) << t.status();
+  gpu.CopyToDevice(host, t->data<char>(), t->nbytes());
+  return *std::move(t);
+}
+
 // The case's result on cuda:0 through kernels::VarlenAttention.
 // bf16: the bf16 compute mode's kernel (tensor cores).
 std::vector<float> RunOnGpu(Device& gpu, const VarlenCase& c, int64_t q_begin = 0, int64_t q_end = -1,
                             bool bf16 = false, bool with_num_rows = false) {
-  auto up = [&](const void* host, core::DType dtype, int64_t n) {
-    absl::StatusOr<core::Tensor> t = gpu.Allocate(dtype, {n});
-    EXPECT_TRUE(t.ok()) << t.status();
-    gpu.CopyToDevice(host, t->data<char>(), t->nbytes());
-    return *std::move(t);
-  };
+  auto up = [&](const void* host, core::DType dtype, int64_t n) { return Upload(gpu, host, dtype, n); };
   const core::Tensor qkv = up(c.qkv.data(), core::DType::kF32, static_cast<int64_t>(c.qkv.size()));
   const core::Tensor cu = up(c.cu.data(), core::DType::kI32, static_cast<int64_t>(c.cu.size()));
   std::vector<float> out(static_cast<size_t>(c.rows) * c.out_stride(), NAN);
@@ -151,12 +154,7 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
   std::copy(b.begin(), b.end(), bias.data<float>());
   absl::StatusOr<std::unique_ptr<Linear>> proj = Linear::Create(*gpu, weight, &bias, ComputeType::kBF16);
   ASSERT_TRUE(proj.ok()) << proj.status();
-  auto up = [&](const void* host, core::DType dtype, int64_t n) {
-    absl::StatusOr<core::Tensor> t = gpu->Allocate(dtype, {n});
-    EXPECT_TRUE(t.ok()) << t.status();
-    gpu->CopyToDevice(host, t->data<char>(), t->nbytes());
-    return *std::move(t);
-  };
+  auto up = [&](const void* host, core::DType dtype, int64_t n) { return Upload(*gpu, host, dtype, n); };
   const core::Tensor qkv = up(c.qkv.data(), core::DType::kF32, static_cast<int64_t>(c.qkv.size()));
   const core::Tensor cu = up(c.cu.data(), core::DType::kI32, static_cast<int64_t>(c.cu.size()));
   const std::vector<float> staging_init(static_cast<size_t>(c.rows * width), NAN);

@@ -227,11 +227,11 @@ class CudaLinear final : public Linear {
     if (!w.ok()) return w.status();
     weight_ = std::move(*w);
     if (bias != nullptr) {
-      absl::StatusOr<core::Tensor> b = dev_.Mirror(bias->ToF32());
+      const core::Tensor f32_bias = bias->ToF32();
+      absl::StatusOr<core::Tensor> b = dev_.Mirror(f32_bias);
       if (!b.ok()) return b.status();
       bias_ = std::move(*b);
       if (bf16) {  // for a bf16 output (MatmulToBf16), whose bias cuBLASLt takes in bf16
-        const core::Tensor f32_bias = bias->ToF32();
         core::Tensor host_bias = core::Tensor::Empty(core::DType::kBF16, {out_});
         for (int64_t i = 0; i < out_; ++i) {
           static_cast<uint16_t*>(host_bias.raw())[i] = core::FloatToBf16(f32_bias.data<float>()[i]);
