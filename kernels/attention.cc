@@ -15,6 +15,7 @@ namespace iris::kernels {
 void VarlenAttention(Device& device, const AttentionArgs& args) {
   switch (device.kind()) {
     case DeviceKind::kCpu: {
+      if (args.q.bf16 != nullptr || args.k.bf16 != nullptr || args.v.bf16 != nullptr) break;  // no bf16 inputs here
       cpu::CpuDevice& cpu = cpu::AsCpu(device);
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::VarlenAttention(cpu, args);
       return cpu::portable::VarlenAttention(cpu, args);
@@ -24,8 +25,10 @@ void VarlenAttention(Device& device, const AttentionArgs& args) {
       // iris's flash kernels: on the tensor cores for the bf16 compute mode (bf16-rounded q, k, v and
       // p, as the CPU's bf16 path), f32 products on CUDA cores otherwise.
       cuda::CudaDevice& gpu = cuda::AsCuda(device);
-      // Or cuDNN's SDPA, where the device is set to it and it takes the call.
-      if (gpu.attention() == cuda::CudaDevice::Attention::kCudnn && cuda::CudnnSdpa::Takes(args)) {
+      // Or cuDNN's SDPA, where the device is set to it and it takes the call (f32 inputs: the
+      // qkv chain in bf16 is never on with it).
+      if (gpu.attention() == cuda::CudaDevice::Attention::kCudnn && args.q.bf16 == nullptr &&
+          cuda::CudnnSdpa::Takes(args)) {
         return gpu.sdpa()->Run(args);
       }
       const cuda::FlashVarlenParams p = cuda::FlashVarlenParamsOf(args);

@@ -14,6 +14,10 @@ struct AttentionInput {
   const float* data;
   int64_t row_stride;
   int64_t head_stride;
+  // Instead of data (null then): bf16 values at the same offsets, the vision blocks' qkv rows
+  // where the device holds them in bf16 (kernels/qkv_bf16.h). Only a device whose
+  // KeepsQkvInBf16 said so takes them, for q, k and v together, with `bf16` set below.
+  const uint16_t* bf16 = nullptr;
 };
 
 struct AttentionArgs {

@@ -15,6 +15,7 @@ void RotaryQK(Device& device, HeadsView q, HeadsView k, int64_t rows, int head_d
               const float* sin) {
   switch (device.kind()) {
     case DeviceKind::kCpu: {
+      if (q.bf16 != nullptr || k.bf16 != nullptr) break;  // no bf16 rows here
       cpu::CpuDevice& cpu = cpu::AsCpu(device);
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::RotaryQK(cpu, q, k, rows, head_dim, cos, sin);
       return cpu::portable::RotaryQK(cpu, q, k, rows, head_dim, cos, sin);
@@ -22,6 +23,12 @@ void RotaryQK(Device& device, HeadsView q, HeadsView k, int64_t rows, int head_d
     case DeviceKind::kCuda: {
 #ifdef IRIS_HAVE_CUDA
       cuda::CudaDevice& gpu = cuda::AsCuda(device);
+      if ((q.bf16 != nullptr) != (k.bf16 != nullptr)) break;  // q and k in one form
+      if (q.bf16 != nullptr) {
+        return gpu.Check(cuda::LaunchRotaryQKBf16(gpu.stream(), q.bf16, q.row_stride, q.num_heads, k.bf16,
+                                                  k.row_stride, k.num_heads, rows, head_dim, cos, sin),
+                         "RotaryQK (bf16 rows)");
+      }
       return gpu.Check(cuda::LaunchRotaryQK(gpu.stream(), q.data, q.row_stride, q.num_heads, k.data, k.row_stride,
                                             k.num_heads, rows, head_dim, cos, sin),
                        "RotaryQK");
@@ -36,6 +43,7 @@ void RotaryQK(Device& device, HeadsView q, HeadsView k, int64_t rows, int head_d
 void Rotary(Device& device, HeadsView x, int64_t rows, int head_dim, const float* cos, const float* sin) {
   switch (device.kind()) {
     case DeviceKind::kCpu: {
+      if (x.bf16 != nullptr) break;  // no bf16 rows here
       cpu::CpuDevice& cpu = cpu::AsCpu(device);
       if (cpu.isa() >= cpu::CpuIsa::kAvx512) return cpu::avx512::Rotary(cpu, x, rows, head_dim, cos, sin);
       return cpu::portable::Rotary(cpu, x, rows, head_dim, cos, sin);
@@ -43,6 +51,11 @@ void Rotary(Device& device, HeadsView x, int64_t rows, int head_dim, const float
     case DeviceKind::kCuda: {
 #ifdef IRIS_HAVE_CUDA
       cuda::CudaDevice& gpu = cuda::AsCuda(device);
+      if (x.bf16 != nullptr) {
+        return gpu.Check(cuda::LaunchRotaryQKBf16(gpu.stream(), x.bf16, x.row_stride, x.num_heads, nullptr, 0, 0, rows,
+                                                  head_dim, cos, sin),
+                         "Rotary (bf16 rows)");
+      }
       return gpu.Check(cuda::LaunchRotary(gpu.stream(), x.data, x.row_stride, x.num_heads, rows, head_dim, cos, sin),
                        "Rotary");
 #else

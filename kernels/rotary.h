@@ -15,6 +15,10 @@ struct HeadsView {
   float* data;
   int64_t row_stride;
   int num_heads;
+  // Instead of data (null then): bf16 values at the same offsets, rotated in f32 and rounded once
+  // (the vision blocks' qkv rows held in bf16: kernels/qkv_bf16.h; a device whose KeepsQkvInBf16
+  // said so). q and k in the same form.
+  uint16_t* bf16 = nullptr;
 };
 
 // The fused kernel: rotates q and k together, in place, in one pass over the rows (straight in

@@ -146,7 +146,8 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   cuda::CudaDevice& cuda = cuda::AsCuda(*gpu);
-  const VarlenCase c = VarlenShape{{64, 64, 64, 64, 1, 333}, 16, 16, 80, 80, false}.Case();
+  // (bf16-exact values: the same inputs as the bf16 rows of the qkv chain, paths 3 and 4.)
+  const VarlenCase c = VarlenShape{{64, 64, 64, 64, 1, 333}, 16, 16, 80, 80, false}.Case().RoundedToBf16();
   const int64_t width = c.out_stride();
   core::Tensor weight = core::Tensor::Empty(core::DType::kF32, {width, width}), bias = core::Tensor::Empty(core::DType::kF32, {width});
   const std::vector<float> w = testing::RandomFloats(width * width, 71), b = testing::RandomFloats(width, 72);
@@ -157,6 +158,9 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
   auto up = [&](const void* host, core::DType dtype, int64_t n) { return Upload(*gpu, host, dtype, n); };
   const core::Tensor qkv = up(c.qkv.data(), core::DType::kF32, static_cast<int64_t>(c.qkv.size()));
   const core::Tensor cu = up(c.cu.data(), core::DType::kI32, static_cast<int64_t>(c.cu.size()));
+  std::vector<uint16_t> qkv16_host(c.qkv.size());
+  for (size_t i = 0; i < c.qkv.size(); ++i) qkv16_host[i] = core::FloatToBf16(c.qkv[i]);
+  const core::Tensor qkv16 = up(qkv16_host.data(), core::DType::kBF16, static_cast<int64_t>(c.qkv.size()));
   const std::vector<float> staging_init(static_cast<size_t>(c.rows * width), NAN);
   const std::vector<float> y0 = testing::RandomFloats(c.rows * width, 73);
   const int64_t gemv_rows = std::min<int64_t>(cuda.gemv_max_rows(), 2);
@@ -164,16 +168,25 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
     SCOPED_TRACE(::testing::Message() << "rows [" << q_begin << ", " << q_end << ")");
     const int64_t rows = q_end - q_begin;
     if (rows <= 0) continue;
-    std::vector<float> got[3];
-    for (int path = 0; path < 3; ++path) {  // hand-off on, off, and the two ops called directly
-      cuda.SetBf16Handoff(path == 0);
+    // Hand-off on, off, the two ops called directly; then q, k, v read from bf16 rows (the qkv
+    // chain's AttentionInput::bf16) through the op with the hand-off on, and through the two ops.
+    std::vector<float> got[5];
+    for (int path = 0; path < 5; ++path) {
+      cuda.SetBf16Handoff(path != 1);
       core::Tensor staging = up(staging_init.data(), core::DType::kF32, c.rows * width);
       core::Tensor y = up(y0.data(), core::DType::kF32, rows * width);
       AttentionArgs a = c.Args(qkv.data<float>(), cu.data<int32_t>(), staging.data<float>());
       a.q_begin = q_begin;
       a.q_end = q_end;
       a.bf16 = true;
-      if (path < 2) {
+      if (path >= 3) {
+        const uint16_t* q16 = static_cast<const uint16_t*>(qkv16.raw());
+        const int64_t k_at = int64_t{c.heads} * c.head_stride, v_at = k_at + int64_t{c.kv_heads} * c.head_stride;
+        a.q = {nullptr, c.row_stride(), c.head_stride, q16};
+        a.k = {nullptr, c.row_stride(), c.head_stride, q16 + k_at};
+        a.v = {nullptr, c.row_stride(), c.head_stride, q16 + v_at};
+      }
+      if (path < 2 || path == 3) {
         AttendAndProject(*gpu, a, **proj, y.data<float>());
       } else {
         VarlenAttention(*gpu, a);
@@ -186,6 +199,8 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
     ASSERT_TRUE(cuda.status().ok()) << cuda.status();
     EXPECT_EQ(got[0], got[2]) << "hand-off on";
     EXPECT_EQ(got[1], got[2]) << "hand-off off";
+    EXPECT_EQ(got[3], got[2]) << "bf16 inputs, hand-off on";
+    EXPECT_EQ(got[4], got[2]) << "bf16 inputs, the two ops";
     EXPECT_NE(got[2], std::vector<float>(y0.begin(), y0.begin() + rows * width));
   }
 }

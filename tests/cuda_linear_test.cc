@@ -23,6 +23,7 @@
 #include "kernels/gated_mlp.h"
 #include "kernels/linear.h"
 #include "kernels/memory_bandwidth.h"
+#include "kernels/qkv_bf16.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/linear_kernels.h"
@@ -486,6 +487,71 @@ TEST(CudaLinearTest, GatedMlpHandsGateUpOverInBf16WhereAMatmulRuns) {
   }
   cuda.ForceGemvKernel(std::nullopt);
   EXPECT_TRUE(cuda.status().ok()) << cuda.status();
+}
+
+// The qkv chain's projection (kernels/qkv_bf16.h): LinearForwardToBf16 writes the f32 result's
+// rounding into bf16 rows of a padded stride, leaving the padding alone. Rows a GEMV takes: the
+// same GEMV's f32 output rounded, bit for bit. Matmul rows: cuBLASLt's bf16 output sums in its own
+// order, so within one bf16 step of the f32 output's rounding. And the device holds q, k, v in
+// bf16 only where the hand-off, folding and its flash attention are on.
+TEST(CudaLinearTest, LinearForwardToBf16IsTheF32OutputRounded) {
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  cuda::CudaDevice& cuda = Cuda(*gpu);
+  const int64_t in = 1280, out = 3 * 80 + 16, ldy = out + 8;
+  static constexpr uint16_t kUntouched = 0xABCD;
+  std::vector<float> w;
+  const Tensor weight = MakeWeight(out, in, DType::kBF16, 610, &w);
+  // A bf16-exact bias: cuBLASLt's bf16 copy of it is the same bias.
+  const std::vector<float> b = RoundedToBf16(testing::RandomFloats(out, 611));
+  Tensor bias = Tensor::Empty(DType::kF32, {out});
+  std::memcpy(bias.raw(), b.data(), b.size() * sizeof(float));
+  auto lin = Linear::Create(*gpu, weight, &bias, ComputeType::kBF16);
+  ASSERT_TRUE(lin.ok()) << lin.status();
+  EXPECT_TRUE(KeepsQkvInBf16(*gpu, **lin, /*bf16_attention=*/true));
+  EXPECT_FALSE(KeepsQkvInBf16(*gpu, **lin, /*bf16_attention=*/false));
+  cuda.SetBf16Handoff(false);
+  EXPECT_FALSE(KeepsQkvInBf16(*gpu, **lin, true));
+  cuda.SetBf16Handoff(true);
+  cuda.SetFoldLinearInputs(false);
+  EXPECT_FALSE(KeepsQkvInBf16(*gpu, **lin, true));
+  cuda.SetFoldLinearInputs(true);
+  for (const int64_t m : {int64_t{2}, int64_t{77}}) {
+    SCOPED_TRACE(::testing::Message() << "m " << m);
+    const Tensor dx = Upload(*gpu, testing::RandomFloats(m * in, 612));
+    const Tensor dnorm = Upload(*gpu, testing::RandomFloats(in, 613));
+    Tensor staging = Upload(*gpu, std::vector<float>(m * in, 0.f));
+    Tensor dy = Upload(*gpu, std::vector<float>(m * out, 0.f));
+    const LinearInput x = LinearInput::RmsNorm(dx.data<float>(), dnorm.data<float>(), 1e-6f, staging.data<float>());
+    LinearForward(*gpu, **lin, x, m, dy.data<float>());
+    const std::vector<float> f32 = Download(*gpu, dy.data<float>(), static_cast<size_t>(m * out));
+    absl::StatusOr<Tensor> rows = gpu->Allocate(DType::kBF16, {m, ldy});
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    std::vector<uint16_t> got(static_cast<size_t>(m * ldy), kUntouched);
+    gpu->CopyToDevice(got.data(), rows->raw(), got.size() * sizeof(uint16_t));
+    LinearForwardToBf16(*gpu, **lin, x, m, static_cast<uint16_t*>(rows->raw()), ldy);
+    gpu->CopyToHost(rows->raw(), got.data(), got.size() * sizeof(uint16_t));
+    ASSERT_TRUE(cuda.status().ok()) << cuda.status();
+    const bool gemv = m <= cuda.gemv_max_rows();
+    int differ = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < ldy; ++c) {
+        const uint16_t g = got[r * ldy + c];
+        if (c >= out) {
+          ASSERT_EQ(g, kUntouched) << "padding column " << c;
+          continue;
+        }
+        const uint16_t want = core::FloatToBf16(f32[r * out + c]);
+        if (gemv) {
+          ASSERT_EQ(g, want) << "row " << r << " column " << c;
+        } else {
+          ASSERT_LE(std::abs(int{g} - int{want}), 1) << "row " << r << " column " << c;
+          differ += g != want;
+        }
+      }
+    }
+    EXPECT_LE(differ, m * out / 20) << "more than rare one-step differences";
+  }
 }
 
 // The bf16 scratch cannot grow inside a capture (its memory would belong to the graph): the

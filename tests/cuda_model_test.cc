@@ -14,6 +14,9 @@
 #include "core/sha256.h"
 #include "gtest/gtest.h"
 #include "kernels/device.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
 #include "llm/decoder.h"
 #include "llm/kv_cache.h"
 #include "nlohmann/json.hpp"
@@ -142,6 +145,35 @@ TEST_P(CudaTinyEncoder, EveryLayerIsCapturedInOneGraphWithoutHostSync) {
   auto out = encoder_->Finish();
   ASSERT_TRUE(out.ok()) << out.status();
   ExpectGolden(*batch, *out, "replayed from one graph");
+  EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+}
+
+// The bf16 hand-offs, the qkv chain in bf16 among them (kernels/qkv_bf16.h: q, k, v kept as bf16
+// rows from the qkv matmul to the attention, on by default): the forward run in pieces of one
+// 64-row granule a call (every stage's last piece shorter: some the GEMVs take) meets the goldens;
+// with the hand-offs off it meets them too; and the two differ (the hand-offs ran).
+TEST_P(CudaTinyEncoder, Bf16HandoffsMeetTheGoldensInPiecesAndSwitchedOff) {
+  if (GetParam() != ComputeType::kBF16) GTEST_SKIP() << "the hand-offs are bf16 only";
+  kernels::cuda::CudaDevice& cuda = kernels::cuda::AsCuda(*gpu_);
+  ASSERT_TRUE(cuda.bf16_handoff()) << "on by default";
+  for (const auto& c : manifest_["cases"]) {
+    std::vector<vision::GridThw> grids;
+    const core::Tensor pixels = PixelsOf(c, pp_, &grids);
+    ASSERT_TRUE(encoder_->Begin(pixels, grids).ok());
+    while (!encoder_->done()) {
+      absl::StatusOr<double> ran = encoder_->Advance(1.0);  // one granule (or a stage's rest) a call
+      ASSERT_TRUE(ran.ok()) << ran.status();
+    }
+    auto on = encoder_->Finish();
+    ASSERT_TRUE(on.ok()) << on.status();
+    ExpectGolden(c, *on, "hand-offs on, in pieces");
+    cuda.SetBf16Handoff(false);
+    auto off = encoder_->Forward(pixels, grids);
+    cuda.SetBf16Handoff(true);
+    ASSERT_TRUE(off.ok()) << off.status();
+    ExpectGolden(c, *off, "hand-offs off");
+    EXPECT_NE(0, std::memcmp(on->raw(), off->raw(), on->nbytes())) << "the hand-offs changed nothing";
+  }
   EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
 }
 

@@ -13,6 +13,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/bf16.h"
@@ -151,6 +154,62 @@ TEST(FlashVarlenMmaOnSimtTest, Bf16RowsForTheProjectionAreTheF32OutputRounded) {
     }
     EXPECT_EQ(got, want) << "head dim " << c.head_dim;
     for (const float v : out) ASSERT_TRUE(std::isnan(v)) << "the f32 output was written";
+  }
+}
+
+// The vision blocks' qkv rows held in bf16 (FlashVarlenParams::q_bf16, k_bf16, v_bf16, as the
+// CUDA device's qkv chain leaves them): the output, f32 or bf16 rows, equals the kernel's output
+// on the same values widened to f32 bit for bit. Cases: the vector tile load (head dim 80, rows of
+// whole 16-byte vectors; GQA, causal, a clipped range) and the element one (an odd head dim in a
+// padded stride; a head dim of whole vectors in a stride that is not).
+TEST(FlashVarlenMmaOnSimtTest, Bf16InputsGiveTheWidenedInputsResultBitForBit) {
+  const std::tuple<VarlenShape, int64_t, int64_t> cases[] = {
+      {VarlenShape{{9, 70, 20, 130}, 4, 2, 80, 80, false}, 0, 229},
+      {VarlenShape{{9, 70, 20}, 2, 1, 80, 80, true}, 7, 75},
+      {VarlenShape{{33, 2}, 2, 2, 17, 24, true}, 0, 35},
+      {VarlenShape{{40, 3}, 2, 1, 16, 20, false}, 5, 43},
+  };
+  for (const auto& [s, q_begin, q_end] : cases) {
+    const VarlenCase c = s.Case().RoundedToBf16();
+    std::vector<uint16_t> qkv16(c.qkv.size());
+    for (size_t i = 0; i < qkv16.size(); ++i) qkv16[i] = core::FloatToBf16(c.qkv[i]);
+    for (const bool bf16_out : {false, true}) {
+      const int64_t width = c.out_stride(), ld = width + 8, rows = q_end - q_begin;
+      std::vector<float> out_f32, out_b16;
+      std::vector<uint16_t> rows_f32(static_cast<size_t>(rows * ld), 0), rows_b16(rows_f32.size(), 0);
+      FlashVarlenParams f32 = HarnessParams(c, out_f32, q_begin, q_end, /*bf16=*/true);
+      FlashVarlenParams b16 = HarnessParams(c, out_b16, q_begin, q_end, /*bf16=*/true);
+      const int64_t k_at = int64_t{c.heads} * c.head_stride, v_at = k_at + int64_t{c.kv_heads} * c.head_stride;
+      b16.q_bf16 = qkv16.data();
+      b16.k_bf16 = qkv16.data() + k_at;
+      b16.v_bf16 = qkv16.data() + v_at;
+      b16.q = b16.k = b16.v = nullptr;
+      if (bf16_out) {
+        f32.out_bf16 = rows_f32.data();
+        b16.out_bf16 = rows_b16.data();
+        f32.out_bf16_ld = b16.out_bf16_ld = ld;
+      }
+      const Dim3 grid(f32.num_seqs, (f32.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows, f32.num_heads);
+      WithMmaFlashDim(c.head_dim, [&](auto dim) {
+        constexpr int kDim = decltype(dim)::value;
+        if (bf16_out) {
+          Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, false>, f32);
+          Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, true>, b16);
+        } else {
+          Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, false>, f32);
+          Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, true>, b16);
+        }
+      });
+      const std::string what = "head dim " + std::to_string(c.head_dim) + (bf16_out ? ", bf16 rows out" : ", f32 out");
+      if (bf16_out) {
+        EXPECT_EQ(rows_b16, rows_f32) << what;
+      } else {
+        ASSERT_EQ(out_b16.size(), out_f32.size());
+        EXPECT_EQ(0, std::memcmp(out_b16.data(), out_f32.data(), out_f32.size() * sizeof(float))) << what;
+        // (The rows past the range stay NaN in both; memcmp compares their bits too.)
+        EXPECT_FALSE(std::isnan(out_b16[q_begin * width])) << what;
+      }
+    }
   }
 }
 

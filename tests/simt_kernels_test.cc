@@ -291,7 +291,7 @@ TEST(CudaKernelsOnSimtTest, RotaryOfOneTensorMatchesTheCpuKernel) {
     const std::vector<float> cos = RandomNormal(rows * half, 31), sin = RandomNormal(rows * half, 32);
     std::vector<float> want = x, got = x;
     Rotary(cpu, HeadsView{want.data(), stride, heads}, rows, hd, cos.data(), sin.data());
-    Launch(Dim3(rows), Dim3(64), RotaryQKKernel, got.data(), stride, heads, static_cast<float*>(nullptr), int64_t{0}, 0,
+    Launch(Dim3(rows), Dim3(64), RotaryQKKernel<float>, got.data(), stride, heads, static_cast<float*>(nullptr), int64_t{0}, 0,
            hd, cos.data(), sin.data());
     ExpectCloseRel(got, want, 1e-6f, "rotary");
     for (int r = 0; r < rows; ++r) {
@@ -425,12 +425,39 @@ TEST(CudaKernelsOnSimtTest, FusedRotaryMatchesTheCpuKernelInTheQkvBuffer) {
   std::vector<float> want = qkv, got = qkv;
   RotaryQK(cpu, HeadsView{want.data(), stride, qh}, HeadsView{want.data() + qh * hd, stride, kh}, rows, hd,
            cos.data(), sin.data());
-  Launch(Dim3(rows), Dim3(96), RotaryQKKernel, got.data(), stride, qh, got.data() + qh * hd, stride, kh, hd,
+  Launch(Dim3(rows), Dim3(96), RotaryQKKernel<float>, got.data(), stride, qh, got.data() + qh * hd, stride, kh, hd,
          cos.data(), sin.data());
   ExpectCloseRel(got, want, 1e-6f, "rotary");
   // v untouched by both.
   for (int r = 0; r < rows; ++r) {
     for (int64_t e = (qh + kh) * hd; e < stride; ++e) ASSERT_EQ(got[r * stride + e], qkv[r * stride + e]);
+  }
+}
+
+// The qkv rows held in bf16 (the CUDA device's qkv chain): the bf16 instantiation rotates each
+// pair as the f32 one does on the widened values and rounds the results (core::FloatToBf16), bit
+// for bit; v, the padding past the heads and an odd head dim's last dim are left as they are.
+TEST(CudaKernelsOnSimtTest, FusedRotaryOnBf16RowsIsTheF32KernelOnTheWidenedValuesRounded) {
+  for (const int hd : {80, 7}) {
+    const int rows = 11, qh = 3, kh = 2, half = hd / 2;
+    const int64_t stride = static_cast<int64_t>(qh + 2 * kh) * hd + 5;  // a padded row
+    std::vector<uint16_t> bf16(static_cast<size_t>(rows * stride));
+    std::vector<float> widened(bf16.size());
+    const std::vector<float> x = RandomNormal(rows * stride, 40 + hd);
+    for (size_t i = 0; i < bf16.size(); ++i) {
+      bf16[i] = core::FloatToBf16(x[i]);
+      widened[i] = core::Bf16ToFloat(bf16[i]);
+    }
+    const std::vector<float> cos = RandomNormal(rows * half, 41), sin = RandomNormal(rows * half, 42);
+    Launch(Dim3(rows), Dim3(64), RotaryQKKernel<float>, widened.data(), stride, qh, widened.data() + qh * hd, stride,
+           kh, hd, cos.data(), sin.data());
+    std::vector<uint16_t> got = bf16;
+    Launch(Dim3(rows), Dim3(64), RotaryQKKernel<uint16_t>, got.data(), stride, qh, got.data() + qh * hd, stride, kh,
+           hd, cos.data(), sin.data());
+    std::vector<uint16_t> want(bf16.size());
+    for (size_t i = 0; i < want.size(); ++i) want[i] = core::FloatToBf16(widened[i]);  // untouched: exact
+    EXPECT_EQ(got, want) << "head dim " << hd;
+    EXPECT_NE(got, bf16) << "head dim " << hd;  // it rotated something
   }
 }
 
@@ -453,7 +480,7 @@ void CheckRotaryQKWriteKv(T marker) {
     std::vector<float> want = qkv;
     std::vector<T> want_k(num_slots * width, marker), want_v = want_k;
     float* wq = want.data();
-    Launch(Dim3(rows), Dim3(96), RotaryQKKernel, wq, stride, qh, wq + qh * hd, stride, kh, hd, cos.data(), sin.data());
+    Launch(Dim3(rows), Dim3(96), RotaryQKKernel<float>, wq, stride, qh, wq + qh * hd, stride, kh, hd, cos.data(), sin.data());
     Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), WritePagedKvKernel<T>, static_cast<const float*>(wq + qh * hd),
            stride, static_cast<const float*>(wq + (qh + kh) * hd), stride, static_cast<const int64_t*>(slots.data()),
            int64_t{rows}, width, num_slots, want_k.data(), want_v.data());

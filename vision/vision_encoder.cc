@@ -13,6 +13,7 @@
 #include "kernels/attention_projection.h"
 #include "kernels/elementwise.h"
 #include "kernels/gated_mlp.h"
+#include "kernels/qkv_bf16.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
 #include "kernels/rows.h"
@@ -259,6 +260,9 @@ struct VisionEncoder::Run {
   Stage stage = Stage::kEmbed;
   int64_t row = 0;                          // the stage's next row
   double attention_flops_per_row[2] = {0, 0};  // window, full: mean over the rows
+  // q, k, v held as bf16 rows in the qkv buffer's bytes (kernels/qkv_bf16.h): fixed for the
+  // forward, so that every piece writes the form the attention reads.
+  bool qkv_bf16 = false;
 };
 
 void VisionEncoder::AttentionAndProj(const Block& b, const DevicePlan& plan, bool full, int64_t n, int64_t r0,
@@ -280,9 +284,16 @@ void VisionEncoder::AttentionAndProj(const Block& b, const DevicePlan& plan, boo
   a.bf16 = options_.compute == kernels::ComputeType::kBF16;
   const QkvPadding padding = ResolveQkvPadding(options_, d);
   if (padding == QkvPadding::kNone) {
-    a.q = {qkv, 3 * hv, d};
-    a.k = {qkv + hv, 3 * hv, d};
-    a.v = {qkv + 2 * hv, 3 * hv, d};
+    if (run_->qkv_bf16) {
+      const uint16_t* q16 = reinterpret_cast<const uint16_t*>(qkv);
+      a.q = {nullptr, 3 * hv, d, q16};
+      a.k = {nullptr, 3 * hv, d, q16 + hv};
+      a.v = {nullptr, 3 * hv, d, q16 + 2 * hv};
+    } else {
+      a.q = {qkv, 3 * hv, d};
+      a.k = {qkv + hv, 3 * hv, d};
+      a.v = {qkv + 2 * hv, 3 * hv, d};
+    }
     a.out = out;
     a.out_row_stride = hv;
     a.head_dim = d;
@@ -368,6 +379,8 @@ absl::Status VisionEncoder::Begin(const Tensor& pixel_values, std::span<const Gr
   run->grids.assign(grid_thw.begin(), grid_thw.end());
   run->layer = run->plan;
   run->n = n;
+  run->qkv_bf16 = !blocks_.empty() && ResolveQkvPadding(options_, config_.head_dim()) == QkvPadding::kNone &&
+                  kernels::KeepsQkvInBf16(device_, *blocks_[0].qkv, options_.compute == kernels::ComputeType::kBF16);
   // Attention FLOPs per query row: 4 * hidden * its sequence's length, averaged over the rows.
   const EncoderPlan& host = *run->plan->host;
   int i = 0;
@@ -498,10 +511,20 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
         device_.CopyToDevice(A.cos_host.data<float>(), A.cos.data<float>(), table_bytes);
         device_.CopyToDevice(A.sin_host.data<float>(), A.sin.data<float>(), table_bytes);
       }
-      float* out = qkv + r0 * 3 * hv;
-      kernels::LinearForward(device_, *b.qkv, NormedInput(hidden + r0 * hv, b.norm1, b.norm1_bias, rows, normed + r0 * hv),
-                             rows, out);
-      const kernels::HeadsView q{out, 3 * hv, heads}, k{out + hv, 3 * hv, heads};
+      const kernels::LinearInput in = NormedInput(hidden + r0 * hv, b.norm1, b.norm1_bias, rows, normed + r0 * hv);
+      kernels::HeadsView q, k;
+      if (r.qkv_bf16) {
+        // Row r's bf16 values at r * 3 hv of the buffer's bytes read as bf16 (its first half).
+        uint16_t* out = reinterpret_cast<uint16_t*>(qkv) + r0 * 3 * hv;
+        kernels::LinearForwardToBf16(device_, *b.qkv, in, rows, out, 3 * hv);
+        q = {nullptr, 3 * hv, heads, out};
+        k = {nullptr, 3 * hv, heads, out + hv};
+      } else {
+        float* out = qkv + r0 * 3 * hv;
+        kernels::LinearForward(device_, *b.qkv, in, rows, out);
+        q = {out, 3 * hv, heads};
+        k = {out + hv, 3 * hv, heads};
+      }
       const int64_t t0 = r0 * (d / 2);
       if (options_.techniques.fused_rotary) {
         kernels::RotaryQK(device_, q, k, rows, d, plan.cos.data<float>() + t0, plan.sin.data<float>() + t0);

@@ -16,7 +16,11 @@ bool ValidHeads(const FlashVarlenParams& p, int max_head_dim) {
 }  // namespace
 
 int LaunchFlashVarlen(CUstream_st* stream, const FlashVarlenParams& p) {
-  if (!ValidHeads(p, kFlashMaxHeadDim) || p.out_bf16 != nullptr) return static_cast<int>(cudaErrorInvalidValue);
+  // (bf16 output rows and bf16 inputs: the tensor-core kernel only.)
+  if (!ValidHeads(p, kFlashMaxHeadDim) || p.out_bf16 != nullptr || p.q_bf16 != nullptr || p.k_bf16 != nullptr ||
+      p.v_bf16 != nullptr) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   if (p.num_seqs <= 0 || p.max_seqlen <= 0) return 0;
   if ((p.max_seqlen + kFlashRows - 1) / kFlashRows > 65535) return static_cast<int>(cudaErrorInvalidValue);  // grid y
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>((p.max_seqlen + kFlashRows - 1) / kFlashRows),
@@ -30,16 +34,27 @@ int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p) {
   if (p.out_bf16 != nullptr && (p.q_end < p.q_begin || p.out_bf16_ld < int64_t{p.num_heads} * p.head_dim)) {
     return static_cast<int>(cudaErrorInvalidValue);  // bf16 rows: a bounded row range, whole rows
   }
+  if ((p.q_bf16 != nullptr) != (p.k_bf16 != nullptr) || (p.q_bf16 != nullptr) != (p.v_bf16 != nullptr)) {
+    return static_cast<int>(cudaErrorInvalidValue);  // q, k, v all bf16 or all f32
+  }
   if (p.num_seqs <= 0 || p.max_seqlen <= 0) return 0;
   const int row_blocks = (p.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows;
   if (row_blocks > 65535 || p.num_heads > 65535) return static_cast<int>(cudaErrorInvalidValue);  // grid y, z
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(row_blocks),
                   static_cast<unsigned>(p.num_heads));
   WithMmaFlashDim(p.head_dim, [&](auto dim) {
-    if (p.out_bf16 != nullptr) {
-      FlashVarlenMmaKernel<decltype(dim)::value, true><<<grid, kMmaFlashWarps * kWarpSize, 0, stream>>>(p);
+    constexpr int kDim = decltype(dim)::value;
+    const unsigned threads = kMmaFlashWarps * kWarpSize;
+    if (p.q_bf16 != nullptr) {
+      if (p.out_bf16 != nullptr) {
+        FlashVarlenMmaKernel<kDim, true, true><<<grid, threads, 0, stream>>>(p);
+      } else {
+        FlashVarlenMmaKernel<kDim, false, true><<<grid, threads, 0, stream>>>(p);
+      }
+    } else if (p.out_bf16 != nullptr) {
+      FlashVarlenMmaKernel<kDim, true><<<grid, threads, 0, stream>>>(p);
     } else {
-      FlashVarlenMmaKernel<decltype(dim)::value><<<grid, kMmaFlashWarps * kWarpSize, 0, stream>>>(p);
+      FlashVarlenMmaKernel<kDim><<<grid, threads, 0, stream>>>(p);
     }
   });
   return LastLaunchError();

@@ -34,6 +34,13 @@ struct FlashVarlenParams {
   // core::FloatToBf16).
   uint16_t* out_bf16 = nullptr;
   int64_t out_bf16_ld = 0;
+  // Tensor-core kernel only: when set (all three), q, k and v are read from these bf16 values
+  // (the same strides, in values) instead of q, k, v: the vision blocks' qkv rows held in bf16
+  // (kernels/attention.h's AttentionInput::bf16). The result equals the f32 inputs' on the
+  // widened values bit for bit (the kernel rounds its inputs to bf16 either way).
+  const uint16_t* q_bf16 = nullptr;
+  const uint16_t* k_bf16 = nullptr;
+  const uint16_t* v_bf16 = nullptr;
 };
 
 // Head dims up to kFlashMaxHeadDim (128); cudaErrorInvalidValue (as int) otherwise.

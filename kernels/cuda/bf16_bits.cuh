@@ -41,6 +41,11 @@ IRIS_DEVICE uint32_t PackBf16x2(float lo, float hi) {
   return static_cast<uint32_t>(FloatToBf16(lo)) | (static_cast<uint32_t>(FloatToBf16(hi)) << 16);
 }
 
+// 8 bytes of bf16 values: four of them, the first in w[0]'s low half.
+struct alignas(8) Chunk8 {
+  uint32_t w[2];
+};
+
 // 16 bytes of a row (a K or V row, a weight row): kPerChunk16<T> values (8 bf16 or 4 f32),
 // loaded at once where the row's address allows it.
 struct alignas(16) Chunk16 {

@@ -120,6 +120,14 @@ int LaunchRotaryQK(CUstream_st* stream, float* q, int64_t q_stride, int q_heads,
   return LastLaunchError();
 }
 
+int LaunchRotaryQKBf16(CUstream_st* stream, uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k,
+                       int64_t k_stride, int k_heads, int64_t rows, int head_dim, const float* cos, const float* sin) {
+  if (rows == 0) return 0;
+  RotaryQKKernel<<<static_cast<unsigned>(rows), BlockFor(int64_t{q_heads + k_heads} * head_dim / 2), 0, stream>>>(
+      q, q_stride, q_heads, k, k_stride, k_heads, head_dim, cos, sin);
+  return LastLaunchError();
+}
+
 int LaunchRotary(CUstream_st* stream, float* x, int64_t stride, int heads, int64_t rows, int head_dim,
                  const float* cos, const float* sin) {
   return LaunchRotaryQK(stream, x, stride, heads, nullptr, 0, 0, rows, head_dim, cos, sin);

@@ -34,6 +34,10 @@ int LaunchAdd(CUstream_st* stream, const float* a, const float* b, int64_t n, fl
 // q and k rotated in place in one launch (cos/sin: head_dim / 2 values per row, on the device).
 int LaunchRotaryQK(CUstream_st* stream, float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
                    int k_heads, int64_t rows, int head_dim, const float* cos, const float* sin);
+// The same on bf16 rows (the vision blocks' qkv rows held in bf16): each pair widened, rotated
+// in f32 and rounded once. k may be null with k_heads = 0 (one tensor).
+int LaunchRotaryQKBf16(CUstream_st* stream, uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k,
+                       int64_t k_stride, int k_heads, int64_t rows, int head_dim, const float* cos, const float* sin);
 // One tensor's heads rotated in place.
 int LaunchRotary(CUstream_st* stream, float* x, int64_t stride, int heads, int64_t rows, int head_dim,
                  const float* cos, const float* sin);

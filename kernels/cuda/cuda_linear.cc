@@ -338,6 +338,38 @@ class CudaLinear final : public Linear {
     return true;
   }
 
+  // kernels::LinearForwardToBf16 (bf16 compute): bf16 rows y of stride ldy.
+  void ForwardToBf16(const LinearInput& in, int64_t m, uint16_t* y, int64_t ldy) const {
+    if (m <= 0) return;
+    const size_t f32_bytes = static_cast<size_t>(m * out_) * sizeof(float);
+    if (RunsGemv(m)) {
+      // The GEMVs write f32: into the scratch (they read x, not the scratch), then rounded.
+      float* f32 = static_cast<float*>(dev_.ActivationScratch(f32_bytes));
+      if (f32 == nullptr) return;  // the device keeps the error
+      LinearForward(dev_, *this, in, m, f32);
+      dev_.Check(LaunchToBf16Rows(dev_.stream(), f32, m, out_, ldy, y), "Linear: f32 -> bf16 output rows");
+      return;
+    }
+    // The plan MatmulToBf16 will use, asked for before the input rows are written (at the
+    // scratch's base, where they will go), so that a shape without one gets room for its f32 rows
+    // first: growing the scratch after the rows are written would lose them.
+    const uint16_t* base = ScratchBf16Rows(m);
+    if (base == nullptr) return;  // the device keeps the error
+    if (GetPlan(m, ld_, bias_bf16_.raw(), Alignment(base), Alignment(y), CUDA_R_16BF, ldy) != nullptr) {
+      const uint16_t* rows = InputRowsBf16(in, m);  // at `base`: the scratch is big enough already
+      if (rows != nullptr) MatmulToBf16(rows, m, y, ldy);
+      return;
+    }
+    const size_t rows_bytes = static_cast<size_t>(RoundUp(m * ld_ * int64_t{2}, 256));
+    char* scratch = static_cast<char*>(dev_.ActivationScratch(rows_bytes + f32_bytes));
+    if (scratch == nullptr) return;
+    const uint16_t* rows = InputRowsBf16(in, m);  // at the scratch's base
+    if (rows == nullptr) return;
+    float* f32 = reinterpret_cast<float*>(scratch + rows_bytes);
+    Matmul(rows, ld_, m, f32, Epilogue::kNone);
+    dev_.Check(LaunchToBf16Rows(dev_.stream(), f32, m, out_, ldy, y), "Linear: f32 -> bf16 output rows");
+  }
+
   // cuBLASLt on b: m rows of stride ldb, in the compute type (bf16 rows or the f32 input).
   void Matmul(const void* b, int64_t ldb, int64_t m, float* y, Epilogue epilogue) const {
     const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
@@ -472,6 +504,23 @@ bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, con
   dev.Check(LaunchFlashVarlenMma(dev.stream(), p), "AttendAndProject: flash attention -> bf16 rows");
   pr->Matmul(act, pr->ld(), rows, y, Epilogue::kAccumulate);
   return true;
+}
+
+bool KeepsQkvInBf16(CudaDevice& dev, const Linear& qkv, bool bf16_attention) {
+  const auto* l = dynamic_cast<const CudaLinear*>(&qkv);
+  return dev.bf16_handoff() && dev.fold_linear_inputs() && bf16_attention &&
+         dev.attention() == CudaDevice::Attention::kFlash && l != nullptr && l->compute() == ComputeType::kBF16;
+}
+
+void LinearForwardToBf16(CudaDevice& dev, const Linear& linear, const LinearInput& in, int64_t m, uint16_t* y,
+                         int64_t ldy) {
+  const auto* l = dynamic_cast<const CudaLinear*>(&linear);
+  if (l == nullptr || l->compute() != ComputeType::kBF16 || ldy < l->out_features()) {
+    dev.Report(absl::InvalidArgumentError(absl::StrCat(
+        "LinearForwardToBf16: needs a bf16 Linear of this device and ldy >= out_features (ldy ", ldy, ")")));
+    return;
+  }
+  l->ForwardToBf16(in, m, y, ldy);
 }
 
 absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CudaDevice& dev, const core::Tensor& weight,

@@ -37,6 +37,19 @@ bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& d
 // takes, a head layout other than proj's input row, a proj not of this device or not bf16.
 bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, const Linear& proj, float* y);
 
+// kernels/qkv_bf16.h on this device: q, k, v held in bf16 where the hand-off and input folding are
+// on, the attention is bf16 on iris's flash kernel (not cuDNN), and qkv is a bf16 Linear of this
+// device.
+bool KeepsQkvInBf16(CudaDevice& dev, const Linear& qkv, bool bf16_attention);
+
+// kernels::LinearForwardToBf16: cuBLASLt writes the bf16 rows (a bf16 D, the bias in bf16) after
+// the folded op writes its bf16 input rows. Rows a GEMV takes, and shapes cuBLASLt has no
+// bf16-output kernel for, get the f32 result in the activation scratch, rounded by a conversion
+// launch (the same values as a bf16 D up to the sum's order). A Linear not of this device or not
+// bf16, or ldy < out_features, is the device's error (INVALID_ARGUMENT).
+void LinearForwardToBf16(CudaDevice& dev, const Linear& linear, const LinearInput& in, int64_t m, uint16_t* y,
+                         int64_t ldy);
+
 // FLOP/s of a size x size x size cuBLASLt GEMM in the compute type (bf16 inputs or f32, f32
 // accumulation), best of `repeats` timed with CUDA events after a warm-up; 0 when it cannot run.
 double MeasureMatmulPeakFlops(CudaDevice& dev, ComputeType compute, int64_t size, int repeats);

@@ -114,11 +114,73 @@ IRIS_UNROLL
   }
 }
 
+// MmaFlashLoadTileVec for bf16 K and V rows (FlashVarlenParams::k_bf16, v_bf16) whose rows are
+// whole 16-byte vectors: the values are copied as they are, K 8 values (16 bytes) a load, V 4
+// values (8 bytes) a load from each of a key pair's rows, their halves paired into the transposed
+// words. The same tile as the f32 load of the widened values, bit for bit.
+template <int kDim>
+IRIS_DEVICE void MmaFlashLoadTileVecBf16(const FlashVarlenParams& p, int64_t start, int g, int kb, int key_end,
+                                         int tid, uint32_t* ks, uint32_t* vt) {
+  constexpr int kOcts = kDim / 8, kQuads = kDim / 4;
+  constexpr int kKLoads = kMmaFlashKeys * kOcts / kMmaFlashThreads;
+  constexpr int kVItems = (kMmaFlashKeys / 2) * kQuads / kMmaFlashThreads;
+  static_assert(kKLoads * kMmaFlashThreads == kMmaFlashKeys * kOcts && kVItems * kMmaFlashThreads * 2 == kMmaFlashKeys * kQuads);
+  const int hd = p.head_dim;
+  Chunk16 kv[kKLoads];
+IRIS_UNROLL
+  for (int i = 0; i < kKLoads; ++i) {
+    const int e = tid + i * kMmaFlashThreads, j = e / kOcts, d = 8 * (e % kOcts);
+    const int key = kb + j;
+    kv[i] = Chunk16{{0u, 0u, 0u, 0u}};
+    if (key < key_end && d < hd) {
+      kv[i] = *reinterpret_cast<const Chunk16*>(p.k_bf16 + (start + key) * p.k_row_stride + g * p.k_head_stride + d);
+    }
+  }
+IRIS_UNROLL
+  for (int i = 0; i < kKLoads; ++i) {
+    const int e = tid + i * kMmaFlashThreads, j = e / kOcts, d = 8 * (e % kOcts);
+IRIS_UNROLL
+    for (int w = 0; w < 4; ++w) ks[j * kMmaFlashKWords<kDim> + d / 2 + w] = kv[i].w[w];
+  }
+  Chunk8 va[kVItems], vb[kVItems];
+IRIS_UNROLL
+  for (int i = 0; i < kVItems; ++i) {
+    const int e = tid + i * kMmaFlashThreads, pair = e % (kMmaFlashKeys / 2), d = 4 * (e / (kMmaFlashKeys / 2));
+    const int key = kb + 2 * pair;
+    const int64_t at = (start + key) * p.v_row_stride + g * p.v_head_stride + d;
+    va[i] = vb[i] = Chunk8{{0u, 0u}};
+    if (key < key_end && d < hd) va[i] = *reinterpret_cast<const Chunk8*>(p.v_bf16 + at);
+    if (key + 1 < key_end && d < hd) vb[i] = *reinterpret_cast<const Chunk8*>(p.v_bf16 + at + p.v_row_stride);
+  }
+IRIS_UNROLL
+  for (int i = 0; i < kVItems; ++i) {
+    const int e = tid + i * kMmaFlashThreads, pair = e % (kMmaFlashKeys / 2), d = 4 * (e / (kMmaFlashKeys / 2));
+    // Dim d + 2w + x of the key pair: key 2 pair's value in the low half, key 2 pair + 1's high.
+IRIS_UNROLL
+    for (int w = 0; w < 2; ++w) {
+      vt[(d + 2 * w) * kMmaFlashVWords + pair] = (va[i].w[w] & 0xffffu) | (vb[i].w[w] << 16);
+      vt[(d + 2 * w + 1) * kMmaFlashVWords + pair] = (va[i].w[w] >> 16) | (vb[i].w[w] & 0xffff0000u);
+    }
+  }
+}
+
+// One q, k or v value of the kernel's input as f32: from the f32 rows, or widened from the bf16
+// rows (kBf16In; exact).
+template <bool kBf16In>
+IRIS_DEVICE float MmaFlashIn(const float* f32, const uint16_t* bf16, int64_t i) {
+  if constexpr (kBf16In) {
+    return Bf16ToFloat(bf16[i]);
+  } else {
+    return f32[i];
+  }
+}
+
 // Three blocks an SM up to head dim 80 (the vision tower's: 168 registers, no spills; 221
 // without the bound), two past it (96 and 128 spill at three).
 // kBf16Out: the output goes to p.out_bf16 as bf16 rows (a template parameter, not a branch: the
 // f32 instantiation keeps its registers; with the branch in it, ptxas spilled at head dim 80).
-template <int kDim, bool kBf16Out = false>
+// kBf16In: q, k and v are read from p.q_bf16, k_bf16, v_bf16.
+template <int kDim, bool kBf16Out = false, bool kBf16In = false>
 IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 80 ? 3 : 2) FlashVarlenMmaKernel(FlashVarlenParams p) {
   static_assert(kDim % 16 == 0 && kDim <= kMmaFlashMaxHeadDim);
   constexpr int kKWords = kMmaFlashKWords<kDim>;
@@ -145,7 +207,8 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 80 ? 3 : 2) FlashV
   uint32_t qa[kDim / 16][4];
   {
     const auto q_at = [&](int r, int d) {
-      return r < n && d < hd ? p.q[(start + r) * p.q_row_stride + h * p.q_head_stride + d] : 0.f;
+      return r < n && d < hd ? MmaFlashIn<kBf16In>(p.q, p.q_bf16, (start + r) * p.q_row_stride + h * p.q_head_stride + d)
+                             : 0.f;
     };
     const int ra = warp_row0 + group, rb = ra + 8;
 IRIS_UNROLL
@@ -172,28 +235,37 @@ IRIS_UNROLL
   // of whole heads) are read 4 floats a load, every load of a tile unrolled so that they are all
   // in flight at once; the element loops below otherwise (a load loop the compiler keeps in order
   // waits out each load's latency in turn).
-  const bool vec_kv = hd % 4 == 0 && p.k_row_stride % 4 == 0 && p.k_head_stride % 4 == 0 && p.v_row_stride % 4 == 0 &&
-                      p.v_head_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.k) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(p.v) % 16 == 0 && threads == kMmaFlashThreads;
+  // (bf16 rows: 8 values to 16 bytes.)
+  constexpr int kVec = kBf16In ? 8 : 4;
+  const uintptr_t k_addr = kBf16In ? reinterpret_cast<uintptr_t>(p.k_bf16) : reinterpret_cast<uintptr_t>(p.k);
+  const uintptr_t v_addr = kBf16In ? reinterpret_cast<uintptr_t>(p.v_bf16) : reinterpret_cast<uintptr_t>(p.v);
+  const bool vec_kv = hd % kVec == 0 && p.k_row_stride % kVec == 0 && p.k_head_stride % kVec == 0 &&
+                      p.v_row_stride % kVec == 0 && p.v_head_stride % kVec == 0 && k_addr % 16 == 0 &&
+                      v_addr % 16 == 0 && threads == kMmaFlashThreads;
   for (int kb = 0; kb < key_end; kb += kMmaFlashKeys) {
     SyncThreads();  // the previous tile is read
     if (vec_kv) {
-      MmaFlashLoadTileVec<kDim>(p, start, g, kb, key_end, tid, ks, vt);
+      if constexpr (kBf16In) {
+        MmaFlashLoadTileVecBf16<kDim>(p, start, g, kb, key_end, tid, ks, vt);
+      } else {
+        MmaFlashLoadTileVec<kDim>(p, start, g, kb, key_end, tid, ks, vt);
+      }
     } else {
     // Keys past key_end are zeros, not garbage: P·V multiplies them by p = 0.
     for (int e = tid; e < kMmaFlashKeys * (kDim / 2); e += threads) {
       const int j = e / (kDim / 2), d = 2 * (e % (kDim / 2));
       const int key = kb + j;
-      const float* src = p.k + (start + key) * p.k_row_stride + g * p.k_head_stride;
+      const int64_t at = (start + key) * p.k_row_stride + g * p.k_head_stride + d;
       const bool ok = key < key_end;
-      ks[j * kKWords + d / 2] = PackBf16x2(ok && d < hd ? src[d] : 0.f, ok && d + 1 < hd ? src[d + 1] : 0.f);
+      ks[j * kKWords + d / 2] = PackBf16x2(ok && d < hd ? MmaFlashIn<kBf16In>(p.k, p.k_bf16, at) : 0.f,
+                                           ok && d + 1 < hd ? MmaFlashIn<kBf16In>(p.k, p.k_bf16, at + 1) : 0.f);
     }
     for (int e = tid; e < (kMmaFlashKeys / 2) * kDim; e += threads) {
       const int pair = e / kDim, d = e % kDim;  // consecutive threads: consecutive dims of a row
       const int key = kb + 2 * pair;
-      const float* src = p.v + (start + key) * p.v_row_stride + g * p.v_head_stride + d;
-      const float v0 = key < key_end && d < hd ? src[0] : 0.f;
-      const float v1 = key + 1 < key_end && d < hd ? src[p.v_row_stride] : 0.f;
+      const int64_t at = (start + key) * p.v_row_stride + g * p.v_head_stride + d;
+      const float v0 = key < key_end && d < hd ? MmaFlashIn<kBf16In>(p.v, p.v_bf16, at) : 0.f;
+      const float v1 = key + 1 < key_end && d < hd ? MmaFlashIn<kBf16In>(p.v, p.v_bf16, at + p.v_row_stride) : 0.f;
       vt[d * kVWords + pair] = PackBf16x2(v0, v1);
     }
     }

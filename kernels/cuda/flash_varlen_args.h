@@ -18,6 +18,9 @@ inline FlashVarlenParams FlashVarlenParamsOf(const AttentionArgs& args) {
   p.v = args.v.data;
   p.v_row_stride = args.v.row_stride;
   p.v_head_stride = args.v.head_stride;
+  p.q_bf16 = args.q.bf16;
+  p.k_bf16 = args.k.bf16;
+  p.v_bf16 = args.v.bf16;
   p.out = args.out;
   p.out_row_stride = args.out_row_stride;
   p.num_heads = args.num_heads;

@@ -136,16 +136,13 @@ struct F32In {
   // Four values at columns c .. c+3 (c % 4 == 0, the row 16-byte aligned: one 16-byte load).
   IRIS_DEVICE Float4 Get4(int64_t r, int64_t c) const { return *reinterpret_cast<const Float4*>(x + r * ld + c); }
 };
-struct alignas(8) Bf16x4 {
-  uint32_t w[2];
-};
 struct Bf16In {
   const uint16_t* x;
   int64_t ld;  // row stride, in values
   IRIS_DEVICE float Get(int64_t r, int64_t c) const { return Bf16ToFloat(x[r * ld + c]); }
   // (c % 4 == 0, ld % 4 == 0, x 8-byte aligned: one 8-byte load.)
   IRIS_DEVICE Float4 Get4(int64_t r, int64_t c) const {
-    const Bf16x4 b = *reinterpret_cast<const Bf16x4*>(x + r * ld + c);
+    const Chunk8 b = *reinterpret_cast<const Chunk8*>(x + r * ld + c);
     Float4 v;
     v.x = BitsToFloat(b.w[0] << 16);
     v.y = BitsToFloat(b.w[0] & 0xffff0000u);
@@ -210,10 +207,19 @@ IRIS_GLOBAL void AddKernel(const float* a, const float* b, int64_t n, float* y) 
   for (int64_t i = GridStart(); i < n; i += GridStride()) y[i] = a[i] + b[i];
 }
 
+// A value of f32 or bf16 rows (KV pools, the vision blocks' qkv rows held in bf16) as f32, and
+// stored back (bf16 rounded as core::FloatToBf16).
+IRIS_DEVICE float LoadAsF32(const float* p) { return *p; }
+IRIS_DEVICE float LoadAsF32(const uint16_t* p) { return Bf16ToFloat(*p); }
+IRIS_DEVICE void StoreRounded(float* p, float x) { *p = x; }
+IRIS_DEVICE void StoreRounded(uint16_t* p, float x) { *p = FloatToBf16(x); }
+
 // The fused rotary: q's and k's heads of row blockIdx.x rotated in place in one launch
 // (rotate-half; cos/sin hold head_dim/2 values per row). With k_heads = 0 (k unused) it is the
-// one-tensor Rotary.
-IRIS_GLOBAL void RotaryQKKernel(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride, int k_heads,
+// one-tensor Rotary. T: f32 rows, or bf16 rows (the vision blocks' qkv rows held in bf16:
+// widened, rotated in f32, rounded once, as HF rotates bf16 q and k in f32).
+template <typename T>
+IRIS_GLOBAL void RotaryQKKernel(T* q, int64_t q_stride, int q_heads, T* k, int64_t k_stride, int k_heads,
                                 int head_dim, const float* cos, const float* sin) {
   const int64_t row = blockIdx.x;
   const int half = head_dim / 2;
@@ -221,11 +227,11 @@ IRIS_GLOBAL void RotaryQKKernel(float* q, int64_t q_stride, int q_heads, float* 
   const float* s = sin + row * half;
   for (int e = static_cast<int>(threadIdx.x); e < (q_heads + k_heads) * half; e += static_cast<int>(blockDim.x)) {
     const int h = e / half, i = e % half;
-    float* p = h < q_heads ? q + row * q_stride + static_cast<int64_t>(h) * head_dim
-                           : k + row * k_stride + static_cast<int64_t>(h - q_heads) * head_dim;
-    const float x1 = p[i], x2 = p[i + half];
-    p[i] = x1 * c[i] - x2 * s[i];
-    p[i + half] = x2 * c[i] + x1 * s[i];
+    T* p = h < q_heads ? q + row * q_stride + static_cast<int64_t>(h) * head_dim
+                       : k + row * k_stride + static_cast<int64_t>(h - q_heads) * head_dim;
+    const float x1 = LoadAsF32(p + i), x2 = LoadAsF32(p + i + half);
+    StoreRounded(p + i, x1 * c[i] - x2 * s[i]);
+    StoreRounded(p + i + half, x2 * c[i] + x1 * s[i]);
   }
 }
 
@@ -429,11 +435,6 @@ IRIS_GLOBAL void EmbeddingLookupKernel(const typename Table::Element* table, int
 
 // --- The paged KV cache: its writes, and attention over it (f32 products; f32 or bf16 pools) ---
 
-IRIS_DEVICE float LoadKv(const float* p) { return *p; }
-IRIS_DEVICE float LoadKv(const uint16_t* p) { return Bf16ToFloat(*p); }
-IRIS_DEVICE void StoreKv(float* p, float x) { *p = x; }
-IRIS_DEVICE void StoreKv(uint16_t* p, float x) { *p = FloatToBf16(x); }
-
 // Stores n tokens' k and v rows (row = num_kv_heads * head_dim floats each, at k + r * k_stride
 // and v + r * v_stride) into pool slots slots[r], f32 or bf16 (rounded as the CPU op rounds).
 // The slots are device memory: one outside [0, num_slots) cannot stop the launch as it stops the
@@ -446,8 +447,8 @@ IRIS_GLOBAL void WritePagedKvKernel(const float* k, int64_t k_stride, const floa
     const int64_t r = e / row, i = e % row;
     const int64_t slot = slots[r];
     if (slot < 0 || slot >= num_slots) continue;
-    StoreKv(k_pool + slot * row + i, k[r * k_stride + i]);
-    StoreKv(v_pool + slot * row + i, v[r * v_stride + i]);
+    StoreRounded(k_pool + slot * row + i, k[r * k_stride + i]);
+    StoreRounded(v_pool + slot * row + i, v[r * v_stride + i]);
   }
 }
 
@@ -487,12 +488,12 @@ IRIS_GLOBAL void RotaryQKWriteKvKernel(float* q, int64_t q_stride, int q_heads, 
     p[i] = y1;
     p[i + half] = y2;
     if (is_k && k_slot != nullptr) {
-      StoreKv(k_slot + at + i, y1);
-      StoreKv(k_slot + at + i + half, y2);
+      StoreRounded(k_slot + at + i, y1);
+      StoreRounded(k_slot + at + i + half, y2);
     }
   }
   if (k_slot == nullptr) return;
-  for (int64_t e = first; e < width; e += stride) StoreKv(v_pool + slot * width + e, v[row * v_stride + e]);
+  for (int64_t e = first; e < width; e += stride) StoreRounded(v_pool + slot * width + e, v[row * v_stride + e]);
 }
 
 constexpr int kPagedWarps = 8;        // a block: 8 warps (256 threads)
@@ -580,7 +581,7 @@ IRIS_DEVICE float KeyDot(const T* kr, const float* qs, int head_dim) {
     }
     d = chunks * kPer;
   }
-  for (; d < head_dim; ++d) s[d % 4] += qs[d] * LoadKv(kr + d);
+  for (; d < head_dim; ++d) s[d % 4] += qs[d] * LoadAsF32(kr + d);
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
@@ -726,7 +727,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
         const T* vr = v_pool + tile_slot[warp][u + k] * row_elems + static_cast<int64_t>(g) * head_dim;
         for (int i = 0; i < kPagedDimsPerLane; ++i) {
           const int d = lane + i * kWarpSize;
-          vv[k][i] = d < head_dim ? LoadKv(vr + d) : 0.f;
+          vv[k][i] = d < head_dim ? LoadAsF32(vr + d) : 0.f;
         }
       }
       for (int k = 0; k < 8; ++k) {
@@ -739,7 +740,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
       const T* vr = v_pool + tile_slot[warp][u] * row_elems + static_cast<int64_t>(g) * head_dim;
       for (int i = 0; i < kPagedDimsPerLane; ++i) {
         const int d = lane + i * kWarpSize;
-        if (d < head_dim) acc[i] += pu * LoadKv(vr + d);
+        if (d < head_dim) acc[i] += pu * LoadAsF32(vr + d);
       }
     }
     SyncWarp();  // the tile's p and slots are read before the next tile writes them
