@@ -269,8 +269,12 @@ int main(int argc, char** argv) {
     struct Config {
       const char* name;
       vision::EncoderTechniques t;
-      bool fold_inputs = true;  // GPU: the norms and SiLU·mul folded into the Linears after them
-      bool bf16_handoff = true;  // GPU: gate_up's output and the attention's handed to the next op in bf16
+      // GPU: the norms and SiLU·mul folded into the Linears after them (off: the gate_up and qkv
+      // hand-offs, which ride on folding, are off too).
+      bool fold_inputs = true;
+      // GPU: gate_up's output and the attention's handed to the next op in bf16, and q, k, v kept
+      // in bf16 from the qkv matmul to the attention (kernels/qkv_bf16.h).
+      bool bf16_handoff = true;
     };
     std::vector<Config> configs = {
         {"fused rotary off", {false, true, true}},
