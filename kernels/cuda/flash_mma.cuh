@@ -353,9 +353,16 @@ IRIS_UNROLL
       if (r < r_lo || r >= r_hi) continue;
       if constexpr (kBf16Out) {
         uint16_t* o = p.out_bf16 + (start + r - p.q_begin) * p.out_bf16_ld + static_cast<int64_t>(h) * hd;
+        // A lane's two dims (d even) as one 4-byte store where the row allows it (an even head dim
+        // and stride, a 4-byte aligned buffer: the projection's rows), else one value at a time.
+        const bool paired = hd % 2 == 0 && p.out_bf16_ld % 2 == 0 && reinterpret_cast<uintptr_t>(p.out_bf16) % 4 == 0;
 IRIS_UNROLL
         for (int c = 0; c < kDim / 8; ++c) {
           const int d = 8 * c + 2 * t;
+          if (paired && d < hd) {
+            *reinterpret_cast<uint32_t*>(o + d) = PackBf16x2(acc[c][2 * x] / l[x], acc[c][2 * x + 1] / l[x]);
+            continue;
+          }
           if (d < hd) o[d] = FloatToBf16(acc[c][2 * x] / l[x]);
           if (d + 1 < hd) o[d + 1] = FloatToBf16(acc[c][2 * x + 1] / l[x]);
         }
