@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -114,6 +115,28 @@ TEST(CudaOpsTest, RotaryOpsMatchTheCpu) {
   d = g->Up(qkv);
   Rotary(gpu, HeadsView{d + qh * hd, stride, kh}, rows, hd, dcos, dsin);
   ExpectCloseRel(g->Down(d, qkv.size()), want, 1e-6f, "Rotary");
+
+  // bf16 rows (HeadsView::bf16, the qkv chain in bf16): the CPU's f32 rotation of the widened
+  // values, to within the one rounding to bf16; v's heads untouched.
+  std::vector<uint16_t> qkv16(qkv.size());
+  std::vector<float> widened(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) {
+    qkv16[i] = core::FloatToBf16(qkv[i]);
+    widened[i] = core::Bf16ToFloat(qkv16[i]);
+  }
+  want = widened;
+  RotaryQK(cpu, HeadsView{want.data(), stride, qh}, HeadsView{want.data() + qh * hd, stride, kh}, rows, hd, cos.data(),
+           sin.data());
+  uint16_t* d16 = g->Up(qkv16);
+  RotaryQK(gpu, HeadsView{nullptr, stride, qh, d16}, HeadsView{nullptr, stride, kh, d16 + qh * hd}, rows, hd, dcos,
+           dsin);
+  const std::vector<uint16_t> got16 = g->Down(d16, qkv16.size());
+  std::vector<float> got(got16.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = core::Bf16ToFloat(got16[i]);
+  ExpectCloseRel(got, want, 1.f / 256, "RotaryQK on bf16 rows");
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t e = (qh + kh) * hd; e < stride; ++e) ASSERT_EQ(got16[r * stride + e], qkv16[r * stride + e]);
+  }
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
 }
 
