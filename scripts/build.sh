@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Configures and builds iris (Release) into ${IRIS_BUILD_DIR:-build}.
+# Configures and builds iris (Release) into ${IRIS_BUILD_DIR:-build}. IRIS_CUDA_TARGETS=sm_90a
+# (CMake's IRIS_CUDA_TARGETS) builds only the H100/H200 code, for a bundle to carry to a lent GPU:
+#   IRIS_BUILD_DIR=build-sm90a IRIS_CUDA_TARGETS=sm_90a bash scripts/build.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${IRIS_BUILD_DIR:-build}
@@ -9,6 +11,9 @@ bash scripts/install_deps.sh
 export CCACHE_BASEDIR=$PWD
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+    ${IRIS_CUDA_TARGETS:+-DIRIS_CUDA_TARGETS=$IRIS_CUDA_TARGETS}
+elif [ -n "${IRIS_CUDA_TARGETS:-}" ]; then
+  cmake -DIRIS_CUDA_TARGETS="$IRIS_CUDA_TARGETS" "$BUILD_DIR" > /dev/null
 fi
 cmake --build "$BUILD_DIR" -j "$(nproc)"

@@ -40,6 +40,8 @@ if ! grep -q '^IRIS_HAVE_CUDA_BUILT:INTERNAL=1' "$BUILD_DIR/CMakeCache.txt" 2>/d
   exit 1
 fi
 MARCH=$(sed -n 's/^IRIS_MARCH:STRING=//p' "$BUILD_DIR/CMakeCache.txt")
+CUDA_TARGETS=$(sed -n 's/^IRIS_CUDA_TARGETS:STRING=//p' "$BUILD_DIR/CMakeCache.txt")
+CUDA_TARGETS=${CUDA_TARGETS:-all}
 if [ "$MARCH" = native ]; then
   echo "gpu_bundle: $BUILD_DIR is built with -march=native: its code may not run on the GPU machine's" \
        "processor; use a build with the default IRIS_MARCH=x86-64-v3" >&2
@@ -107,6 +109,7 @@ fi
 {
   echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
   echo "march $MARCH"
+  echo "cuda $CUDA_TARGETS"
   echo "made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
   echo "binaries $(cd "$STAGE/bin" && ls | grep -v '^baseline$' | tr '\n' ' ')"
   [ -z "$BASELINE" ] || echo "baseline $BASELINE_COMMIT"
@@ -117,6 +120,10 @@ tar -C "$STAGE" -cf - MANIFEST bin lib | xz -9 -T2 > "$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
 BYTES=$(stat -c %s "$OUT")
 echo "gpu_bundle: $OUT: ${#BINS[@]} binaries, $(ls "$STAGE/lib" | wc -l) libraries, $((BYTES / 1024)) KiB"
+if [ "$CUDA_TARGETS" = all ]; then
+  # Most of a compressed binary is its sm_80 code and PTX, which an H100/H200 does not load.
+  echo "gpu_bundle: (a build with IRIS_CUDA_TARGETS=sm_90a makes this several MiB smaller: see scripts/build.sh)"
+fi
 if [ -n "$MAX_MIB" ]; then
   LIMIT=$((MAX_MIB * 1024 * 1024))
 else

@@ -46,6 +46,13 @@ if [ -n "$BUNDLE" ]; then
   if ! grep -q '^march x86-64-v3' "$BUNDLE_ROOT/MANIFEST" && ! grep -q avx512 /proc/cpuinfo; then
     echo "gpu_check: the bundle was built for $(sed -n 's/^march //p' "$BUNDLE_ROOT/MANIFEST"): it may not run on this CPU" >&2
   fi
+  # A bundle of H100/H200 code only (IRIS_CUDA_TARGETS=sm_90a) has no kernel another GPU can load.
+  CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' ')
+  if grep -q '^cuda sm_90a' "$BUNDLE_ROOT/MANIFEST" && [ "$CC" != 9.0 ]; then
+    echo "gpu_check: the bundle holds sm_90a code only and this GPU is compute capability ${CC:-unknown}:" \
+         "rebuild with IRIS_CUDA_TARGETS=all" >&2
+    exit 1
+  fi
   TESTS=$(ls "$BIN"/cuda_*_test 2>/dev/null)
 else
   BIN=$BUILD_DIR
