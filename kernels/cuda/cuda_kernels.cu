@@ -112,20 +112,24 @@ int LaunchAdd(CUstream_st* stream, const float* a, const float* b, int64_t n, fl
   return LastLaunchError();
 }
 
-int LaunchRotaryQK(CUstream_st* stream, float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
-                   int k_heads, int64_t rows, int head_dim, const float* cos, const float* sin) {
+// The fused rotary's launch for f32 or bf16 rows (T).
+template <typename T>
+int LaunchRotaryQKRows(CUstream_st* stream, T* q, int64_t q_stride, int q_heads, T* k, int64_t k_stride, int k_heads,
+                       int64_t rows, int head_dim, const float* cos, const float* sin) {
   if (rows == 0) return 0;
   RotaryQKKernel<<<static_cast<unsigned>(rows), BlockFor(int64_t{q_heads + k_heads} * head_dim / 2), 0, stream>>>(
       q, q_stride, q_heads, k, k_stride, k_heads, head_dim, cos, sin);
   return LastLaunchError();
 }
 
+int LaunchRotaryQK(CUstream_st* stream, float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
+                   int k_heads, int64_t rows, int head_dim, const float* cos, const float* sin) {
+  return LaunchRotaryQKRows(stream, q, q_stride, q_heads, k, k_stride, k_heads, rows, head_dim, cos, sin);
+}
+
 int LaunchRotaryQKBf16(CUstream_st* stream, uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k,
                        int64_t k_stride, int k_heads, int64_t rows, int head_dim, const float* cos, const float* sin) {
-  if (rows == 0) return 0;
-  RotaryQKKernel<<<static_cast<unsigned>(rows), BlockFor(int64_t{q_heads + k_heads} * head_dim / 2), 0, stream>>>(
-      q, q_stride, q_heads, k, k_stride, k_heads, head_dim, cos, sin);
-  return LastLaunchError();
+  return LaunchRotaryQKRows(stream, q, q_stride, q_heads, k, k_stride, k_heads, rows, head_dim, cos, sin);
 }
 
 int LaunchRotary(CUstream_st* stream, float* x, int64_t stride, int heads, int64_t rows, int head_dim,

@@ -339,34 +339,36 @@ class CudaLinear final : public Linear {
   }
 
   // kernels::LinearForwardToBf16 (bf16 compute): bf16 rows y of stride ldy.
+  // Where no bf16 D applies, the f32 result goes to the activation scratch and one conversion
+  // rounds it into y.
   void ForwardToBf16(const LinearInput& in, int64_t m, uint16_t* y, int64_t ldy) const {
     if (m <= 0) return;
     const size_t f32_bytes = static_cast<size_t>(m * out_) * sizeof(float);
+    float* f32 = nullptr;
     if (RunsGemv(m)) {
-      // The GEMVs write f32: into the scratch (they read x, not the scratch), then rounded.
-      float* f32 = static_cast<float*>(dev_.ActivationScratch(f32_bytes));
+      // The GEMVs read x, not the scratch: all of it holds their f32 rows.
+      f32 = static_cast<float*>(dev_.ActivationScratch(f32_bytes));
       if (f32 == nullptr) return;  // the device keeps the error
       LinearForward(dev_, *this, in, m, f32);
-      dev_.Check(LaunchToBf16Rows(dev_.stream(), f32, m, out_, ldy, y), "Linear: f32 -> bf16 output rows");
-      return;
+    } else {
+      // The plan MatmulToBf16 will use, asked for before the input rows are written (at the
+      // scratch's base, where they will go), so that a shape without one gets room for its f32
+      // rows first: growing the scratch after the rows are written would lose them.
+      const uint16_t* base = ScratchBf16Rows(m);
+      if (base == nullptr) return;
+      if (GetPlan(m, ld_, bias_bf16_.raw(), Alignment(base), Alignment(y), CUDA_R_16BF, ldy) != nullptr) {
+        const uint16_t* rows = InputRowsBf16(in, m);  // at `base`: the scratch is big enough already
+        if (rows != nullptr) MatmulToBf16(rows, m, y, ldy);
+        return;
+      }
+      const size_t rows_bytes = static_cast<size_t>(RoundUp(m * ld_ * int64_t{2}, 256));
+      char* scratch = static_cast<char*>(dev_.ActivationScratch(rows_bytes + f32_bytes));
+      if (scratch == nullptr) return;
+      const uint16_t* rows = InputRowsBf16(in, m);  // at the scratch's base
+      if (rows == nullptr) return;
+      f32 = reinterpret_cast<float*>(scratch + rows_bytes);
+      Matmul(rows, ld_, m, f32, Epilogue::kNone);
     }
-    // The plan MatmulToBf16 will use, asked for before the input rows are written (at the
-    // scratch's base, where they will go), so that a shape without one gets room for its f32 rows
-    // first: growing the scratch after the rows are written would lose them.
-    const uint16_t* base = ScratchBf16Rows(m);
-    if (base == nullptr) return;  // the device keeps the error
-    if (GetPlan(m, ld_, bias_bf16_.raw(), Alignment(base), Alignment(y), CUDA_R_16BF, ldy) != nullptr) {
-      const uint16_t* rows = InputRowsBf16(in, m);  // at `base`: the scratch is big enough already
-      if (rows != nullptr) MatmulToBf16(rows, m, y, ldy);
-      return;
-    }
-    const size_t rows_bytes = static_cast<size_t>(RoundUp(m * ld_ * int64_t{2}, 256));
-    char* scratch = static_cast<char*>(dev_.ActivationScratch(rows_bytes + f32_bytes));
-    if (scratch == nullptr) return;
-    const uint16_t* rows = InputRowsBf16(in, m);  // at the scratch's base
-    if (rows == nullptr) return;
-    float* f32 = reinterpret_cast<float*>(scratch + rows_bytes);
-    Matmul(rows, ld_, m, f32, Epilogue::kNone);
     dev_.Check(LaunchToBf16Rows(dev_.stream(), f32, m, out_, ldy, y), "Linear: f32 -> bf16 output rows");
   }
 
