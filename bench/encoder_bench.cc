@@ -45,6 +45,10 @@ ABSL_FLAG(int, padded_head_dim, 0,
           "attention at this head dim, q/k/v padded to it (EncoderOptions::padded_head_dim; 0: the model's own, no "
           "padding where attention takes it). E.g. 96 on a GPU: the switch table then times the one-launch padding "
           "(all on) against three launches (qkv padding off) on the path that pads");
+ABSL_FLAG(bool, flash_pipeline, false,
+          "GPU, bf16: iris's flash attention on the qkv chain's bf16 rows runs its pipelined kernel (the next K/V "
+          "tile copied to shared memory while the warps compute; CudaDevice::SetFlashPipeline, off by default until "
+          "timed). The switch table also times the other setting");
 ABSL_FLAG(std::string, slice_gflop, "1,4,16",
           "also time the resumable forward in slices of these GFLOP (as the engine interleaves it), "
           "against the one-call forward; empty: skip");
@@ -138,6 +142,10 @@ int main(int argc, char** argv) {
   }
   kernels::Device& dev = **device;
   const bool gpu = dev.kind() == kernels::DeviceKind::kCuda;
+  const bool flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
+#ifdef IRIS_HAVE_CUDA
+  if (gpu) kernels::cuda::AsCuda(dev).SetFlashPipeline(flash_pipeline);
+#endif
   auto encoder = vision::VisionEncoder::Load(dev, *ckpt, config->vision, options);
   if (!encoder.ok()) {
     std::fprintf(stderr, "encoder_bench: %s\n", std::string(encoder.status().message()).c_str());
@@ -275,6 +283,8 @@ int main(int argc, char** argv) {
       // GPU: gate_up's output and the attention's handed to the next op in bf16, and q, k, v kept
       // in bf16 from the qkv matmul to the attention (kernels/qkv_bf16.h).
       bool bf16_handoff = true;
+      // GPU: the flash attention's pipelined kernel (--flash_pipeline).
+      bool flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
     };
     std::vector<Config> configs = {
         {"fused rotary off", {false, true, true}},
@@ -286,6 +296,7 @@ int main(int argc, char** argv) {
     if (gpu && bf16) {
       configs.push_back({"input ops unfolded", {}, false});
       configs.push_back({"bf16 hand-off off", {}, true, false});
+      configs.push_back({flash_pipeline ? "flash unpipelined" : "flash pipelined", {}, true, true, !flash_pipeline});
     }
 #endif
     // Configurations alternate within each round, so machine drift hits them alike; the table
@@ -307,6 +318,7 @@ int main(int argc, char** argv) {
           if (gpu) {
             kernels::cuda::AsCuda(dev).SetFoldLinearInputs(configs[c].fold_inputs);
             kernels::cuda::AsCuda(dev).SetBf16Handoff(configs[c].bf16_handoff);
+            kernels::cuda::AsCuda(dev).SetFlashPipeline(configs[c].flash_pipeline);
           }
 #endif
           const auto t = Clock::now();
@@ -330,6 +342,7 @@ int main(int argc, char** argv) {
       if (gpu) {
         kernels::cuda::AsCuda(dev).SetFoldLinearInputs(true);
         kernels::cuda::AsCuda(dev).SetBf16Handoff(true);
+        kernels::cuda::AsCuda(dev).SetFlashPipeline(flash_pipeline);
       }
 #endif
     }

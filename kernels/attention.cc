@@ -31,7 +31,8 @@ void VarlenAttention(Device& device, const AttentionArgs& args) {
           cuda::CudnnSdpa::Takes(args)) {
         return gpu.sdpa()->Run(args);
       }
-      const cuda::FlashVarlenParams p = cuda::FlashVarlenParamsOf(args);
+      cuda::FlashVarlenParams p = cuda::FlashVarlenParamsOf(args);
+      p.pipeline = gpu.flash_pipeline();
       return gpu.Check(args.bf16 ? cuda::LaunchFlashVarlenMma(gpu.stream(), p) : cuda::LaunchFlashVarlen(gpu.stream(), p),
                        "VarlenAttention");
 #else

@@ -141,7 +141,8 @@ TEST(CudaAttentionTest, AHeadDimPastTheKernelsLimitIsAnErrorNotAWrongResult) {
 // kernels::AttendAndProject's hand-off: the flash kernel writes proj's bf16 input rows itself.
 // Those are its f32 output rounded exactly as the Linear's conversion rounds it, into the same
 // scratch, so y equals VarlenAttention then proj.Forward bit for bit, hand-off on or off, for
-// whole and clipped row ranges and for rows a GEMV takes (where the hand-off does not apply).
+// whole and clipped row ranges and for rows a GEMV takes (where the hand-off does not apply). The
+// same with q, k, v as bf16 rows, through iris's flash kernel and through its pipelined one.
 TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitForBit) {
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
@@ -169,10 +170,12 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
     const int64_t rows = q_end - q_begin;
     if (rows <= 0) continue;
     // Hand-off on, off, the two ops called directly; then q, k, v read from bf16 rows (the qkv
-    // chain's AttentionInput::bf16) through the op with the hand-off on, and through the two ops.
-    std::vector<float> got[5];
-    for (int path = 0; path < 5; ++path) {
+    // chain's AttentionInput::bf16) through the op with the hand-off on, and through the two ops;
+    // then both again with the pipelined flash kernel (CudaDevice::SetFlashPipeline).
+    std::vector<float> got[7];
+    for (int path = 0; path < 7; ++path) {
       cuda.SetBf16Handoff(path != 1);
+      cuda.SetFlashPipeline(path >= 5);
       core::Tensor staging = up(staging_init.data(), core::DType::kF32, c.rows * width);
       core::Tensor y = up(y0.data(), core::DType::kF32, rows * width);
       AttentionArgs a = c.Args(qkv.data<float>(), cu.data<int32_t>(), staging.data<float>());
@@ -186,7 +189,7 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
         a.k = {nullptr, c.row_stride(), c.head_stride, q16 + k_at};
         a.v = {nullptr, c.row_stride(), c.head_stride, q16 + v_at};
       }
-      if (path < 2 || path == 3) {
+      if (path < 2 || path == 3 || path == 5) {
         AttendAndProject(*gpu, a, **proj, y.data<float>());
       } else {
         VarlenAttention(*gpu, a);
@@ -196,11 +199,14 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
       gpu->CopyToHost(y.data<float>(), got[path].data(), got[path].size() * sizeof(float));
     }
     cuda.SetBf16Handoff(true);
+    cuda.SetFlashPipeline(false);
     ASSERT_TRUE(cuda.status().ok()) << cuda.status();
     EXPECT_EQ(got[0], got[2]) << "hand-off on";
     EXPECT_EQ(got[1], got[2]) << "hand-off off";
     EXPECT_EQ(got[3], got[2]) << "bf16 inputs, hand-off on";
     EXPECT_EQ(got[4], got[2]) << "bf16 inputs, the two ops";
+    EXPECT_EQ(got[5], got[2]) << "bf16 inputs, pipelined flash, hand-off on";
+    EXPECT_EQ(got[6], got[2]) << "bf16 inputs, pipelined flash, the two ops";
     EXPECT_NE(got[2], std::vector<float>(y0.begin(), y0.begin() + rows * width));
   }
 }

@@ -213,6 +213,102 @@ TEST(FlashVarlenMmaOnSimtTest, Bf16InputsGiveTheWidenedInputsResultBitForBit) {
   }
 }
 
+// The pipelined kernel (FlashVarlenMmaPipelinedKernel: K/V tiles copied to shared memory while
+// the warps compute, fragments by ldmatrix) equals the kernel it stands in for,
+// FlashVarlenMmaKernel<kDim, kBf16Out, true>, bit for bit, f32 and bf16 rows out: several tiles
+// per sequence (the double buffer turns over), GQA, causal, clipped ranges, a head dim with zero
+// padding dims (72 in the 80 instantiation) and the small instantiations. The harness lands a
+// copy only at the wait that retires it, so a tile read before its wait reads the old buffer.
+// Then the calls it refuses, which LaunchFlashVarlenMma gives to the other kernel.
+TEST(FlashVarlenMmaOnSimtTest, PipelinedKernelIsTheKernelItReplacesBitForBit) {
+  const std::tuple<VarlenShape, int64_t, int64_t> cases[] = {
+      {VarlenShape{{9, 70, 20, 130}, 4, 2, 80, 80, false}, 0, 229},
+      {VarlenShape{{9, 70, 200}, 2, 1, 80, 80, true}, 7, 275},
+      {VarlenShape{{100, 64}, 2, 1, 72, 80, false}, 5, 150},
+      {VarlenShape{{65, 3}, 2, 2, 64, 64, true}, 0, 68},
+      {VarlenShape{{40, 129}, 3, 1, 16, 24, false}, 0, 169},
+  };
+  for (const auto& [s, q_begin, q_end] : cases) {
+    const VarlenCase c = s.Case().RoundedToBf16();
+    std::vector<uint16_t> qkv16(c.qkv.size());
+    for (size_t i = 0; i < qkv16.size(); ++i) qkv16[i] = core::FloatToBf16(c.qkv[i]);
+    for (const bool bf16_out : {false, true}) {
+      const int64_t ld = c.out_stride() + 8, rows = q_end - q_begin;
+      std::vector<float> out_plain, out_piped;
+      std::vector<uint16_t> rows_plain(static_cast<size_t>(rows * ld), 0), rows_piped(rows_plain.size(), 0);
+      FlashVarlenParams plain = HarnessParams(c, out_plain, q_begin, q_end, /*bf16=*/true);
+      FlashVarlenParams piped = HarnessParams(c, out_piped, q_begin, q_end, /*bf16=*/true);
+      const int64_t k_at = int64_t{c.heads} * c.head_stride, v_at = k_at + int64_t{c.kv_heads} * c.head_stride;
+      for (FlashVarlenParams* p : {&plain, &piped}) {
+        p->q_bf16 = qkv16.data();
+        p->k_bf16 = qkv16.data() + k_at;
+        p->v_bf16 = qkv16.data() + v_at;
+        p->q = p->k = p->v = nullptr;
+        p->pipeline = p == &piped;
+      }
+      if (bf16_out) {
+        plain.out_bf16 = rows_plain.data();
+        piped.out_bf16 = rows_piped.data();
+        plain.out_bf16_ld = piped.out_bf16_ld = ld;
+      }
+      const std::string what = "head dim " + std::to_string(c.head_dim) + (bf16_out ? ", bf16 rows out" : ", f32 out");
+      ASSERT_TRUE(MmaFlashPipelinedTakes(piped)) << what;
+      const Dim3 grid(plain.num_seqs, (plain.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows, plain.num_heads);
+      WithMmaFlashDim(c.head_dim, [&](auto dim) {
+        constexpr int kDim = decltype(dim)::value;
+        if constexpr (kDim <= kMmaFlashPipelinedMaxHeadDim) {
+          if (bf16_out) {
+            Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, true>, plain);
+            Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedKernel<kDim, true>, piped);
+          } else {
+            Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, true>, plain);
+            Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedKernel<kDim, false>, piped);
+          }
+        }
+      });
+      if (bf16_out) {
+        EXPECT_EQ(rows_piped, rows_plain) << what;
+      } else {
+        ASSERT_EQ(out_piped.size(), out_plain.size());
+        EXPECT_EQ(0, std::memcmp(out_piped.data(), out_plain.data(), out_plain.size() * sizeof(float))) << what;
+        EXPECT_FALSE(std::isnan(out_piped[q_begin * c.out_stride()])) << what;
+      }
+    }
+  }
+
+  // Refused: f32 inputs, a head dim past 80 or not a multiple of 8, K/V strides or addresses that
+  // are not whole 16-byte vectors.
+  const VarlenCase c = VarlenShape{{20}, 2, 1, 80, 80, false}.Case();
+  std::vector<uint16_t> qkv16(c.qkv.size() + 8);
+  std::vector<float> out;
+  FlashVarlenParams ok = HarnessParams(c, out, 0, -1, /*bf16=*/true);
+  ok.q_bf16 = qkv16.data();
+  ok.k_bf16 = qkv16.data() + 160;
+  ok.v_bf16 = qkv16.data() + 240;
+  ASSERT_TRUE(MmaFlashPipelinedTakes(ok));
+  FlashVarlenParams p = ok;
+  p.q_bf16 = p.k_bf16 = p.v_bf16 = nullptr;
+  EXPECT_FALSE(MmaFlashPipelinedTakes(p)) << "f32 inputs";
+  p = ok;
+  p.head_dim = 96;
+  EXPECT_FALSE(MmaFlashPipelinedTakes(p)) << "head dim 96";
+  p = ok;
+  p.head_dim = 76;
+  EXPECT_FALSE(MmaFlashPipelinedTakes(p)) << "head dim 76";
+  p = ok;
+  p.v_row_stride = 324;
+  EXPECT_FALSE(MmaFlashPipelinedTakes(p)) << "V row stride 324";
+  p = ok;
+  p.k_head_stride = 84;
+  EXPECT_FALSE(MmaFlashPipelinedTakes(p)) << "K head stride 84";
+  p = ok;
+  p.k_bf16 += 4;
+  EXPECT_FALSE(MmaFlashPipelinedTakes(p)) << "K 8 bytes off";
+  p = ok;
+  p.max_seqlen = (1 << 30) / 80;
+  EXPECT_FALSE(MmaFlashPipelinedTakes(p)) << "32-bit row offsets";
+}
+
 TEST(FlashVarlenOnSimtTest, MatchesTheCpuKernelAndTheDefinition) {
   const VarlenShape shapes[] = {
       {{1, 5, 16, 17, 40}, 4, 2, 80, 80, false},  // the vision tower's head dim, GQA

@@ -45,6 +45,16 @@ int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p) {
   WithMmaFlashDim(p.head_dim, [&](auto dim) {
     constexpr int kDim = decltype(dim)::value;
     const unsigned threads = kMmaFlashWarps * kWarpSize;
+    if constexpr (kDim <= kMmaFlashPipelinedMaxHeadDim) {
+      if (p.pipeline && threads == kMmaFlashThreads && MmaFlashPipelinedTakes(p)) {
+        if (p.out_bf16 != nullptr) {
+          FlashVarlenMmaPipelinedKernel<kDim, true><<<grid, threads, 0, stream>>>(p);
+        } else {
+          FlashVarlenMmaPipelinedKernel<kDim, false><<<grid, threads, 0, stream>>>(p);
+        }
+        return;
+      }
+    }
     if (p.q_bf16 != nullptr) {
       if (p.out_bf16 != nullptr) {
         FlashVarlenMmaKernel<kDim, true, true><<<grid, threads, 0, stream>>>(p);

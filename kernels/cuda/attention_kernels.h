@@ -41,6 +41,11 @@ struct FlashVarlenParams {
   const uint16_t* q_bf16 = nullptr;
   const uint16_t* k_bf16 = nullptr;
   const uint16_t* v_bf16 = nullptr;
+  // Tensor-core kernel with bf16 inputs: run the pipelined kernel (flash_mma.cuh: the next K/V
+  // tile copied to shared memory while the warps compute on this one) where it takes the call
+  // (MmaFlashPipelinedTakes: head dims up to 80 whose K/V rows are whole 16-byte vectors), the
+  // same result bit for bit. CudaDevice::flash_pipeline sets it.
+  bool pipeline = false;
 };
 
 // Head dims up to kFlashMaxHeadDim (128); cudaErrorInvalidValue (as int) otherwise.

@@ -124,6 +124,13 @@ class CudaDevice final : public Device {
   bool bf16_handoff() const { return bf16_handoff_; }
   void SetBf16Handoff(bool handoff) { bf16_handoff_ = handoff; }
 
+  // Whether iris's flash attention on bf16 q/k/v rows (the qkv chain in bf16) runs its pipelined
+  // kernel (FlashVarlenParams::pipeline: the next K/V tile copied to shared memory while the
+  // warps compute on this one; the same result bit for bit). Off by default until a GPU has timed
+  // it (encoder_bench's "flash pipelined" column).
+  bool flash_pipeline() const { return flash_pipeline_; }
+  void SetFlashPipeline(bool pipeline) { flash_pipeline_ = pipeline; }
+
   // Whether the GEMVs, the decode rotary + KV write and the paged attention are launched to start
   // early (programmatic dependent launch, sm_90 and later: LaunchGemvBf16's,
   // LaunchRotaryQKWritePagedKv's and LaunchPagedAttention's `early`), so that a decode step's
@@ -155,6 +162,7 @@ class CudaDevice final : public Device {
   std::optional<GemvKernel> forced_gemv_kernel_;
   bool fold_linear_inputs_ = true;
   bool bf16_handoff_ = true;
+  bool flash_pipeline_ = false;
   bool early_start_;
   int64_t weight_prefetch_bytes_ = 0;
   std::unique_ptr<CudnnSdpa> sdpa_;

@@ -175,6 +175,165 @@ IRIS_DEVICE float MmaFlashIn(const float* f32, const uint16_t* bf16, int64_t i) 
   }
 }
 
+// The block's rows and the lane's place in them (both tensor-core kernels).
+struct MmaFlashBlock {
+  int64_t start = 0;        // the sequence's first token row
+  int n = 0;                // its length
+  int r_lo = 0, r_hi = 0;   // the rows computed, relative to the sequence
+  int h = 0, g = 0;         // the q head and its kv head
+  int tid = 0, lane = 0, warp = 0, group = 0, t = 0;
+  int warp_row0 = 0;        // the warp's rows: warp_row0 + [0, 16)
+  bool warp_active = false;  // whether any of them is computed (warp-uniform); else it only loads tiles
+  int key_end = 0;          // the last row sees keys [0, key_end)
+  int row_a = 0;            // the lane's rows: row_a (index 0) and row_a + 8 (index 1)
+  int visible_a = 0, visible_b = 0;  // the keys they see: [0, visible_x)
+};
+
+// False when the block computes no row (the whole block returns: no thread reaches a barrier).
+IRIS_DEVICE bool MmaFlashBlockOf(const FlashVarlenParams& p, MmaFlashBlock& b) {
+  const VarlenBlockRows rows = BlockRowsOf(p, kMmaFlashRows);
+  if (rows.lo >= rows.hi) return false;
+  b.start = rows.start;
+  b.n = rows.n;
+  b.r_lo = rows.lo;
+  b.r_hi = rows.hi;
+  b.h = static_cast<int>(blockIdx.z);
+  b.g = b.h / (p.num_heads / p.num_kv_heads);
+  b.tid = static_cast<int>(threadIdx.x);
+  b.lane = b.tid % kWarpSize;
+  b.warp = b.tid / kWarpSize;
+  b.group = b.lane / 4;
+  b.t = b.lane % 4;
+  b.warp_row0 = rows.row0 + b.warp * 16;
+  b.warp_active = b.warp_row0 < b.r_hi && b.warp_row0 + 16 > b.r_lo;
+  b.key_end = p.causal ? (b.n < b.r_hi ? b.n : b.r_hi) : b.n;
+  b.row_a = b.warp_row0 + b.group;
+  b.visible_a = p.causal ? (b.n < b.row_a + 1 ? b.n : b.row_a + 1) : b.n;
+  b.visible_b = p.causal ? (b.n < b.row_a + 9 ? b.n : b.row_a + 9) : b.n;
+  return true;
+}
+
+// The warp's q rows as A fragments: qa[c] covers head dims [16c, 16c + 16); rows past the
+// sequence and dims past head_dim are zeros.
+template <int kDim, bool kBf16In>
+IRIS_DEVICE void MmaFlashLoadQ(const FlashVarlenParams& p, const MmaFlashBlock& b, uint32_t (&qa)[kDim / 16][4]) {
+  const auto q_at = [&](int r, int d) {
+    return r < b.n && d < p.head_dim
+               ? MmaFlashIn<kBf16In>(p.q, p.q_bf16, (b.start + r) * p.q_row_stride + b.h * p.q_head_stride + d)
+               : 0.f;
+  };
+  const int ra = b.row_a, rb = ra + 8;
+IRIS_UNROLL
+  for (int c = 0; c < kDim / 16; ++c) {
+    const int d = 16 * c + 2 * b.t;
+    qa[c][0] = PackBf16x2(q_at(ra, d), q_at(ra, d + 1));
+    qa[c][1] = PackBf16x2(q_at(rb, d), q_at(rb, d + 1));
+    qa[c][2] = PackBf16x2(q_at(ra, d + 8), q_at(ra, d + 9));
+    qa[c][3] = PackBf16x2(q_at(rb, d + 8), q_at(rb, d + 9));
+  }
+}
+
+// S's fragments (sc[j]: keys kb + [8j, 8j + 8)) scaled and masked, then the online-softmax
+// update of the lane's two rows: sc becomes the probabilities, m the rows' running maxima, and l
+// (the lane's share of the row sums) and acc (O's fragments) are rescaled to them.
+template <int kDim>
+IRIS_DEVICE void MmaFlashSoftmaxTile(const FlashVarlenParams& p, const MmaFlashBlock& b, int kb,
+                                     float (&sc)[kMmaFlashKeys / 8][4], float (&m)[2], float (&l)[2],
+                                     float (&acc)[kDim / 8][4]) {
+  float tile_max[2] = {-INFINITY, -INFINITY};
+IRIS_UNROLL
+  for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
+IRIS_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const int key = kb + 8 * j + 2 * b.t + (i & 1);
+      const bool seen = key < (i < 2 ? b.visible_a : b.visible_b);
+      sc[j][i] = seen ? sc[j][i] * p.scale : -INFINITY;
+      tile_max[i / 2] = sc[j][i] > tile_max[i / 2] ? sc[j][i] : tile_max[i / 2];
+    }
+  }
+  float correction[2];
+IRIS_UNROLL
+  for (int x = 0; x < 2; ++x) {
+    float v = tile_max[x];
+    float o = ShflXor(v, 1);
+    v = o > v ? o : v;
+    o = ShflXor(v, 2);
+    v = o > v ? o : v;
+    const float m_new = v > m[x] ? v : m[x];
+    // Nothing visible yet (a causal row before this tile's first key): the state stays.
+    correction[x] = m_new == -INFINITY ? 1.f : expf(m[x] - m_new);  // 0 after m = -inf
+    m[x] = m_new;
+    l[x] *= correction[x];
+  }
+IRIS_UNROLL
+  for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
+IRIS_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const float mx = m[i / 2];
+      const float prob = sc[j][i] == -INFINITY ? 0.f : expf(sc[j][i] - mx);
+      sc[j][i] = prob;
+      l[i / 2] += prob;
+    }
+  }
+IRIS_UNROLL
+  for (int c = 0; c < kDim / 8; ++c) {
+    acc[c][0] *= correction[0];
+    acc[c][1] *= correction[0];
+    acc[c][2] *= correction[1];
+    acc[c][3] *= correction[1];
+  }
+}
+
+// P's A fragment for keys kb + [16kk, 16kk + 16): S tiles 2kk and 2kk + 1, rounded to bf16.
+IRIS_DEVICE void MmaFlashProbs(const float (&sc)[kMmaFlashKeys / 8][4], int kk, uint32_t (&pa)[4]) {
+  pa[0] = PackBf16x2(sc[2 * kk][0], sc[2 * kk][1]);
+  pa[1] = PackBf16x2(sc[2 * kk][2], sc[2 * kk][3]);
+  pa[2] = PackBf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+  pa[3] = PackBf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+}
+
+// The lane's rows of O = acc / l, to p.out (f32) or p.out_bf16 (kBf16Out).
+template <int kDim, bool kBf16Out>
+IRIS_DEVICE void MmaFlashStore(const FlashVarlenParams& p, const MmaFlashBlock& b, float (&l)[2],
+                               const float (&acc)[kDim / 8][4]) {
+  if (!b.warp_active) return;
+  const int hd = p.head_dim;
+IRIS_UNROLL
+  for (int x = 0; x < 2; ++x) {
+    l[x] += ShflXor(l[x], 1);
+    l[x] += ShflXor(l[x], 2);
+  }
+IRIS_UNROLL
+  for (int x = 0; x < 2; ++x) {
+    const int r = b.row_a + 8 * x;
+    if (r < b.r_lo || r >= b.r_hi) continue;
+    if constexpr (kBf16Out) {
+      uint16_t* o = p.out_bf16 + (b.start + r - p.q_begin) * p.out_bf16_ld + static_cast<int64_t>(b.h) * hd;
+      // A lane's two dims (d even) as one 4-byte store where the row allows it (an even head dim
+      // and stride, a 4-byte aligned buffer: the projection's rows), else one value at a time.
+      const bool paired = hd % 2 == 0 && p.out_bf16_ld % 2 == 0 && reinterpret_cast<uintptr_t>(p.out_bf16) % 4 == 0;
+IRIS_UNROLL
+      for (int c = 0; c < kDim / 8; ++c) {
+        const int d = 8 * c + 2 * b.t;
+        if (paired && d < hd) {
+          *reinterpret_cast<uint32_t*>(o + d) = PackBf16x2(acc[c][2 * x] / l[x], acc[c][2 * x + 1] / l[x]);
+          continue;
+        }
+        if (d < hd) o[d] = FloatToBf16(acc[c][2 * x] / l[x]);
+        if (d + 1 < hd) o[d + 1] = FloatToBf16(acc[c][2 * x + 1] / l[x]);
+      }
+      continue;
+    }
+    float* o = p.out + (b.start + r) * p.out_row_stride + static_cast<int64_t>(b.h) * hd;
+IRIS_UNROLL
+    for (int c = 0; c < kDim / 8; ++c) {
+      const int d = 8 * c + 2 * b.t;
+      if (d < hd) o[d] = acc[c][2 * x] / l[x];
+      if (d + 1 < hd) o[d + 1] = acc[c][2 * x + 1] / l[x];
+    }
+  }
+}
+
 // Three blocks an SM up to head dim 80 (the vision tower's: 168 registers, no spills; 221
 // without the bound), two past it (96 and 128 spill at three).
 // kBf16Out: the output goes to p.out_bf16 as bf16 rows (a template parameter, not a branch: the
@@ -188,47 +347,18 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 80 ? 3 : 2) FlashV
   IRIS_SHARED uint32_t ks[kMmaFlashKeys * kKWords];  // ks[key][dim pair]
   IRIS_SHARED uint32_t vt[kDim * kVWords];           // vt[dim][key pair]
 
-  const int h = static_cast<int>(blockIdx.z);
-  const VarlenBlockRows rows = BlockRowsOf(p, kMmaFlashRows);
-  if (rows.lo >= rows.hi) return;  // the whole block: no thread reaches a barrier
-  const int64_t start = rows.start;
-  const int n = rows.n, row0 = rows.row0, r_lo = rows.lo, r_hi = rows.hi;  // rows relative to the sequence
-  const int hd = p.head_dim;
-  const int g = h / (p.num_heads / p.num_kv_heads);
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
-  const int group = lane / 4, t = lane % 4;
-  const int warp_row0 = row0 + warp * 16;  // this warp's rows: warp_row0 + [0, 16)
-  // A warp whose rows are all outside [r_lo, r_hi) only helps load the tiles (warp-uniform).
-  const bool warp_active = warp_row0 < r_hi && warp_row0 + 16 > r_lo;
-  const int key_end = p.causal ? (n < r_hi ? n : r_hi) : n;  // the last row sees keys [0, r_hi)
+  MmaFlashBlock b;
+  if (!MmaFlashBlockOf(p, b)) return;
+  const int64_t start = b.start;
+  const int hd = p.head_dim, g = b.g, tid = b.tid, group = b.group, t = b.t, key_end = b.key_end;
 
-  // q as A fragments: qa[c] covers head dims [16c, 16c + 16); rows past the sequence and dims past
-  // head_dim are zeros.
   uint32_t qa[kDim / 16][4];
-  {
-    const auto q_at = [&](int r, int d) {
-      return r < n && d < hd ? MmaFlashIn<kBf16In>(p.q, p.q_bf16, (start + r) * p.q_row_stride + h * p.q_head_stride + d)
-                             : 0.f;
-    };
-    const int ra = warp_row0 + group, rb = ra + 8;
-IRIS_UNROLL
-    for (int c = 0; c < kDim / 16; ++c) {
-      const int d = 16 * c + 2 * t;
-      qa[c][0] = PackBf16x2(q_at(ra, d), q_at(ra, d + 1));
-      qa[c][1] = PackBf16x2(q_at(rb, d), q_at(rb, d + 1));
-      qa[c][2] = PackBf16x2(q_at(ra, d + 8), q_at(ra, d + 9));
-      qa[c][3] = PackBf16x2(q_at(rb, d + 8), q_at(rb, d + 9));
-    }
-  }
-  // Per lane: rows warp_row0 + group (index 0) and + group + 8 (index 1).
+  MmaFlashLoadQ<kDim, kBf16In>(p, b, qa);
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.f, 0.f};  // this lane's share of the row sums; the group's 4 lanes add up at the end
   float acc[kDim / 8][4];   // O's accumulator fragments: acc[c] covers head dims [8c, 8c + 8)
 IRIS_UNROLL
   for (int c = 0; c < kDim / 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
-  const int row_a = warp_row0 + group;
-  const int visible_a = p.causal ? (n < row_a + 1 ? n : row_a + 1) : n;
-  const int visible_b = p.causal ? (n < row_a + 9 ? n : row_a + 9) : n;
   const int threads = static_cast<int>(blockDim.x);
 
   // K and V rows that are whole 16-byte vectors (the encoder's qkv buffer: head dim 80, strides
@@ -271,7 +401,7 @@ IRIS_UNROLL
     }
     SyncThreads();
     // A causal tile wholly after the warp's last row adds nothing to it.
-    if (!warp_active || (p.causal && kb > warp_row0 + 15)) continue;
+    if (!b.warp_active || (p.causal && kb > b.warp_row0 + 15)) continue;
 
     float sc[kMmaFlashKeys / 8][4];  // S's fragments: sc[j] covers keys kb + [8j, 8j + 8)
 IRIS_UNROLL
@@ -280,104 +410,158 @@ IRIS_UNROLL
       const uint32_t* krow = ks + (8 * j + group) * kKWords + t;
 IRIS_UNROLL
       for (int c = 0; c < kDim / 16; ++c) {
-        const uint32_t b[2] = {krow[8 * c], krow[8 * c + 4]};
-        MmaBf16(sc[j], qa[c], b);
+        const uint32_t kf[2] = {krow[8 * c], krow[8 * c + 4]};
+        MmaBf16(sc[j], qa[c], kf);
       }
     }
-    // Scale and mask, then the online-softmax update for the lane's two rows.
-    float tile_max[2] = {-INFINITY, -INFINITY};
-IRIS_UNROLL
-    for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
-IRIS_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const int key = kb + 8 * j + 2 * t + (i & 1);
-        const bool seen = key < (i < 2 ? visible_a : visible_b);
-        sc[j][i] = seen ? sc[j][i] * p.scale : -INFINITY;
-        tile_max[i / 2] = sc[j][i] > tile_max[i / 2] ? sc[j][i] : tile_max[i / 2];
-      }
-    }
-    float correction[2];
-IRIS_UNROLL
-    for (int x = 0; x < 2; ++x) {
-      float v = tile_max[x];
-      float o = ShflXor(v, 1);
-      v = o > v ? o : v;
-      o = ShflXor(v, 2);
-      v = o > v ? o : v;
-      const float m_new = v > m[x] ? v : m[x];
-      // Nothing visible yet (a causal row before this tile's first key): the state stays.
-      correction[x] = m_new == -INFINITY ? 1.f : expf(m[x] - m_new);  // 0 after m = -inf
-      m[x] = m_new;
-      l[x] *= correction[x];
-    }
-IRIS_UNROLL
-    for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
-IRIS_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const float mx = m[i / 2];
-        const float prob = sc[j][i] == -INFINITY ? 0.f : expf(sc[j][i] - mx);
-        sc[j][i] = prob;
-        l[i / 2] += prob;
-      }
-    }
-IRIS_UNROLL
-    for (int c = 0; c < kDim / 8; ++c) {
-      acc[c][0] *= correction[0];
-      acc[c][1] *= correction[0];
-      acc[c][2] *= correction[1];
-      acc[c][3] *= correction[1];
-    }
-    // O += P·V, 16 keys at a time: S tiles 2kk and 2kk + 1 form P's A fragment.
+    MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, m, l, acc);
+    // O += P·V, 16 keys at a time.
 IRIS_UNROLL
     for (int kk = 0; kk < kMmaFlashKeys / 16; ++kk) {
-      const uint32_t pa[4] = {PackBf16x2(sc[2 * kk][0], sc[2 * kk][1]), PackBf16x2(sc[2 * kk][2], sc[2 * kk][3]),
-                              PackBf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                              PackBf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+      uint32_t pa[4];
+      MmaFlashProbs(sc, kk, pa);
 IRIS_UNROLL
       for (int c = 0; c < kDim / 8; ++c) {
         const uint32_t* vrow = vt + (8 * c + group) * kVWords + 8 * kk + t;
-        const uint32_t b[2] = {vrow[0], vrow[4]};
-        MmaBf16(acc[c], pa, b);
+        const uint32_t vf[2] = {vrow[0], vrow[4]};
+        MmaBf16(acc[c], pa, vf);
       }
     }
   }
-  if (warp_active) {
-IRIS_UNROLL
-    for (int x = 0; x < 2; ++x) {
-      l[x] += ShflXor(l[x], 1);
-      l[x] += ShflXor(l[x], 2);
-    }
-IRIS_UNROLL
-    for (int x = 0; x < 2; ++x) {
-      const int r = row_a + 8 * x;
-      if (r < r_lo || r >= r_hi) continue;
-      if constexpr (kBf16Out) {
-        uint16_t* o = p.out_bf16 + (start + r - p.q_begin) * p.out_bf16_ld + static_cast<int64_t>(h) * hd;
-        // A lane's two dims (d even) as one 4-byte store where the row allows it (an even head dim
-        // and stride, a 4-byte aligned buffer: the projection's rows), else one value at a time.
-        const bool paired = hd % 2 == 0 && p.out_bf16_ld % 2 == 0 && reinterpret_cast<uintptr_t>(p.out_bf16) % 4 == 0;
-IRIS_UNROLL
-        for (int c = 0; c < kDim / 8; ++c) {
-          const int d = 8 * c + 2 * t;
-          if (paired && d < hd) {
-            *reinterpret_cast<uint32_t*>(o + d) = PackBf16x2(acc[c][2 * x] / l[x], acc[c][2 * x + 1] / l[x]);
-            continue;
-          }
-          if (d < hd) o[d] = FloatToBf16(acc[c][2 * x] / l[x]);
-          if (d + 1 < hd) o[d + 1] = FloatToBf16(acc[c][2 * x + 1] / l[x]);
-        }
-        continue;
-      }
-      float* o = p.out + (start + r) * p.out_row_stride + static_cast<int64_t>(h) * hd;
-IRIS_UNROLL
-      for (int c = 0; c < kDim / 8; ++c) {
-        const int d = 8 * c + 2 * t;
-        if (d < hd) o[d] = acc[c][2 * x] / l[x];
-        if (d + 1 < hd) o[d + 1] = acc[c][2 * x + 1] / l[x];
-      }
-    }
-  }
+  MmaFlashStore<kDim, kBf16Out>(p, b, l, acc);
   SyncThreads();  // the shared tiles are read before a next block (harness) reuses them
+}
+
+// --- The pipelined kernel (bf16 inputs): tile i + 1's K and V are copied to shared memory
+// (cp.async) while the warps compute on tile i, so a block's loads overlap its own products
+// instead of only another block's. K and V are kept as their rows are (bf16, [key][dim], stride
+// kMmaFlashKWords: 16-byte rows that 8 consecutive keys read at distinct banks), no conversion
+// and no transposing pass: the fragments come out of shared memory by ldmatrix, V's transposed.
+// The same products in the same order as FlashVarlenMmaKernel<kDim, kBf16Out, true>: the same
+// result, bit for bit.
+
+// Two tiles of K and V fit the 48 KB of static shared memory up to head dim 80 (the vision
+// tower's: 45 KB).
+constexpr int kMmaFlashPipelinedMaxHeadDim = 80;
+
+// Whether the pipelined kernel takes p: bf16 q, k, v whose K and V rows are whole 16-byte
+// vectors, at a head dim it is built for (the launch's check, on the host).
+inline bool MmaFlashPipelinedTakes(const FlashVarlenParams& p) {
+  const auto aligned = [](const void* a) { return reinterpret_cast<uintptr_t>(a) % 16 == 0; };
+  return p.q_bf16 != nullptr && p.k_bf16 != nullptr && p.v_bf16 != nullptr && p.head_dim > 0 &&
+         p.head_dim <= kMmaFlashPipelinedMaxHeadDim && p.head_dim % 8 == 0 &&
+         p.k_row_stride % 8 == 0 && p.k_head_stride % 8 == 0 && p.v_row_stride % 8 == 0 &&
+         p.v_head_stride % 8 == 0 && aligned(p.k_bf16) && aligned(p.v_bf16) &&
+         // a sequence's row offsets in 32 bits
+         int64_t{p.max_seqlen} * (p.k_row_stride > p.v_row_stride ? p.k_row_stride : p.v_row_stride) < (int64_t{1} << 31);
+}
+
+// The block's K and V rows: its sequence's row 0 of its kv head, and the row strides (a
+// sequence's offsets fit 32 bits: MmaFlashPipelinedTakes).
+struct MmaFlashKvRows {
+  const uint16_t* k;
+  const uint16_t* v;
+  int k_stride, v_stride;
+};
+
+// Issues the copies of keys [kb, kb + 64)'s K and V rows into ks and vs (16 bytes each, a
+// thread's share of the tile); keys at or past key_end and dims at or past head_dim are zeros.
+template <int kDim>
+IRIS_DEVICE void MmaFlashCopyTile(const MmaFlashKvRows& kv, int head_dim, const MmaFlashBlock& b, int kb, uint32_t* ks,
+                                  uint32_t* vs) {
+  constexpr int kOcts = kDim / 8;  // 16-byte chunks of a row
+  constexpr int kCopies = kMmaFlashKeys * kOcts / kMmaFlashThreads;
+  static_assert(kCopies * kMmaFlashThreads == kMmaFlashKeys * kOcts);
+IRIS_UNROLL
+  for (int i = 0; i < kCopies; ++i) {
+    const int e = b.tid + i * kMmaFlashThreads, j = e / kOcts, d = 8 * (e % kOcts);
+    const int key = kb + j;
+    const bool valid = key < b.key_end && d < head_dim;
+    // (No bytes are read for an invalid chunk; the address given is the row range's first.)
+    CpAsync16(ks + j * kMmaFlashKWords<kDim> + d / 2, kv.k + (valid ? key * kv.k_stride + d : 0), valid);
+    CpAsync16(vs + j * kMmaFlashKWords<kDim> + d / 2, kv.v + (valid ? key * kv.v_stride + d : 0), valid);
+  }
+}
+
+// As FlashVarlenMmaKernel<kDim, kBf16Out, true> where MmaFlashPipelinedTakes(p), 128 threads.
+template <int kDim, bool kBf16Out>
+IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, 3) FlashVarlenMmaPipelinedKernel(FlashVarlenParams p) {
+  static_assert(kDim % 16 == 0 && kDim <= kMmaFlashPipelinedMaxHeadDim);
+  constexpr int kWords = kMmaFlashKWords<kDim>;
+  constexpr int kTileWords = kMmaFlashKeys * kWords;
+  // Two buffers of each (tile i in buffer i % 2), declared as 16-byte chunks for the alignment
+  // the copies and ldmatrix need.
+  IRIS_SHARED Chunk16 k_tiles[2 * kTileWords / 4];
+  IRIS_SHARED Chunk16 v_tiles[2 * kTileWords / 4];
+
+  MmaFlashBlock b;
+  if (!MmaFlashBlockOf(p, b)) return;
+  uint32_t* const ks = k_tiles[0].w;
+  uint32_t* const vs = v_tiles[0].w;
+  const int tiles = (b.key_end + kMmaFlashKeys - 1) / kMmaFlashKeys;
+  const MmaFlashKvRows kv{p.k_bf16 + b.start * p.k_row_stride + b.g * p.k_head_stride,
+                          p.v_bf16 + b.start * p.v_row_stride + b.g * p.v_head_stride,
+                          static_cast<int>(p.k_row_stride), static_cast<int>(p.v_row_stride)};
+  MmaFlashCopyTile<kDim>(kv, p.head_dim, b, 0, ks, vs);
+  CpAsyncCommit();
+
+  uint32_t qa[kDim / 16][4];  // q's loads wait while the first tile is in flight
+  MmaFlashLoadQ<kDim, true>(p, b, qa);
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+  float acc[kDim / 8][4];
+IRIS_UNROLL
+  for (int c = 0; c < kDim / 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
+  // The lane's ldmatrix row: tile lane / 8, row lane % 8 of it.
+  const int mat = b.lane / 8, mat_row = b.lane % 8;
+
+  for (int i = 0; i < tiles; ++i) {
+    const int kb = i * kMmaFlashKeys;
+    if (i + 1 < tiles) {
+      MmaFlashCopyTile<kDim>(kv, p.head_dim, b, kb + kMmaFlashKeys, ks + (i + 1) % 2 * kTileWords, vs + (i + 1) % 2 * kTileWords);
+    }
+    CpAsyncCommit();  // (an empty group after the last tile: the wait below still means tile i)
+    CpAsyncWait<1>();  // this thread's copies of tile i have landed
+    SyncThreads();     // and every thread's
+    if (b.warp_active && !(p.causal && kb > b.warp_row0 + 15)) {
+      const uint32_t* kt = ks + i % 2 * kTileWords;
+      const uint32_t* vt = vs + i % 2 * kTileWords;
+      float sc[kMmaFlashKeys / 8][4];
+IRIS_UNROLL
+      for (int j = 0; j < kMmaFlashKeys / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+      // S = q·kᵀ: one ldmatrix gives K's B fragments for key tiles j and j + 1 at head dims
+      // [16c, 16c + 16) (its four 8x8 tiles: keys 8j or 8j + 8, dims 16c or 16c + 8).
+IRIS_UNROLL
+      for (int j = 0; j < kMmaFlashKeys / 8; j += 2) {
+IRIS_UNROLL
+        for (int c = 0; c < kDim / 16; ++c) {
+          uint32_t kf[4];
+          LdMatrixX4(kf, kt + (8 * (j + mat / 2) + mat_row) * kWords + 8 * c + 4 * (mat % 2));
+          const uint32_t k0[2] = {kf[0], kf[1]}, k1[2] = {kf[2], kf[3]};
+          MmaBf16(sc[j], qa[c], k0);
+          MmaBf16(sc[j + 1], qa[c], k1);
+        }
+      }
+      MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, m, l, acc);
+      // O += P·V: one transposing ldmatrix gives V's B fragments for head dims [8c, 8c + 8) and
+      // [8c + 8, 8c + 16) at keys kb + [16kk, 16kk + 16) (tiles: keys + 0 or 8, dims 8c or 8c + 8).
+IRIS_UNROLL
+      for (int kk = 0; kk < kMmaFlashKeys / 16; ++kk) {
+        uint32_t pa[4];
+        MmaFlashProbs(sc, kk, pa);
+IRIS_UNROLL
+        for (int c = 0; c < kDim / 8; c += 2) {
+          uint32_t vf[4];
+          LdMatrixX4Trans(vf, vt + (16 * kk + 8 * (mat % 2) + mat_row) * kWords + 4 * (c + mat / 2));
+          const uint32_t v0[2] = {vf[0], vf[1]}, v1[2] = {vf[2], vf[3]};
+          MmaBf16(acc[c], pa, v0);
+          MmaBf16(acc[c + 1], pa, v1);
+        }
+      }
+    }
+    SyncThreads();  // tile i's buffers are read before tile i + 2's copies refill them
+  }
+  MmaFlashStore<kDim, kBf16Out>(p, b, l, acc);
 }
 
 }  // namespace iris::kernels::cuda

@@ -10,7 +10,9 @@
 // IRIS_LAUNCH_BOUNDS, SyncThreads(),
 // SyncWarp(), ShflXor(), ThreadFence(), AtomicAddInt(), LoadCoherent(), GridDependencyWait(),
 // GridDependencyTrigger(), PrefetchL2(), PrefetchL2Bulk(), MmaBf16() (a warp's
-// tensor-core product, with a scalar twin here),
+// tensor-core product, with a scalar twin here), CpAsync16()/CpAsyncCommit()/CpAsyncWait<N>()
+// (copies to shared memory in flight while the thread computes; here they land at the wait),
+// LdMatrixX4()/LdMatrixX4Trans() (a warp's fragment loads from shared memory),
 // threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch for the host side.
 // Every thread of a block must reach each SyncThreads (as CUDA requires), and a block's size is a
 // multiple of the warp size when it shuffles.
@@ -59,6 +61,52 @@ __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], c
 
 // Four floats read as one 16-byte load (the address is 16-byte aligned).
 using Float4 = float4;
+
+// Asynchronous copies global -> shared (sm_80 and later), 16 bytes each: CpAsync16 issues one
+// (valid false: no bytes are read and the 16 bytes are zeros; src must still be an address of the
+// buffer), CpAsyncCommit closes this thread's copies issued since the last commit into a group,
+// CpAsyncWait<N> waits until at most the N newest groups are still in flight. A thread sees only
+// its own copies land: a barrier after the wait makes the block's copies visible to every thread.
+// dst and src are 16-byte aligned.
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+#endif
+}
+
+// A warp loads four 8x8 tiles of 16-bit values from shared memory (ldmatrix, sm_75 and later):
+// lane 8i + j gives the address of tile i's row j (16 bytes, 16-byte aligned). With
+// lane = 4 * group + t, r[i] is tile i's row `group`, values 2t and 2t + 1 (the lower index in the
+// low half); with Trans, r[i] is tile i's column `group`, rows 2t and 2t + 1 (the tile transposed):
+// the mma's B fragment of a matrix stored k-major, as V's rows [key][dim] are.
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row) {
+#if defined(__CUDA_ARCH__)
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+#endif
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* row) {
+#if defined(__CUDA_ARCH__)
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+#endif
+}
 
 // Device-wide ordering for a block that hands results to another block of the same launch:
 // ThreadFence makes this thread's earlier writes visible to the whole GPU, AtomicAddInt counts
@@ -156,14 +204,43 @@ struct Block {
   std::vector<std::unique_ptr<Warp>> warps;
 };
 
+// A CpAsync16 not yet landed: the copy happens at the CpAsyncWait that retires its group.
+struct PendingCopy {
+  void* dst;
+  const void* src;
+  bool valid;
+  int group;  // the commit that closed it; -1 while open
+};
+
 struct ThreadState {
   Dim3 thread_idx, block_idx, block_dim, grid_dim;
   Block* block = nullptr;
   Warp* warp = nullptr;
   int lane = 0;
+  std::vector<PendingCopy> copies;  // in issue order
+  int commits = 0;                  // groups closed so far in this block
 };
 
+
 inline thread_local ThreadState tls;
+
+// Lands the thread's copies of every group but the newest `in_flight` closed ones.
+inline void LandCopies(int in_flight) {
+  ThreadState& s = tls;
+  std::vector<PendingCopy> keep;
+  for (const PendingCopy& c : s.copies) {
+    if (c.group >= 0 && c.group < s.commits - in_flight) {
+      if (c.valid) {
+        std::memcpy(c.dst, c.src, 16);
+      } else {
+        std::memset(c.dst, 0, 16);
+      }
+    } else {
+      keep.push_back(c);
+    }
+  }
+  s.copies.swap(keep);
+}
 
 }  // namespace simt
 
@@ -255,6 +332,47 @@ inline void MmaBf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2
   w.sync.arrive_and_wait();
 }
 
+// The asynchronous copies: recorded at issue, landed at the wait that retires their group (so a
+// kernel that reads a tile before waiting for it reads what was there before, as it could on
+// the GPU).
+inline void CpAsync16(void* dst, const void* src, bool valid) { simt::tls.copies.push_back({dst, src, valid, -1}); }
+inline void CpAsyncCommit() {
+  simt::ThreadState& s = simt::tls;
+  for (simt::PendingCopy& c : s.copies) {
+    if (c.group < 0) c.group = s.commits;
+  }
+  ++s.commits;
+}
+template <int N>
+void CpAsyncWait() {
+  simt::LandCopies(N);
+}
+
+// LdMatrixX4's twin (the layout is documented with the CUDA one above): the lanes post their row
+// addresses, each lane reads its values from the rows the hardware would give it.
+namespace simt {
+inline void LdMatrix(uint32_t (&r)[4], const void* row, bool trans) {
+  Warp& w = *tls.warp;
+  const int lane = tls.lane;
+  std::memcpy(w.slot[lane], &row, sizeof(row));
+  w.sync.arrive_and_wait();
+  const auto row_of = [&](int i, int j) {
+    const void* p;
+    std::memcpy(&p, w.slot[8 * i + j], sizeof(p));
+    return static_cast<const uint16_t*>(p);
+  };
+  const int group = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t lo = trans ? row_of(i, 2 * t)[group] : row_of(i, group)[2 * t];
+    const uint16_t hi = trans ? row_of(i, 2 * t + 1)[group] : row_of(i, group)[2 * t + 1];
+    r[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+  w.sync.arrive_and_wait();
+}
+}  // namespace simt
+inline void LdMatrixX4(uint32_t (&r)[4], const void* row) { simt::LdMatrix(r, row, false); }
+inline void LdMatrixX4Trans(uint32_t (&r)[4], const void* row) { simt::LdMatrix(r, row, true); }
+
 // kernel<<<grid, block>>>(args...), on the host: returns when every block has run.
 template <typename... Params, typename... Args>
 void Launch(Dim3 grid, Dim3 block, void (*kernel)(Params...), Args&&... args) {
@@ -280,6 +398,9 @@ void Launch(Dim3 grid, Dim3 block, void (*kernel)(Params...), Args&&... args) {
           for (unsigned bx = 0; bx < grid.x; ++bx) {
             s.block_idx = Dim3(bx, by, bz);
             kernel(args...);
+            CpAsyncCommit();  // copies a kernel never waited for still land (as on the GPU)
+            simt::LandCopies(0);
+            s.commits = 0;
             b.sync.arrive_and_wait();  // the block is done before the next one reuses its shared storage
           }
         }
