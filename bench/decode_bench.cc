@@ -67,6 +67,10 @@ ABSL_FLAG(bool, fold_inputs, true,
 ABSL_FLAG(bool, bf16_handoff, true,
           "GPU: the gated MLP hands gate_up's output to the SiLU·mul as bf16 rows (prefill-sized rows; decode "
           "steps' GEMVs are not affected; false: f32 rows, to measure it)");
+ABSL_FLAG(bool, paged_prefill_mma, true,
+          "GPU, bf16 with bf16 KV pages: a step's prefill rows attend on the tensor cores (64 rows a block), not a "
+          "block per (row, head) on the CUDA cores (false: the latter); the prompt row is also timed with the other "
+          "setting in the same run");
 ABSL_FLAG(bool, early_start, true,
           "GPU: launch the GEMVs and the paged attention to start early (programmatic dependent launch, the default "
           "on sm_90+): the GEMVs' first weight pass and the attention's first keys are read while the kernel ahead "
@@ -274,6 +278,7 @@ int main(int argc, char** argv) {
     }
     gpu.SetFoldLinearInputs(absl::GetFlag(FLAGS_fold_inputs));
     gpu.SetBf16Handoff(absl::GetFlag(FLAGS_bf16_handoff));
+    gpu.SetPagedPrefillMma(absl::GetFlag(FLAGS_paged_prefill_mma));
     if (const double share = absl::GetFlag(FLAGS_weight_prefetch); share != 0) {
       if (!(share > 0 && share <= 1)) Die("--weight_prefetch must be in [0, 1], got " + std::to_string(share));
       const auto bytes = static_cast<int64_t>(share * static_cast<double>(gpu.l2_bytes()));
@@ -353,16 +358,30 @@ int main(int argc, char** argv) {
   }
 
   // Prefill of one prompt as a single step (its matmuls are compute-bound: TFLOP/s vs the peak).
-  std::vector<double> prompt_s;
+  // On a GPU in the bf16 mode over bf16 pages, also with the prefill rows' attention switched to the
+  // other kernel (CudaDevice::SetPagedPrefillMma), in the same run.
+  std::vector<double> prompt_s, prompt_other_s;
   double prompt_peak = 0;
-  if (prompt > 0) {
-    prompt_peak = measure_peak();
+  [[maybe_unused]] const bool prefill_switch = dev.kind() == kernels::DeviceKind::kCuda && bf16 && kv_dtype == core::DType::kBF16;
+  auto time_prompt = [&](std::vector<double>* out) {
     for (int r = 0; r < std::max(1, absl::GetFlag(FLAGS_prompt_repeats)); ++r) {
       llm::BlockTable t;
       if (auto st = cache.Reserve(&t, prompt); !st.ok()) Die(std::string(st.message()));
-      prompt_s.push_back(RunStep(dec, cache, {&t}, {prompt}));
+      out->push_back(RunStep(dec, cache, {&t}, {prompt}));
       cache.Release(&t);
     }
+  };
+  if (prompt > 0) {
+    prompt_peak = measure_peak();
+    time_prompt(&prompt_s);
+#ifdef IRIS_HAVE_CUDA
+    if (prefill_switch) {
+      kernels::cuda::CudaDevice& gpu = kernels::cuda::AsCuda(dev);
+      gpu.SetPagedPrefillMma(!absl::GetFlag(FLAGS_paged_prefill_mma));
+      time_prompt(&prompt_other_s);
+      gpu.SetPagedPrefillMma(absl::GetFlag(FLAGS_paged_prefill_mma));
+    }
+#endif
     prompt_peak = std::max(prompt_peak, measure_peak());
   }
   std::printf("prefill (load average %s):\n", iris::bench::LoadAverage().c_str());
@@ -377,6 +396,17 @@ int main(int argc, char** argv) {
     std::printf("| %d-token prompt, one step (best of %zu) | %d | 1 | %.1f | %.0f | %.2f | %.2f | %.0f%% |\n", prompt,
                 prompt_s.size(), prompt, 1e3 * best, prompt / best, tflops, prompt_peak / 1e12,
                 100.0 * tflops * 1e12 / prompt_peak);
+    if (!prompt_other_s.empty()) {
+      const double other = *std::min_element(prompt_other_s.begin(), prompt_other_s.end());
+      const bool mma = absl::GetFlag(FLAGS_paged_prefill_mma);
+      std::printf("| the same, prefill attention on the %s (best of %zu) | %d | 1 | %.1f | %.0f | %.2f | %.2f | %.0f%% |\n",
+                  mma ? "CUDA cores" : "tensor cores", prompt_other_s.size(), prompt, 1e3 * other, prompt / other,
+                  dec.MatmulFlops(prompt, 1) / other / 1e12, prompt_peak / 1e12,
+                  100.0 * dec.MatmulFlops(prompt, 1) / other / prompt_peak);
+      std::printf("prefill attention on the tensor cores: %.2fx the prompt step's speed with it on the CUDA cores "
+                  "(same run)\n",
+                  mma ? other / best : best / other);
+    }
   }
   std::printf("\n");
   std::fflush(stdout);

@@ -8,11 +8,45 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/paged_sequences.h"
 #ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
 #endif
 
 namespace iris::kernels {
+
+#ifdef IRIS_HAVE_CUDA
+namespace {
+
+// The sequences from args.metadata.prefill_seq_begin on, every row of them, through the tensor-core
+// prefill kernel (bf16 pages; the caller checked PagedPrefillMmaTakes).
+void LaunchPrefillRowsOnTensorCores(cuda::CudaDevice& gpu, const PagedAttentionArgs& args) {
+  const PagedKvLayer& L = args.layer;
+  const PagedMetadata& md = args.metadata;
+  cuda::PagedPrefillParams p;
+  p.q = args.q;
+  p.q_row_stride = args.q_row_stride;
+  p.out = args.out;
+  p.out_row_stride = args.out_row_stride;
+  p.num_heads = args.num_heads;
+  p.num_kv_heads = L.num_kv_heads;
+  p.head_dim = L.head_dim;
+  p.scale = args.scale;
+  p.k_pool = static_cast<const uint16_t*>(L.k);
+  p.v_pool = static_cast<const uint16_t*>(L.v);
+  p.block_size = L.block_size;
+  p.query_start = md.query_start.data();
+  p.context_lens = md.context_lens.data();
+  p.block_tables = md.block_tables.data();
+  p.max_blocks_per_seq = md.max_blocks_per_seq;
+  p.seq_begin = std::max(md.prefill_seq_begin, 0);
+  p.seq_end = md.num_seqs;
+  p.max_query_len = md.max_query_len;
+  gpu.Check(cuda::LaunchPagedPrefillMma(gpu.stream(), p), "PagedAttention: prefill rows");
+}
+
+}  // namespace
+#endif
 
 void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int64_t k_row_stride,
                   const float* v, int64_t v_row_stride, std::span<const int64_t> slot_mapping) {
@@ -70,36 +104,48 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
     case DeviceKind::kCuda: {
 #ifdef IRIS_HAVE_CUDA
       // The arguments are checked as on the CPU, except the metadata's values (device memory).
-      // args.bf16 (bf16-rounded products on the CPU) is served by the f32-product kernel here:
-      // at least as exact, and the pages are read as they are, f32 or bf16, either way.
+      // For decode rows, args.bf16 (bf16-rounded products on the CPU) is served by the
+      // f32-product kernel here: at least as exact, and the pages are read as they are, f32 or
+      // bf16, either way.
       const PagedKvLayer& L = args.layer;
       const PagedMetadata& md = args.metadata;
       if (md.num_seqs <= 0) return;
       cpu::CheckPagedAttentionArgs(args);
       cuda::CudaDevice& gpu = cuda::AsCuda(device);
+      // Prefill chunks (the sequences from md.prefill_seq_begin on) on the tensor cores where the
+      // device is set to it, the mode is bf16 and the pages are bf16 (its numerics are the bf16
+      // mode's); the decode rows before them keep their kernel (first: it may start early, behind
+      // the kernel ahead).
+      const bool prefill_mma = gpu.paged_prefill_mma() && args.bf16 && L.dtype == core::DType::kBF16 &&
+                               md.max_query_len > 1 && md.prefill_seq_begin < md.num_seqs &&
+                               cuda::PagedPrefillMmaTakes(L.head_dim, L.k, L.v);
+      const int64_t decode_end =
+          prefill_mma ? std::clamp(md.prefill_row_begin, md.row_begin, md.row_end) : md.row_end;
       // A small step (a few decodes) splits each row's keys over several blocks to fill the GPU;
       // their partials live in the activation scratch, which nothing else uses during the
       // launch, and the device's split counters (sm_count ints: enough, as splits > 1 only where
       // rows x heads <= sm_count / 2) say which block merges them.
-      const int64_t rows = md.row_end - md.row_begin;
-      const int splits = cuda::PagedAttentionSplits(rows, args.num_heads, gpu.sm_count());
-      float* partials = nullptr;
-      if (splits > 1) {
-        if (rows * args.num_heads > gpu.sm_count()) {
-          return gpu.Report(absl::InternalError("PagedAttention: more (row, head) splits than split counters"));
+      if (const int64_t rows = decode_end - md.row_begin; rows > 0) {
+        const int splits = cuda::PagedAttentionSplits(rows, args.num_heads, gpu.sm_count());
+        float* partials = nullptr;
+        if (splits > 1) {
+          if (rows * args.num_heads > gpu.sm_count()) {
+            return gpu.Report(absl::InternalError("PagedAttention: more (row, head) splits than split counters"));
+          }
+          partials = static_cast<float*>(
+              gpu.ActivationScratch(cuda::PagedAttentionPartialBytes(rows, args.num_heads, L.head_dim, splits)));
+          if (partials == nullptr) return;  // the device keeps the error
         }
-        partials = static_cast<float*>(
-            gpu.ActivationScratch(cuda::PagedAttentionPartialBytes(rows, args.num_heads, L.head_dim, splits)));
-        if (partials == nullptr) return;  // the device keeps the error
+        gpu.Check(cuda::LaunchPagedAttention(gpu.stream(), args.q, args.q_row_stride, args.out, args.out_row_stride,
+                                             args.num_heads, args.scale, L.k, L.v, L.dtype == core::DType::kBF16,
+                                             L.block_size, L.num_kv_heads, L.head_dim, md.query_start.data(),
+                                             md.context_lens.data(), md.block_tables.data(), md.max_blocks_per_seq,
+                                             md.num_seqs, md.row_begin, decode_end, splits, partials,
+                                             gpu.paged_split_counters(), gpu.early_start()),
+                  "PagedAttention");
       }
-      return gpu.Check(cuda::LaunchPagedAttention(gpu.stream(), args.q, args.q_row_stride, args.out,
-                                                  args.out_row_stride, args.num_heads, args.scale, L.k, L.v,
-                                                  L.dtype == core::DType::kBF16, L.block_size, L.num_kv_heads,
-                                                  L.head_dim, md.query_start.data(), md.context_lens.data(),
-                                                  md.block_tables.data(), md.max_blocks_per_seq, md.num_seqs,
-                                                  md.row_begin, md.row_end, splits, partials,
-                                                  gpu.paged_split_counters(), gpu.early_start()),
-                       "PagedAttention");
+      if (prefill_mma) LaunchPrefillRowsOnTensorCores(gpu, args);
+      return;
 #else
       break;
 #endif
@@ -128,6 +174,15 @@ PagedMetadata PagedMetadataBuilder::Build() {
   }
   md.row_begin = query_start_.front();
   md.row_end = query_start_.back();
+  md.prefill_seq_begin = md.num_seqs;
+  md.prefill_row_begin = md.row_end;
+  for (int s = 0; s < md.num_seqs; ++s) {
+    if (query_start_[s + 1] - query_start_[s] > 1) {
+      md.prefill_seq_begin = s;
+      md.prefill_row_begin = query_start_[s];
+      break;
+    }
+  }
   md.query_start = query_start_;
   md.context_lens = context_lens_;
   md.block_tables = block_tables_;

@@ -64,6 +64,12 @@ struct PagedMetadata {
   // [row_begin, row_end) (a GPU sizes its launch by them without reading device memory back).
   int64_t row_begin = 0;
   int64_t row_end = 0;
+  // The first sequence with more than one query row (a prefill chunk) and its first row, as host
+  // integers (num_seqs and row_end when there is none). A step puts its decodes first, so the
+  // rows before it are single-row sequences: a GPU gives those to its decode kernel and the
+  // sequences from it on to its prefill kernel (kernels/cuda/paged_flash_mma.cuh).
+  int prefill_seq_begin = 0;
+  int64_t prefill_row_begin = 0;
 };
 
 // Host arrays for a PagedMetadata, sequence by sequence (tests, benchmarks; the engine fills its

@@ -311,6 +311,9 @@ TEST(CudaOpsTest, PagedAttentionMatchesTheCpu) {
   const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/12, /*head_dim=*/128, /*num_blocks=*/120,
                              {{1, 1}, {17, 1}, {300, 7}, {700, 1}, {32, 1}}, /*block_step=*/37, /*block_offset=*/3);
   const PagedMetadata md = OnGpu(*g, c.meta);
+  // (The prefill rows' tensor-core kernel, which takes the bf16 option's rows from the chunk on,
+  // has its own test below.)
+  g->cuda().SetPagedPrefillMma(false);
   for (const bool bf16_pool : {false, true}) {
     // The bf16 option is served by the f32-product kernel on the GPU: its output is the CPU's
     // f32-product one.
@@ -359,6 +362,51 @@ TEST(CudaOpsTest, PagedAttentionMatchesTheCpu) {
   a.metadata = OnGpu(*g, chunk);
   PagedAttention(gpu, a);
   ExpectCloseRel(g->Down(a.out, q.size()), want, 2e-5f, "rows 4..6");
+  g->cuda().SetPagedPrefillMma(true);
+  EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
+// A step of decodes then prefill chunks in the bf16 mode over bf16 pages (the engine's default on
+// a GPU): the decode rows keep the f32-product kernel (the CPU's f32-product output), the
+// sequences from the first chunk on go to the tensor-core prefill (paged_flash_mma.cuh) and meet
+// its definition within the probabilities' bf16 rounding: a 70-row chunk after 230 cached
+// tokens, a decode after it, a whole 130-token prompt (three 64-row blocks), the 3b decoder's 16/2
+// heads at head dim 128. With the switch off, every row is the decode kernel's again.
+TEST(CudaOpsTest, PagedPrefillRowsOnTensorCoresMeetTheDefinition) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/16, /*head_dim=*/128, /*num_blocks=*/120,
+                             {{1, 1}, {17, 1}, {300, 70}, {700, 1}, {130, 130}}, /*block_step=*/37, /*block_offset=*/3);
+  ASSERT_EQ(c.meta.prefill_seq_begin, 2);
+  const PagedMetadata md = OnGpu(*g, c.meta);
+  const std::vector<float> f32_products = c.Reference(/*bf16=*/true);
+  for (const bool mma : {true, false}) {
+    g->cuda().SetPagedPrefillMma(mma);
+    PagedAttentionArgs a;
+    a.q = g->Up(c.q);
+    a.q_row_stride = c.row_stride();
+    a.out = g->Up(std::vector<float>(c.q.size(), NAN));
+    a.out_row_stride = c.row_stride();
+    a.num_heads = c.heads;
+    a.scale = c.scale();
+    a.layer = PagedKvLayer{g->Up(c.kb), g->Up(c.vb), c.num_blocks, c.block_size, c.kv_heads, c.head_dim,
+                           core::DType::kBF16};
+    a.metadata = md;
+    a.bf16 = true;
+    PagedAttention(gpu, a);
+    const std::vector<float> got = g->Down(a.out, c.q.size());
+    const size_t decode_values = static_cast<size_t>(c.meta.prefill_row_begin * c.row_stride());
+    if (!mma) {
+      ExpectCloseRel(got, f32_products, 2e-5f, "switched off: every row on the decode kernel");
+      continue;
+    }
+    ExpectCloseRel(std::vector<float>(got.begin(), got.begin() + decode_values),
+                   std::vector<float>(f32_products.begin(), f32_products.begin() + decode_values), 2e-5f,
+                   "decode rows");
+    testing::ExpectWithinPagedBf16Rounding(got, c, c.meta.prefill_row_begin, "prefill rows on the tensor cores");
+  }
+  g->cuda().SetPagedPrefillMma(true);
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
 }
 

@@ -226,7 +226,70 @@ struct PagedCase {
     kernels::PagedAttention(kernels::DefaultCpuDevice(), a);
     return out;
   }
+
+  // The tensor-core prefill's definition (kernels/cuda/paged_flash_mma.cuh) in double precision:
+  // each row's attention of its q rounded to bf16 over the bf16 pages, causal at its position;
+  // abs_mean gets each element's sum of p|v| / sum of p (the scale of the probabilities' rounding).
+  std::vector<double> Bf16QReference(std::vector<double>* abs_mean) const {
+    std::vector<double> out(q.size(), 0.0);
+    abs_mean->assign(q.size(), 0.0);
+    const int64_t row_elems = int64_t{kv_heads} * head_dim;
+    const auto bf = [](uint16_t b) { return static_cast<double>(core::Bf16ToFloat(b)); };
+    for (int s = 0; s < meta.num_seqs; ++s) {
+      const int q0 = meta.query_start[s], q_len = meta.query_start[s + 1] - q0;
+      const int32_t* table = meta.block_tables.data() + int64_t{s} * meta.max_blocks_per_seq;
+      const auto slot = [&](int64_t j) { return int64_t{table[j / block_size]} * block_size + j % block_size; };
+      for (int i = 0; i < q_len; ++i) {
+        const int64_t row = q0 + i, keys = meta.context_lens[s] - q_len + i + 1;
+        for (int h = 0; h < heads; ++h) {
+          const int64_t g = h / (heads / kv_heads), at = row * row_stride() + int64_t{h} * head_dim;
+          std::vector<double> scores(static_cast<size_t>(keys));
+          double top = -INFINITY;
+          for (int64_t j = 0; j < keys; ++j) {
+            double dot = 0;
+            for (int d = 0; d < head_dim; ++d) {
+              dot += static_cast<double>(core::Bf16ToFloat(core::FloatToBf16(q[at + d]))) *
+                     bf(kb[slot(j) * row_elems + g * head_dim + d]);
+            }
+            scores[j] = dot * scale();
+            top = std::max(top, scores[j]);
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < keys; ++j) {
+            const double p = std::exp(scores[j] - top);
+            sum += p;
+            for (int d = 0; d < head_dim; ++d) {
+              const double v = bf(vb[slot(j) * row_elems + g * head_dim + d]);
+              out[at + d] += p * v;
+              (*abs_mean)[at + d] += p * std::fabs(v);
+            }
+          }
+          for (int d = 0; d < head_dim; ++d) {
+            out[at + d] /= sum;
+            (*abs_mean)[at + d] /= sum;
+          }
+        }
+      }
+    }
+    return out;
+  }
 };
+
+// `got`'s rows from first_row on within the tensor-core prefill's rounding of Bf16QReference: the
+// probabilities rounded to bf16 (2u of each element's p-weighted |v| mean, u = 2^-8, the sum as
+// much again), plus 1e-4 relative for the f32 sums.
+inline void ExpectWithinPagedBf16Rounding(const std::vector<float>& got, const PagedCase& c, int64_t first_row,
+                                          const char* what) {
+  std::vector<double> abs_mean;
+  const std::vector<double> want = c.Bf16QReference(&abs_mean);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  constexpr double kTwoU = 1.0 / 128;
+  for (size_t i = static_cast<size_t>(first_row * c.row_stride()); i < got.size(); ++i) {
+    const double bound = kTwoU * abs_mean[i] + 1e-4 * std::max(1.0, std::fabs(want[i]));
+    ASSERT_NEAR(got[i], want[i], bound) << what << " at row " << i / c.row_stride() << ", element "
+                                        << i % c.row_stride();
+  }
+}
 
 #ifdef IRIS_HAVE_CUDA
 // A GPU, and host vectors copied to and from it (cuda_kernels_test, cuda_ops_test).

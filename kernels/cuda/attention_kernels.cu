@@ -4,6 +4,7 @@
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/launch_grid.cuh"
 #include "kernels/cuda/flash_mma.cuh"
+#include "kernels/cuda/paged_flash_mma.cuh"
 
 namespace iris::kernels::cuda {
 
@@ -66,6 +67,23 @@ int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p) {
     } else {
       FlashVarlenMmaKernel<kDim><<<grid, threads, 0, stream>>>(p);
     }
+  });
+  return LastLaunchError();
+}
+
+int LaunchPagedPrefillMma(CUstream_st* stream, const PagedPrefillParams& p) {
+  if (!PagedPrefillMmaTakes(p.head_dim, p.k_pool, p.v_pool) || p.num_kv_heads <= 0 ||
+      p.num_heads % p.num_kv_heads != 0 || p.block_size <= 0) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  if (p.seq_end <= p.seq_begin || p.max_query_len <= 0) return 0;
+  const int row_blocks = (p.max_query_len + kMmaFlashRows - 1) / kMmaFlashRows;
+  if (row_blocks > 65535 || p.num_heads > 65535) return static_cast<int>(cudaErrorInvalidValue);  // grid y, z
+  const dim3 grid(static_cast<unsigned>(p.seq_end - p.seq_begin), static_cast<unsigned>(row_blocks),
+                  static_cast<unsigned>(p.num_heads));
+  static_assert(kMmaFlashMaxHeadDim == 128, "PagedPrefillMmaTakes's limit");
+  WithMmaFlashDim(p.head_dim, [&](auto dim) {
+    PagedPrefillMmaKernel<decltype(dim)::value><<<grid, kMmaFlashThreads, 0, stream>>>(p);
   });
   return LastLaunchError();
 }

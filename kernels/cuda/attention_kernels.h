@@ -48,6 +48,38 @@ struct FlashVarlenParams {
   bool pipeline = false;
 };
 
+// A step's prefill rows against the paged KV cache on the tensor cores (paged_flash_mma.cuh):
+// kernels/paged_attention.h's layout and metadata, bf16 pages, q and the output f32 rows with
+// head h at h * head_dim. Device pointers, except the host integers.
+struct PagedPrefillParams {
+  const float* q = nullptr;
+  int64_t q_row_stride = 0;
+  float* out = nullptr;
+  int64_t out_row_stride = 0;
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  float scale = 0.f;
+  const uint16_t* k_pool = nullptr;  // [slots, num_kv_heads * head_dim] bf16
+  const uint16_t* v_pool = nullptr;
+  int block_size = 0;
+  const int32_t* query_start = nullptr;  // [num_seqs + 1]
+  const int32_t* context_lens = nullptr;  // [num_seqs]
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+  // Host: sequences [seq_begin, seq_end) are computed, every query row of them; max_query_len
+  // (of those) sizes the grid.
+  int seq_begin = 0, seq_end = 0;
+  int max_query_len = 0;
+};
+
+// Whether LaunchPagedPrefillMma takes a cache of this shape: head dims up to 128 (the tensor-core
+// kernel's kMmaFlashMaxHeadDim) that are a multiple of 8, bf16 pools at 16-byte aligned
+// addresses (a row's K and V are then whole 16-byte loads).
+inline bool PagedPrefillMmaTakes(int head_dim, const void* k_pool, const void* v_pool) {
+  return head_dim > 0 && head_dim <= 128 && head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(k_pool) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(v_pool) % 16 == 0;
+}
+int LaunchPagedPrefillMma(CUstream_st* stream, const PagedPrefillParams& p);
+
 // Head dims up to kFlashMaxHeadDim (128); cudaErrorInvalidValue (as int) otherwise.
 int LaunchFlashVarlen(CUstream_st* stream, const FlashVarlenParams& p);
 

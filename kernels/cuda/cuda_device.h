@@ -131,6 +131,14 @@ class CudaDevice final : public Device {
   bool flash_pipeline() const { return flash_pipeline_; }
   void SetFlashPipeline(bool pipeline) { flash_pipeline_ = pipeline; }
 
+  // Whether a step's prefill rows (sequences of more than one query row) attend on the tensor
+  // cores (kernels/cuda/paged_flash_mma.cuh: 64 rows a block, the bf16 compute mode's numerics,
+  // bf16 pages) rather than a block per (row, head) on the CUDA cores, which walks the context
+  // again for every row of a chunk. Decode rows keep their kernel either way. On by default; not
+  // yet timed on a GPU (decode_bench --paged_prefill_mma=false measures the other).
+  bool paged_prefill_mma() const { return paged_prefill_mma_; }
+  void SetPagedPrefillMma(bool mma) { paged_prefill_mma_ = mma; }
+
   // Whether the GEMVs, the decode rotary + KV write and the paged attention are launched to start
   // early (programmatic dependent launch, sm_90 and later: LaunchGemvBf16's,
   // LaunchRotaryQKWritePagedKv's and LaunchPagedAttention's `early`), so that a decode step's
@@ -163,6 +171,7 @@ class CudaDevice final : public Device {
   bool fold_linear_inputs_ = true;
   bool bf16_handoff_ = true;
   bool flash_pipeline_ = false;
+  bool paged_prefill_mma_ = true;
   bool early_start_;
   int64_t weight_prefetch_bytes_ = 0;
   std::unique_ptr<CudnnSdpa> sdpa_;

@@ -114,27 +114,26 @@ IRIS_UNROLL
   }
 }
 
-// MmaFlashLoadTileVec for bf16 K and V rows (FlashVarlenParams::k_bf16, v_bf16) whose rows are
-// whole 16-byte vectors: the values are copied as they are, K 8 values (16 bytes) a load, V 4
-// values (8 bytes) a load from each of a key pair's rows, their halves paired into the transposed
-// words. The same tile as the f32 load of the widened values, bit for bit.
-template <int kDim>
-IRIS_DEVICE void MmaFlashLoadTileVecBf16(const FlashVarlenParams& p, int64_t start, int g, int kb, int key_end,
-                                         int tid, uint32_t* ks, uint32_t* vt) {
+// MmaFlashLoadTileVec for bf16 K and V rows that are whole 16-byte vectors, wherever they are:
+// k_row(key) and v_row(key) give a key's row at the kv head (asked only for keys before key_end:
+// FlashVarlenParams' packed rows, or a paged cache's slots). The values are copied as they are,
+// K 8 values (16 bytes) a load, V 4 values (8 bytes) a load from each of a key pair's rows,
+// their halves paired into the transposed words. The same tile as the f32 load of the widened
+// values, bit for bit.
+template <int kDim, typename KRow, typename VRow>
+IRIS_DEVICE void MmaFlashLoadTileBf16Rows(KRow k_row, VRow v_row, int kb, int key_end, int hd, int tid, uint32_t* ks,
+                                          uint32_t* vt) {
   constexpr int kOcts = kDim / 8, kQuads = kDim / 4;
   constexpr int kKLoads = kMmaFlashKeys * kOcts / kMmaFlashThreads;
   constexpr int kVItems = (kMmaFlashKeys / 2) * kQuads / kMmaFlashThreads;
   static_assert(kKLoads * kMmaFlashThreads == kMmaFlashKeys * kOcts && kVItems * kMmaFlashThreads * 2 == kMmaFlashKeys * kQuads);
-  const int hd = p.head_dim;
   Chunk16 kv[kKLoads];
 IRIS_UNROLL
   for (int i = 0; i < kKLoads; ++i) {
     const int e = tid + i * kMmaFlashThreads, j = e / kOcts, d = 8 * (e % kOcts);
     const int key = kb + j;
     kv[i] = Chunk16{{0u, 0u, 0u, 0u}};
-    if (key < key_end && d < hd) {
-      kv[i] = *reinterpret_cast<const Chunk16*>(p.k_bf16 + (start + key) * p.k_row_stride + g * p.k_head_stride + d);
-    }
+    if (key < key_end && d < hd) kv[i] = *reinterpret_cast<const Chunk16*>(k_row(key) + d);
   }
 IRIS_UNROLL
   for (int i = 0; i < kKLoads; ++i) {
@@ -147,10 +146,9 @@ IRIS_UNROLL
   for (int i = 0; i < kVItems; ++i) {
     const int e = tid + i * kMmaFlashThreads, pair = e % (kMmaFlashKeys / 2), d = 4 * (e / (kMmaFlashKeys / 2));
     const int key = kb + 2 * pair;
-    const int64_t at = (start + key) * p.v_row_stride + g * p.v_head_stride + d;
     va[i] = vb[i] = Chunk8{{0u, 0u}};
-    if (key < key_end && d < hd) va[i] = *reinterpret_cast<const Chunk8*>(p.v_bf16 + at);
-    if (key + 1 < key_end && d < hd) vb[i] = *reinterpret_cast<const Chunk8*>(p.v_bf16 + at + p.v_row_stride);
+    if (key < key_end && d < hd) va[i] = *reinterpret_cast<const Chunk8*>(v_row(key) + d);
+    if (key + 1 < key_end && d < hd) vb[i] = *reinterpret_cast<const Chunk8*>(v_row(key + 1) + d);
   }
 IRIS_UNROLL
   for (int i = 0; i < kVItems; ++i) {
@@ -162,6 +160,15 @@ IRIS_UNROLL
       vt[(d + 2 * w + 1) * kMmaFlashVWords + pair] = (va[i].w[w] >> 16) | (vb[i].w[w] & 0xffff0000u);
     }
   }
+}
+
+// ... for FlashVarlenParams' bf16 rows (k_bf16, v_bf16).
+template <int kDim>
+IRIS_DEVICE void MmaFlashLoadTileVecBf16(const FlashVarlenParams& p, int64_t start, int g, int kb, int key_end,
+                                         int tid, uint32_t* ks, uint32_t* vt) {
+  const auto k_row = [&](int key) { return p.k_bf16 + (start + key) * p.k_row_stride + g * p.k_head_stride; };
+  const auto v_row = [&](int key) { return p.v_bf16 + (start + key) * p.v_row_stride + g * p.v_head_stride; };
+  MmaFlashLoadTileBf16Rows<kDim>(k_row, v_row, kb, key_end, p.head_dim, tid, ks, vt);
 }
 
 // One q, k or v value of the kernel's input as f32: from the f32 rows, or widened from the bf16

@@ -1,0 +1,120 @@
+// A paged prefill on the tensor cores: causal attention of a step's prefill rows (a sequence's
+// new tokens, the last of its context) over its keys in the paged KV cache, bf16 pages. Device
+// code against simt.h (nvcc builds it in attention_kernels.cu; the SIMT harness runs it in CI).
+//
+// flash_mma.cuh's kernel with the cache's addressing: a block owns 64 query rows of one
+// (sequence, q head) (grid (sequences, ceil(max_query_len / 64), num_heads)), row i of the
+// sequence's chunk sits at position context_len - q_len + i and sees keys [0, position], and a
+// tile's K and V rows are read through the sequence's block table, 16 and 8 bytes a load. The
+// numerics are the tensor-core kernel's (AttentionArgs::bf16, the CPU's bf16 path): q and the
+// probabilities rounded to bf16 (the pages are bf16 already), products exact, softmax and sums
+// in f32. What it replaces for such rows, PagedAttentionKernel (kernels.cuh), computes each
+// (row, head) in a block of its own on the CUDA cores: right for a decode's one row, but a
+// prefill's rows each walk the context again there.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/bf16_bits.cuh"
+#include "kernels/cuda/flash_mma.cuh"
+#include "kernels/cuda/simt.h"
+
+namespace iris::kernels::cuda {
+
+template <int kDim>
+IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 80 ? 3 : 2) PagedPrefillMmaKernel(PagedPrefillParams pp) {
+  static_assert(kDim % 16 == 0 && kDim <= kMmaFlashMaxHeadDim);
+  constexpr int kKWords = kMmaFlashKWords<kDim>;
+  constexpr int kVWords = kMmaFlashVWords;
+  IRIS_SHARED uint32_t ks[kMmaFlashKeys * kKWords];  // ks[key][dim pair]
+  IRIS_SHARED uint32_t vt[kDim * kVWords];           // vt[dim][key pair]
+
+  const int s = pp.seq_begin + static_cast<int>(blockIdx.x);
+  const int q0 = pp.query_start[s], q_len = pp.query_start[s + 1] - q0, context = pp.context_lens[s];
+  const int offset = context - q_len;  // chunk row i is at position offset + i
+  // The flash helpers' view of the block: the chunk's rows as a sequence of q_len rows from row
+  // q0, its keys shifted by `offset`.
+  MmaFlashBlock b;
+  b.r_lo = static_cast<int>(blockIdx.y) * kMmaFlashRows;
+  b.r_hi = q_len < b.r_lo + kMmaFlashRows ? q_len : b.r_lo + kMmaFlashRows;
+  if (b.r_lo >= b.r_hi) return;  // the whole block (a decode's one row, or past a short chunk)
+  b.start = q0;
+  b.n = q_len;
+  b.h = static_cast<int>(blockIdx.z);
+  b.g = b.h / (pp.num_heads / pp.num_kv_heads);
+  b.tid = static_cast<int>(threadIdx.x);
+  b.lane = b.tid % kWarpSize;
+  b.warp = b.tid / kWarpSize;
+  b.group = b.lane / 4;
+  b.t = b.lane % 4;
+  b.warp_row0 = b.r_lo + b.warp * 16;
+  b.warp_active = b.warp_row0 < b.r_hi;
+  b.key_end = offset + b.r_hi;
+  b.row_a = b.warp_row0 + b.group;
+  b.visible_a = offset + b.row_a + 1 < context ? offset + b.row_a + 1 : context;
+  b.visible_b = offset + b.row_a + 9 < context ? offset + b.row_a + 9 : context;
+  // q's rows and the output rows as the flash helpers read them.
+  FlashVarlenParams p;
+  p.q = pp.q;
+  p.q_row_stride = pp.q_row_stride;
+  p.q_head_stride = pp.head_dim;
+  p.out = pp.out;
+  p.out_row_stride = pp.out_row_stride;
+  p.head_dim = pp.head_dim;
+  p.scale = pp.scale;
+
+  const int64_t row_elems = static_cast<int64_t>(pp.num_kv_heads) * pp.head_dim;
+  const int32_t* table = pp.block_tables + static_cast<int64_t>(s) * pp.max_blocks_per_seq;
+  const int64_t head_at = static_cast<int64_t>(b.g) * pp.head_dim;
+  const auto slot_row = [&](int key) {
+    return (static_cast<int64_t>(table[key / pp.block_size]) * pp.block_size + key % pp.block_size) * row_elems +
+           head_at;
+  };
+  const auto k_row = [&](int key) { return pp.k_pool + slot_row(key); };
+  const auto v_row = [&](int key) { return pp.v_pool + slot_row(key); };
+
+  uint32_t qa[kDim / 16][4];
+  MmaFlashLoadQ<kDim, false>(p, b, qa);
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+  float acc[kDim / 8][4];
+IRIS_UNROLL
+  for (int c = 0; c < kDim / 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
+  for (int kb = 0; kb < b.key_end; kb += kMmaFlashKeys) {
+    SyncThreads();  // the previous tile is read
+    MmaFlashLoadTileBf16Rows<kDim>(k_row, v_row, kb, b.key_end, pp.head_dim, b.tid, ks, vt);
+    SyncThreads();
+    // A tile wholly after the warp's last row's position adds nothing to it.
+    if (!b.warp_active || kb > offset + b.warp_row0 + 15) continue;
+    float sc[kMmaFlashKeys / 8][4];
+IRIS_UNROLL
+    for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
+      sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+      const uint32_t* krow = ks + (8 * j + b.group) * kKWords + b.t;
+IRIS_UNROLL
+      for (int c = 0; c < kDim / 16; ++c) {
+        const uint32_t kf[2] = {krow[8 * c], krow[8 * c + 4]};
+        MmaBf16(sc[j], qa[c], kf);
+      }
+    }
+    MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, m, l, acc);
+IRIS_UNROLL
+    for (int kk = 0; kk < kMmaFlashKeys / 16; ++kk) {
+      uint32_t pa[4];
+      MmaFlashProbs(sc, kk, pa);
+IRIS_UNROLL
+      for (int c = 0; c < kDim / 8; ++c) {
+        const uint32_t* vrow = vt + (8 * c + b.group) * kVWords + 8 * kk + b.t;
+        const uint32_t vf[2] = {vrow[0], vrow[4]};
+        MmaBf16(acc[c], pa, vf);
+      }
+    }
+  }
+  MmaFlashStore<kDim, false>(p, b, l, acc);
+  SyncThreads();  // the shared tiles are read before a next block (harness) reuses them
+}
+
+}  // namespace iris::kernels::cuda

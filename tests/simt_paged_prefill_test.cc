@@ -1,0 +1,82 @@
+// iris's tensor-core paged prefill (kernels/cuda/paged_flash_mma.cuh) on the SIMT harness: a
+// step's prefill chunks attend causally over their keys in a paged bf16 KV cache through the
+// block tables, against a double-precision reference on the same bf16-rounded q and the pages'
+// values (within the bound of the kernel's one bf16 rounding of the probabilities), and the rows
+// it must leave alone stay untouched. Chunks longer than a block's 64 rows, chunks after a cached
+// prefix (positions past the chunk's start) and whole prompts, a one-row sequence after them,
+// GQA, shuffled pages, the models' head dims. Runs in CI without a GPU.
+#include "kernels/cuda/paged_flash_mma.cuh"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "tests/kernel_cases.h"
+
+namespace iris::kernels::cuda {
+namespace {
+
+void CheckPagedPrefill(int head_dim) {
+  SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim);
+  // (context, new rows): two decodes first (left to the decode kernel), then a whole 150-token
+  // prompt, a 70-row chunk after 130 cached tokens, a 2-row chunk, and a decode after them.
+  const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/4, head_dim, /*num_blocks=*/40,
+                             {{5, 1}, {40, 1}, {150, 150}, {200, 70}, {33, 2}, {97, 1}}, /*block_step=*/17,
+                             /*block_offset=*/5);
+  ASSERT_EQ(c.meta.prefill_seq_begin, 2);
+  ASSERT_EQ(c.meta.prefill_row_begin, 2);
+  ASSERT_TRUE(PagedPrefillMmaTakes(head_dim, c.kb.data(), c.vb.data()));
+  std::vector<float> got(c.q.size(), NAN);
+  PagedPrefillParams p;
+  p.q = c.q.data();
+  p.q_row_stride = c.row_stride();
+  p.out = got.data();
+  p.out_row_stride = c.row_stride();
+  p.num_heads = c.heads;
+  p.num_kv_heads = c.kv_heads;
+  p.head_dim = head_dim;
+  p.scale = c.scale();
+  p.k_pool = c.kb.data();
+  p.v_pool = c.vb.data();
+  p.block_size = c.block_size;
+  p.query_start = c.meta.query_start.data();
+  p.context_lens = c.meta.context_lens.data();
+  p.block_tables = c.meta.block_tables.data();
+  p.max_blocks_per_seq = c.meta.max_blocks_per_seq;
+  p.seq_begin = c.meta.prefill_seq_begin;
+  p.seq_end = c.meta.num_seqs;
+  p.max_query_len = c.meta.max_query_len;
+  const Dim3 grid(p.seq_end - p.seq_begin, (p.max_query_len + kMmaFlashRows - 1) / kMmaFlashRows, p.num_heads);
+  WithMmaFlashDim(head_dim, [&](auto dim) {
+    Launch(grid, Dim3(kMmaFlashThreads), PagedPrefillMmaKernel<decltype(dim)::value>, p);
+  });
+
+  // The decode rows before the first prefill chunk are the decode kernel's: left untouched.
+  for (int64_t i = 0; i < c.meta.prefill_row_begin * c.row_stride(); ++i) {
+    ASSERT_TRUE(std::isnan(got[i])) << "decode row " << i / c.row_stride() << " was written";
+  }
+  testing::ExpectWithinPagedBf16Rounding(got, c, c.meta.prefill_row_begin, "paged prefill");
+}
+
+TEST(PagedPrefillMmaOnSimtTest, MatchesTheDefinitionThroughTheBlockTables) {
+  CheckPagedPrefill(128);  // the decoders' head dim
+  CheckPagedPrefill(80);
+  CheckPagedPrefill(64);
+}
+
+// What the launch refuses (the dispatch point then keeps the decode kernel for every row).
+TEST(PagedPrefillMmaOnSimtTest, TakesWholeChunkRowsAtAlignedPools) {
+  alignas(16) static uint16_t pool[64];
+  EXPECT_TRUE(PagedPrefillMmaTakes(128, pool, pool));
+  EXPECT_TRUE(PagedPrefillMmaTakes(8, pool, pool));
+  EXPECT_FALSE(PagedPrefillMmaTakes(77, pool, pool));   // not a multiple of 8
+  EXPECT_FALSE(PagedPrefillMmaTakes(136, pool, pool));  // past 128
+  EXPECT_FALSE(PagedPrefillMmaTakes(0, pool, pool));
+  EXPECT_FALSE(PagedPrefillMmaTakes(128, pool + 4, pool));  // 8 bytes off
+  EXPECT_FALSE(PagedPrefillMmaTakes(128, pool, pool + 1));
+}
+
+}  // namespace
+}  // namespace iris::kernels::cuda
