@@ -61,6 +61,20 @@ std::vector<float> RunMmaOnHarness(const VarlenCase& c, int64_t q_begin = 0, int
   return out;
 }
 
+// The case's qkv rows in bf16 (its values are bf16-exact), and params reading q, k, v from them.
+std::vector<uint16_t> Bf16Rows(const VarlenCase& c) {
+  std::vector<uint16_t> rows(c.qkv.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = core::FloatToBf16(c.qkv[i]);
+  return rows;
+}
+void ReadBf16Rows(const VarlenCase& c, const std::vector<uint16_t>& rows, FlashVarlenParams& p) {
+  const int64_t k_at = int64_t{c.heads} * c.head_stride, v_at = k_at + int64_t{c.kv_heads} * c.head_stride;
+  p.q_bf16 = rows.data();
+  p.k_bf16 = rows.data() + k_at;
+  p.v_bf16 = rows.data() + v_at;
+  p.q = p.k = p.v = nullptr;
+}
+
 // One warp: A (16x16) and B (16x8) packed into fragments by the layout MmaBf16 documents, D = A·B
 // written back by the same layout.
 IRIS_GLOBAL void MmaLayoutKernel(const float* a, const float* b, float* d) {
@@ -171,19 +185,14 @@ TEST(FlashVarlenMmaOnSimtTest, Bf16InputsGiveTheWidenedInputsResultBitForBit) {
   };
   for (const auto& [s, q_begin, q_end] : cases) {
     const VarlenCase c = s.Case().RoundedToBf16();
-    std::vector<uint16_t> qkv16(c.qkv.size());
-    for (size_t i = 0; i < qkv16.size(); ++i) qkv16[i] = core::FloatToBf16(c.qkv[i]);
+    const std::vector<uint16_t> qkv16 = Bf16Rows(c);
     for (const bool bf16_out : {false, true}) {
       const int64_t width = c.out_stride(), ld = width + 8, rows = q_end - q_begin;
       std::vector<float> out_f32, out_b16;
       std::vector<uint16_t> rows_f32(static_cast<size_t>(rows * ld), 0), rows_b16(rows_f32.size(), 0);
       FlashVarlenParams f32 = HarnessParams(c, out_f32, q_begin, q_end, /*bf16=*/true);
       FlashVarlenParams b16 = HarnessParams(c, out_b16, q_begin, q_end, /*bf16=*/true);
-      const int64_t k_at = int64_t{c.heads} * c.head_stride, v_at = k_at + int64_t{c.kv_heads} * c.head_stride;
-      b16.q_bf16 = qkv16.data();
-      b16.k_bf16 = qkv16.data() + k_at;
-      b16.v_bf16 = qkv16.data() + v_at;
-      b16.q = b16.k = b16.v = nullptr;
+      ReadBf16Rows(c, qkv16, b16);
       if (bf16_out) {
         f32.out_bf16 = rows_f32.data();
         b16.out_bf16 = rows_b16.data();
@@ -230,22 +239,16 @@ TEST(FlashVarlenMmaOnSimtTest, PipelinedKernelIsTheKernelItReplacesBitForBit) {
   };
   for (const auto& [s, q_begin, q_end] : cases) {
     const VarlenCase c = s.Case().RoundedToBf16();
-    std::vector<uint16_t> qkv16(c.qkv.size());
-    for (size_t i = 0; i < qkv16.size(); ++i) qkv16[i] = core::FloatToBf16(c.qkv[i]);
+    const std::vector<uint16_t> qkv16 = Bf16Rows(c);
     for (const bool bf16_out : {false, true}) {
       const int64_t ld = c.out_stride() + 8, rows = q_end - q_begin;
       std::vector<float> out_plain, out_piped;
       std::vector<uint16_t> rows_plain(static_cast<size_t>(rows * ld), 0), rows_piped(rows_plain.size(), 0);
       FlashVarlenParams plain = HarnessParams(c, out_plain, q_begin, q_end, /*bf16=*/true);
       FlashVarlenParams piped = HarnessParams(c, out_piped, q_begin, q_end, /*bf16=*/true);
-      const int64_t k_at = int64_t{c.heads} * c.head_stride, v_at = k_at + int64_t{c.kv_heads} * c.head_stride;
-      for (FlashVarlenParams* p : {&plain, &piped}) {
-        p->q_bf16 = qkv16.data();
-        p->k_bf16 = qkv16.data() + k_at;
-        p->v_bf16 = qkv16.data() + v_at;
-        p->q = p->k = p->v = nullptr;
-        p->pipeline = p == &piped;
-      }
+      ReadBf16Rows(c, qkv16, plain);
+      ReadBf16Rows(c, qkv16, piped);
+      piped.pipeline = true;
       if (bf16_out) {
         plain.out_bf16 = rows_plain.data();
         piped.out_bf16 = rows_piped.data();

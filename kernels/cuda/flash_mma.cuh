@@ -196,6 +196,20 @@ struct MmaFlashBlock {
   int visible_a = 0, visible_b = 0;  // the keys they see: [0, visible_x)
 };
 
+// The lane's place in block (., y, .), which owns rows [64y, 64y + 64) of a sequence, once the rows
+// it computes, [r_lo, r_hi), are set: thread,
+// warp and fragment indices, the warp's rows and whether it computes any.
+IRIS_DEVICE void MmaFlashPlaceLane(MmaFlashBlock& b) {
+  b.tid = static_cast<int>(threadIdx.x);
+  b.lane = b.tid % kWarpSize;
+  b.warp = b.tid / kWarpSize;
+  b.group = b.lane / 4;
+  b.t = b.lane % 4;
+  b.warp_row0 = static_cast<int>(blockIdx.y) * kMmaFlashRows + b.warp * 16;  // the block owns rows from blockIdx.y * 64
+  b.warp_active = b.warp_row0 < b.r_hi && b.warp_row0 + 16 > b.r_lo;
+  b.row_a = b.warp_row0 + b.group;
+}
+
 // False when the block computes no row (the whole block returns: no thread reaches a barrier).
 IRIS_DEVICE bool MmaFlashBlockOf(const FlashVarlenParams& p, MmaFlashBlock& b) {
   const VarlenBlockRows rows = BlockRowsOf(p, kMmaFlashRows);
@@ -206,15 +220,8 @@ IRIS_DEVICE bool MmaFlashBlockOf(const FlashVarlenParams& p, MmaFlashBlock& b) {
   b.r_hi = rows.hi;
   b.h = static_cast<int>(blockIdx.z);
   b.g = b.h / (p.num_heads / p.num_kv_heads);
-  b.tid = static_cast<int>(threadIdx.x);
-  b.lane = b.tid % kWarpSize;
-  b.warp = b.tid / kWarpSize;
-  b.group = b.lane / 4;
-  b.t = b.lane % 4;
-  b.warp_row0 = rows.row0 + b.warp * 16;
-  b.warp_active = b.warp_row0 < b.r_hi && b.warp_row0 + 16 > b.r_lo;
+  MmaFlashPlaceLane(b);
   b.key_end = p.causal ? (b.n < b.r_hi ? b.n : b.r_hi) : b.n;
-  b.row_a = b.warp_row0 + b.group;
   b.visible_a = p.causal ? (b.n < b.row_a + 1 ? b.n : b.row_a + 1) : b.n;
   b.visible_b = p.causal ? (b.n < b.row_a + 9 ? b.n : b.row_a + 9) : b.n;
   return true;
@@ -341,6 +348,39 @@ IRIS_UNROLL
   }
 }
 
+// One key tile for the warp's rows, from the tile in shared memory (ks: K row-major, vt: V
+// transposed, as the tile loads above leave them): S = q·kᵀ (8 n-tiles of 8 keys), the
+// online-softmax update, then O += P·V 16 keys at a time (S tiles 2kk and 2kk + 1 are P's A
+// fragment).
+template <int kDim>
+IRIS_DEVICE void MmaFlashTile(const FlashVarlenParams& p, const MmaFlashBlock& b, int kb,
+                              const uint32_t (&qa)[kDim / 16][4], const uint32_t* ks, const uint32_t* vt, float (&m)[2],
+                              float (&l)[2], float (&acc)[kDim / 8][4]) {
+  float sc[kMmaFlashKeys / 8][4];  // S's fragments: sc[j] covers keys kb + [8j, 8j + 8)
+IRIS_UNROLL
+  for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
+    sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+    const uint32_t* krow = ks + (8 * j + b.group) * kMmaFlashKWords<kDim> + b.t;
+IRIS_UNROLL
+    for (int c = 0; c < kDim / 16; ++c) {
+      const uint32_t kf[2] = {krow[8 * c], krow[8 * c + 4]};
+      MmaBf16(sc[j], qa[c], kf);
+    }
+  }
+  MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, m, l, acc);
+IRIS_UNROLL
+  for (int kk = 0; kk < kMmaFlashKeys / 16; ++kk) {
+    uint32_t pa[4];
+    MmaFlashProbs(sc, kk, pa);
+IRIS_UNROLL
+    for (int c = 0; c < kDim / 8; ++c) {
+      const uint32_t* vrow = vt + (8 * c + b.group) * kMmaFlashVWords + 8 * kk + b.t;
+      const uint32_t vf[2] = {vrow[0], vrow[4]};
+      MmaBf16(acc[c], pa, vf);
+    }
+  }
+}
+
 // Three blocks an SM up to head dim 80 (the vision tower's: 168 registers, no spills; 221
 // without the bound), two past it (96 and 128 spill at three).
 // kBf16Out: the output goes to p.out_bf16 as bf16 rows (a template parameter, not a branch: the
@@ -357,7 +397,7 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 80 ? 3 : 2) FlashV
   MmaFlashBlock b;
   if (!MmaFlashBlockOf(p, b)) return;
   const int64_t start = b.start;
-  const int hd = p.head_dim, g = b.g, tid = b.tid, group = b.group, t = b.t, key_end = b.key_end;
+  const int hd = p.head_dim, g = b.g, tid = b.tid, key_end = b.key_end;
 
   uint32_t qa[kDim / 16][4];
   MmaFlashLoadQ<kDim, kBf16In>(p, b, qa);
@@ -410,30 +450,7 @@ IRIS_UNROLL
     // A causal tile wholly after the warp's last row adds nothing to it.
     if (!b.warp_active || (p.causal && kb > b.warp_row0 + 15)) continue;
 
-    float sc[kMmaFlashKeys / 8][4];  // S's fragments: sc[j] covers keys kb + [8j, 8j + 8)
-IRIS_UNROLL
-    for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
-      sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
-      const uint32_t* krow = ks + (8 * j + group) * kKWords + t;
-IRIS_UNROLL
-      for (int c = 0; c < kDim / 16; ++c) {
-        const uint32_t kf[2] = {krow[8 * c], krow[8 * c + 4]};
-        MmaBf16(sc[j], qa[c], kf);
-      }
-    }
-    MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, m, l, acc);
-    // O += P·V, 16 keys at a time.
-IRIS_UNROLL
-    for (int kk = 0; kk < kMmaFlashKeys / 16; ++kk) {
-      uint32_t pa[4];
-      MmaFlashProbs(sc, kk, pa);
-IRIS_UNROLL
-      for (int c = 0; c < kDim / 8; ++c) {
-        const uint32_t* vrow = vt + (8 * c + group) * kVWords + 8 * kk + t;
-        const uint32_t vf[2] = {vrow[0], vrow[4]};
-        MmaBf16(acc[c], pa, vf);
-      }
-    }
+    MmaFlashTile<kDim>(p, b, kb, qa, ks, vt, m, l, acc);
   }
   MmaFlashStore<kDim, kBf16Out>(p, b, l, acc);
   SyncThreads();  // the shared tiles are read before a next block (harness) reuses them

@@ -24,13 +24,13 @@
 
 namespace iris::kernels::cuda {
 
+// Three blocks an SM up to head dim 64, two past it (the decoders' 128: 249 registers; at 80 three
+// would spill).
 template <int kDim>
-IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 80 ? 3 : 2) PagedPrefillMmaKernel(PagedPrefillParams pp) {
+IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedPrefillMmaKernel(PagedPrefillParams pp) {
   static_assert(kDim % 16 == 0 && kDim <= kMmaFlashMaxHeadDim);
-  constexpr int kKWords = kMmaFlashKWords<kDim>;
-  constexpr int kVWords = kMmaFlashVWords;
-  IRIS_SHARED uint32_t ks[kMmaFlashKeys * kKWords];  // ks[key][dim pair]
-  IRIS_SHARED uint32_t vt[kDim * kVWords];           // vt[dim][key pair]
+  IRIS_SHARED uint32_t ks[kMmaFlashKeys * kMmaFlashKWords<kDim>];  // ks[key][dim pair]
+  IRIS_SHARED uint32_t vt[kDim * kMmaFlashVWords];                  // vt[dim][key pair]
 
   const int s = pp.seq_begin + static_cast<int>(blockIdx.x);
   const int q0 = pp.query_start[s], q_len = pp.query_start[s + 1] - q0, context = pp.context_lens[s];
@@ -45,15 +45,8 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 80 ? 3 : 2) PagedP
   b.n = q_len;
   b.h = static_cast<int>(blockIdx.z);
   b.g = b.h / (pp.num_heads / pp.num_kv_heads);
-  b.tid = static_cast<int>(threadIdx.x);
-  b.lane = b.tid % kWarpSize;
-  b.warp = b.tid / kWarpSize;
-  b.group = b.lane / 4;
-  b.t = b.lane % 4;
-  b.warp_row0 = b.r_lo + b.warp * 16;
-  b.warp_active = b.warp_row0 < b.r_hi;
+  MmaFlashPlaceLane(b);
   b.key_end = offset + b.r_hi;
-  b.row_a = b.warp_row0 + b.group;
   b.visible_a = offset + b.row_a + 1 < context ? offset + b.row_a + 1 : context;
   b.visible_b = offset + b.row_a + 9 < context ? offset + b.row_a + 9 : context;
   // q's rows and the output rows as the flash helpers read them.
@@ -89,29 +82,7 @@ IRIS_UNROLL
     SyncThreads();
     // A tile wholly after the warp's last row's position adds nothing to it.
     if (!b.warp_active || kb > offset + b.warp_row0 + 15) continue;
-    float sc[kMmaFlashKeys / 8][4];
-IRIS_UNROLL
-    for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
-      sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
-      const uint32_t* krow = ks + (8 * j + b.group) * kKWords + b.t;
-IRIS_UNROLL
-      for (int c = 0; c < kDim / 16; ++c) {
-        const uint32_t kf[2] = {krow[8 * c], krow[8 * c + 4]};
-        MmaBf16(sc[j], qa[c], kf);
-      }
-    }
-    MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, m, l, acc);
-IRIS_UNROLL
-    for (int kk = 0; kk < kMmaFlashKeys / 16; ++kk) {
-      uint32_t pa[4];
-      MmaFlashProbs(sc, kk, pa);
-IRIS_UNROLL
-      for (int c = 0; c < kDim / 8; ++c) {
-        const uint32_t* vrow = vt + (8 * c + b.group) * kVWords + 8 * kk + b.t;
-        const uint32_t vf[2] = {vrow[0], vrow[4]};
-        MmaBf16(acc[c], pa, vf);
-      }
-    }
+    MmaFlashTile<kDim>(p, b, kb, qa, ks, vt, m, l, acc);
   }
   MmaFlashStore<kDim, false>(p, b, l, acc);
   SyncThreads();  // the shared tiles are read before a next block (harness) reuses them
