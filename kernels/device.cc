@@ -20,9 +20,21 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     return absl::InvalidArgumentError(
         absl::StrCat("attention \"", options.attention, "\" is not one of: flash, cudnn"));
   }
+  if (!options.prefill_attention.empty() && options.prefill_attention != "tensor-cores" &&
+      options.prefill_attention != "cuda-cores") {
+    return absl::InvalidArgumentError(absl::StrCat("prefill attention \"", options.prefill_attention,
+                                                   "\" is not one of: tensor-cores, cuda-cores"));
+  }
   if (options.name == "cpu") {
     if (options.attention == "cudnn") {
       return absl::InvalidArgumentError("attention \"cudnn\" is for a CUDA device; the CPU runs iris's own kernel");
+    }
+    if (options.prefill_attention == "cuda-cores") {
+      return absl::InvalidArgumentError(
+          "prefill attention \"cuda-cores\" is for a CUDA device; the CPU runs iris's own kernel");
+    }
+    if (options.flash_pipeline) {
+      return absl::InvalidArgumentError("the flash pipeline is for a CUDA device; the CPU runs iris's own kernel");
     }
     absl::StatusOr<cpu::CpuIsa> isa = cpu::ChooseCpuIsa(options.cpu_isa);
     if (!isa.ok()) return isa.status();
@@ -37,6 +49,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     if (options.attention == "cudnn") {
       if (absl::Status s = (*device)->SetAttention(cuda::CudaDevice::Attention::kCudnn); !s.ok()) return s;
     }
+    (*device)->SetPagedPrefillMma(options.prefill_attention != "cuda-cores");
+    (*device)->SetFlashPipeline(options.flash_pipeline);
     return std::unique_ptr<Device>(std::move(*device));
 #else
     return absl::UnimplementedError("device \"" + options.name +

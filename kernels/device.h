@@ -112,6 +112,13 @@ struct DeviceOptions {
   // default; empty means it) or "cudnn" (cuDNN's SDPA operation, kernels/cuda/cudnn_sdpa.h).
   // The CPU has its own kernel only.
   std::string attention;
+  // CUDA: how a step's prefill rows attend over the paged KV cache in the bf16 mode over bf16
+  // pages: "tensor-cores" (kernels/cuda/paged_flash_mma.cuh, the default; empty means it) or
+  // "cuda-cores" (a block per row and head, the decode rows' kernel). The CPU has its own kernel.
+  std::string prefill_attention;
+  // CUDA: the flash attention runs its pipelined kernel on the encoder's bf16 q/k/v rows
+  // (CudaDevice::SetFlashPipeline; off by default until timed on a GPU).
+  bool flash_pipeline = false;
 };
 
 // INVALID_ARGUMENT for an unknown name, UNIMPLEMENTED for a backend this build lacks,

@@ -39,6 +39,12 @@ ABSL_FLAG(std::string, cpu_isa, "", "CPU device: highest instruction set of iris
           "(empty = what the processor has, or the IRIS_CPU_ISA variable)");
 ABSL_FLAG(std::string, attention, "flash", "with --device cuda: the encoder's varlen attention in bf16, flash (iris's "
           "tensor-core kernel) or cudnn (cuDNN's SDPA operation, cuDNN 9.15 or later)");
+ABSL_FLAG(std::string, prefill_attention, "tensor-cores",
+          "with --device cuda and bf16: how prompts (prefill rows) attend over the KV cache, tensor-cores (64 rows a "
+          "block) or cuda-cores (a block per row and head, the decode kernel)");
+ABSL_FLAG(bool, flash_pipeline, false,
+          "with --device cuda and bf16: the encoder's flash attention runs its pipelined kernel (the next K/V tile "
+          "copied to shared memory while the warps compute; same result; not yet timed on a GPU)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for every interface)");
 ABSL_FLAG(int32_t, port, 50051, "port to listen on (0 = any free port, printed when ready)");
 ABSL_FLAG(int32_t, http_port, -1, "OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models, "
@@ -292,7 +298,9 @@ absl::Status ApplyCpuPlan(const CpuPlan& plan, engine::EngineOptions& engine_opt
     model_options.encoder_device = kernels::DeviceOptions{.name = "cpu",
                                                           .threads = static_cast<int>(plan.encoder.size()),
                                                           .cpu_isa = absl::GetFlag(FLAGS_cpu_isa),
-                                                          .attention = ""};
+                                                          .attention = "",
+                                                          .prefill_attention = "",
+                                                          .flash_pipeline = false};
     engine_options.encoder_cpus = plan.encoder;
   }
   return absl::OkStatus();
@@ -359,6 +367,9 @@ absl::Status Run(const sigset_t& stop_signals) {
   model_options.device.name = absl::GetFlag(FLAGS_device);
   model_options.device.cpu_isa = absl::GetFlag(FLAGS_cpu_isa);
   model_options.device.attention = absl::GetFlag(FLAGS_attention) == "flash" ? "" : absl::GetFlag(FLAGS_attention);
+  model_options.device.prefill_attention =
+      absl::GetFlag(FLAGS_prefill_attention) == "tensor-cores" ? "" : absl::GetFlag(FLAGS_prefill_attention);
+  model_options.device.flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
   IRIS_RETURN_IF_ERROR(ApplyEncoderDevice(cpu_plan, model_options));
   const double gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   if (gpu_memory_fraction != 0 && !absl::GetFlag(FLAGS_check_memory)) {

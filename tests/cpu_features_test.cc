@@ -159,6 +159,25 @@ TEST(CpuFeaturesTest, DeviceRunsTheChosenTier) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
     EXPECT_NE(s.message().find(message), std::string::npos) << s;
   }
+  options.attention = "";
+
+  // The GPU's prefill attention and flash pipeline: the CPU takes the defaults only.
+  for (const char* ok : {"", "tensor-cores"}) {
+    options.prefill_attention = ok;
+    EXPECT_TRUE(CreateDevice(options).ok()) << ok;
+  }
+  for (const auto& [name, message] :
+       {std::pair{"cuda-cores", "is for a CUDA device"}, {"mma", "not one of: tensor-cores, cuda-cores"}}) {
+    options.prefill_attention = name;
+    const absl::Status s = CreateDevice(options).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(s.message().find(message), std::string::npos) << s;
+  }
+  options.prefill_attention = "";
+  options.flash_pipeline = true;
+  const absl::Status s = CreateDevice(options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("flash pipeline is for a CUDA device"), std::string::npos) << s;
 }
 
 }  // namespace
