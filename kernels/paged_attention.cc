@@ -11,42 +11,11 @@
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/paged_prefill_args.h"
 #endif
 
 namespace iris::kernels {
 
-#ifdef IRIS_HAVE_CUDA
-namespace {
-
-// The sequences from args.metadata.prefill_seq_begin on, every row of them, through the tensor-core
-// prefill kernel (bf16 pages; the caller checked PagedPrefillMmaTakes).
-void LaunchPrefillRowsOnTensorCores(cuda::CudaDevice& gpu, const PagedAttentionArgs& args) {
-  const PagedKvLayer& L = args.layer;
-  const PagedMetadata& md = args.metadata;
-  cuda::PagedPrefillParams p;
-  p.q = args.q;
-  p.q_row_stride = args.q_row_stride;
-  p.out = args.out;
-  p.out_row_stride = args.out_row_stride;
-  p.num_heads = args.num_heads;
-  p.num_kv_heads = L.num_kv_heads;
-  p.head_dim = L.head_dim;
-  p.scale = args.scale;
-  p.k_pool = static_cast<const uint16_t*>(L.k);
-  p.v_pool = static_cast<const uint16_t*>(L.v);
-  p.block_size = L.block_size;
-  p.query_start = md.query_start.data();
-  p.context_lens = md.context_lens.data();
-  p.block_tables = md.block_tables.data();
-  p.max_blocks_per_seq = md.max_blocks_per_seq;
-  p.seq_begin = std::max(md.prefill_seq_begin, 0);
-  p.seq_end = md.num_seqs;
-  p.max_query_len = md.max_query_len;
-  gpu.Check(cuda::LaunchPagedPrefillMma(gpu.stream(), p), "PagedAttention: prefill rows");
-}
-
-}  // namespace
-#endif
 
 void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int64_t k_row_stride,
                   const float* v, int64_t v_row_stride, std::span<const int64_t> slot_mapping) {
@@ -144,7 +113,10 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
                                              gpu.paged_split_counters(), gpu.early_start()),
                   "PagedAttention");
       }
-      if (prefill_mma) LaunchPrefillRowsOnTensorCores(gpu, args);
+      if (prefill_mma) {
+        gpu.Check(cuda::LaunchPagedPrefillMma(gpu.stream(), cuda::PagedPrefillParamsOf(args)),
+                  "PagedAttention: prefill rows");
+      }
       return;
 #else
       break;

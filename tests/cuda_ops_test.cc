@@ -318,17 +318,10 @@ TEST(CudaOpsTest, PagedAttentionMatchesTheCpu) {
     // The bf16 option is served by the f32-product kernel on the GPU: its output is the CPU's
     // f32-product one.
     for (const bool bf16_products : {false, true}) {
-      PagedAttentionArgs a;
-      a.q = g->Up(c.q);
-      a.q_row_stride = c.row_stride();
-      a.out = g->Up(std::vector<float>(c.q.size(), NAN));
-      a.out_row_stride = c.row_stride();
-      a.num_heads = c.heads;
-      a.scale = c.scale();
-      a.layer = PagedKvLayer{bf16_pool ? static_cast<void*>(g->Up(c.kb)) : static_cast<void*>(g->Up(c.kf)),
-                             bf16_pool ? static_cast<void*>(g->Up(c.vb)) : static_cast<void*>(g->Up(c.vf)),
-                             c.num_blocks, c.block_size, c.kv_heads, c.head_dim,
-                             bf16_pool ? core::DType::kBF16 : core::DType::kF32};
+      PagedAttentionArgs a =
+          c.Args(g->Up(c.q), g->Up(std::vector<float>(c.q.size(), NAN)),
+                 bf16_pool ? static_cast<void*>(g->Up(c.kb)) : static_cast<void*>(g->Up(c.kf)),
+                 bf16_pool ? static_cast<void*>(g->Up(c.vb)) : static_cast<void*>(g->Up(c.vf)), bf16_pool);
       a.metadata = md;
       a.bf16 = bf16_products;
       PagedAttention(gpu, a);
@@ -383,15 +376,8 @@ TEST(CudaOpsTest, PagedPrefillRowsOnTensorCoresMeetTheDefinition) {
   const std::vector<float> f32_products = c.Reference(/*bf16=*/true);
   for (const bool mma : {true, false}) {
     g->cuda().SetPagedPrefillMma(mma);
-    PagedAttentionArgs a;
-    a.q = g->Up(c.q);
-    a.q_row_stride = c.row_stride();
-    a.out = g->Up(std::vector<float>(c.q.size(), NAN));
-    a.out_row_stride = c.row_stride();
-    a.num_heads = c.heads;
-    a.scale = c.scale();
-    a.layer = PagedKvLayer{g->Up(c.kb), g->Up(c.vb), c.num_blocks, c.block_size, c.kv_heads, c.head_dim,
-                           core::DType::kBF16};
+    PagedAttentionArgs a = c.Args(g->Up(c.q), g->Up(std::vector<float>(c.q.size(), NAN)), g->Up(c.kb), g->Up(c.vb),
+                                  /*bf16_pool=*/true);
     a.metadata = md;
     a.bf16 = true;
     PagedAttention(gpu, a);

@@ -210,20 +210,27 @@ struct PagedCase {
   const void* k(bool bf16) const { return bf16 ? static_cast<const void*>(kb.data()) : kf.data(); }
   const void* v(bool bf16) const { return bf16 ? static_cast<const void*>(vb.data()) : vf.data(); }
 
-  // The CPU kernel's output over the f32 or the bf16 pools.
-  std::vector<float> Reference(bool bf16) const {
-    std::vector<float> out(q.size(), NAN);
+  // The case's op arguments over q rows `q_rows` into `out` (both [rows, heads * head_dim]) and the
+  // pools k_pool, v_pool (f32 or bf16 pages), with the case's host metadata (f32 products).
+  kernels::PagedAttentionArgs Args(const float* q_rows, float* out, const void* k_pool, const void* v_pool,
+                                   bool bf16_pool) const {
     kernels::PagedAttentionArgs a;
-    a.q = q.data();
+    a.q = q_rows;
     a.q_row_stride = row_stride();
-    a.out = out.data();
+    a.out = out;
     a.out_row_stride = row_stride();
     a.num_heads = heads;
     a.scale = scale();
-    a.layer = kernels::PagedKvLayer{const_cast<void*>(k(bf16)), const_cast<void*>(v(bf16)), num_blocks, block_size,
-                                    kv_heads, head_dim, bf16 ? core::DType::kBF16 : core::DType::kF32};
+    a.layer = kernels::PagedKvLayer{const_cast<void*>(k_pool), const_cast<void*>(v_pool), num_blocks, block_size,
+                                    kv_heads, head_dim, bf16_pool ? core::DType::kBF16 : core::DType::kF32};
     a.metadata = meta;
-    kernels::PagedAttention(kernels::DefaultCpuDevice(), a);
+    return a;
+  }
+
+  // The CPU kernel's output over the f32 or the bf16 pools.
+  std::vector<float> Reference(bool bf16) const {
+    std::vector<float> out(q.size(), NAN);
+    kernels::PagedAttention(kernels::DefaultCpuDevice(), Args(q.data(), out.data(), k(bf16), v(bf16), bf16));
     return out;
   }
 

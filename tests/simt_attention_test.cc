@@ -75,6 +75,38 @@ void ReadBf16Rows(const VarlenCase& c, const std::vector<uint16_t>& rows, FlashV
   p.q = p.k = p.v = nullptr;
 }
 
+// Two runs of the tensor-core kernels over case c's query rows [q_begin, q_end), with f32 and
+// then with bf16 rows out, that must give the same bits: setup(a, b) makes the two runs' params
+// (from the case's f32 rows; both bf16-mode), launch(grid, bf16_out, a, b) runs them.
+template <typename Setup, typename LaunchBoth>
+void ExpectTwoRunsBitEqual(const VarlenCase& c, int64_t q_begin, int64_t q_end, Setup setup, LaunchBoth launch) {
+  for (const bool bf16_out : {false, true}) {
+    const std::string what = "head dim " + std::to_string(c.head_dim) + (bf16_out ? ", bf16 rows out" : ", f32 out");
+    SCOPED_TRACE(what);
+    const int64_t width = c.out_stride(), ld = width + 8, rows = q_end - q_begin;
+    std::vector<float> out_a, out_b;
+    std::vector<uint16_t> rows_a(static_cast<size_t>(rows * ld), 0), rows_b(rows_a.size(), 0);
+    FlashVarlenParams a = HarnessParams(c, out_a, q_begin, q_end, /*bf16=*/true);
+    FlashVarlenParams b = HarnessParams(c, out_b, q_begin, q_end, /*bf16=*/true);
+    setup(a, b);
+    if (::testing::Test::HasFatalFailure()) return;
+    if (bf16_out) {
+      a.out_bf16 = rows_a.data();
+      b.out_bf16 = rows_b.data();
+      a.out_bf16_ld = b.out_bf16_ld = ld;
+    }
+    launch(Dim3(a.num_seqs, (a.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows, a.num_heads), bf16_out, a, b);
+    if (bf16_out) {
+      EXPECT_EQ(rows_b, rows_a);
+    } else {
+      ASSERT_EQ(out_b.size(), out_a.size());
+      EXPECT_EQ(0, std::memcmp(out_b.data(), out_a.data(), out_a.size() * sizeof(float)));
+      // (The rows past the range stay NaN in both; memcmp compares their bits too.)
+      EXPECT_FALSE(std::isnan(out_b[q_begin * width]));
+    }
+  }
+}
+
 // One warp: A (16x16) and B (16x8) packed into fragments by the layout MmaBf16 documents, D = A·B
 // written back by the same layout.
 IRIS_GLOBAL void MmaLayoutKernel(const float* a, const float* b, float* d) {
@@ -186,39 +218,21 @@ TEST(FlashVarlenMmaOnSimtTest, Bf16InputsGiveTheWidenedInputsResultBitForBit) {
   for (const auto& [s, q_begin, q_end] : cases) {
     const VarlenCase c = s.Case().RoundedToBf16();
     const std::vector<uint16_t> qkv16 = Bf16Rows(c);
-    for (const bool bf16_out : {false, true}) {
-      const int64_t width = c.out_stride(), ld = width + 8, rows = q_end - q_begin;
-      std::vector<float> out_f32, out_b16;
-      std::vector<uint16_t> rows_f32(static_cast<size_t>(rows * ld), 0), rows_b16(rows_f32.size(), 0);
-      FlashVarlenParams f32 = HarnessParams(c, out_f32, q_begin, q_end, /*bf16=*/true);
-      FlashVarlenParams b16 = HarnessParams(c, out_b16, q_begin, q_end, /*bf16=*/true);
-      ReadBf16Rows(c, qkv16, b16);
-      if (bf16_out) {
-        f32.out_bf16 = rows_f32.data();
-        b16.out_bf16 = rows_b16.data();
-        f32.out_bf16_ld = b16.out_bf16_ld = ld;
-      }
-      const Dim3 grid(f32.num_seqs, (f32.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows, f32.num_heads);
-      WithMmaFlashDim(c.head_dim, [&](auto dim) {
-        constexpr int kDim = decltype(dim)::value;
-        if (bf16_out) {
-          Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, false>, f32);
-          Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, true>, b16);
-        } else {
-          Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, false>, f32);
-          Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, true>, b16);
-        }
-      });
-      const std::string what = "head dim " + std::to_string(c.head_dim) + (bf16_out ? ", bf16 rows out" : ", f32 out");
-      if (bf16_out) {
-        EXPECT_EQ(rows_b16, rows_f32) << what;
-      } else {
-        ASSERT_EQ(out_b16.size(), out_f32.size());
-        EXPECT_EQ(0, std::memcmp(out_b16.data(), out_f32.data(), out_f32.size() * sizeof(float))) << what;
-        // (The rows past the range stay NaN in both; memcmp compares their bits too.)
-        EXPECT_FALSE(std::isnan(out_b16[q_begin * width])) << what;
-      }
-    }
+    // a: the f32 rows (widened bf16 values); b: the bf16 rows.
+    ExpectTwoRunsBitEqual(
+        c, q_begin, q_end, [&](FlashVarlenParams&, FlashVarlenParams& b) { ReadBf16Rows(c, qkv16, b); },
+        [&](const Dim3& grid, bool bf16_out, const FlashVarlenParams& a, const FlashVarlenParams& b) {
+          WithMmaFlashDim(c.head_dim, [&](auto dim) {
+            constexpr int kDim = decltype(dim)::value;
+            if (bf16_out) {
+              Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, false>, a);
+              Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, true>, b);
+            } else {
+              Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, false>, a);
+              Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, true>, b);
+            }
+          });
+        });
   }
 }
 
@@ -240,43 +254,29 @@ TEST(FlashVarlenMmaOnSimtTest, PipelinedKernelIsTheKernelItReplacesBitForBit) {
   for (const auto& [s, q_begin, q_end] : cases) {
     const VarlenCase c = s.Case().RoundedToBf16();
     const std::vector<uint16_t> qkv16 = Bf16Rows(c);
-    for (const bool bf16_out : {false, true}) {
-      const int64_t ld = c.out_stride() + 8, rows = q_end - q_begin;
-      std::vector<float> out_plain, out_piped;
-      std::vector<uint16_t> rows_plain(static_cast<size_t>(rows * ld), 0), rows_piped(rows_plain.size(), 0);
-      FlashVarlenParams plain = HarnessParams(c, out_plain, q_begin, q_end, /*bf16=*/true);
-      FlashVarlenParams piped = HarnessParams(c, out_piped, q_begin, q_end, /*bf16=*/true);
-      ReadBf16Rows(c, qkv16, plain);
-      ReadBf16Rows(c, qkv16, piped);
-      piped.pipeline = true;
-      if (bf16_out) {
-        plain.out_bf16 = rows_plain.data();
-        piped.out_bf16 = rows_piped.data();
-        plain.out_bf16_ld = piped.out_bf16_ld = ld;
-      }
-      const std::string what = "head dim " + std::to_string(c.head_dim) + (bf16_out ? ", bf16 rows out" : ", f32 out");
-      ASSERT_TRUE(MmaFlashPipelinedTakes(piped)) << what;
-      const Dim3 grid(plain.num_seqs, (plain.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows, plain.num_heads);
-      WithMmaFlashDim(c.head_dim, [&](auto dim) {
-        constexpr int kDim = decltype(dim)::value;
-        if constexpr (kDim <= kMmaFlashPipelinedMaxHeadDim) {
-          if (bf16_out) {
-            Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, true>, plain);
-            Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedKernel<kDim, true>, piped);
-          } else {
-            Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, true>, plain);
-            Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedKernel<kDim, false>, piped);
-          }
-        }
-      });
-      if (bf16_out) {
-        EXPECT_EQ(rows_piped, rows_plain) << what;
-      } else {
-        ASSERT_EQ(out_piped.size(), out_plain.size());
-        EXPECT_EQ(0, std::memcmp(out_piped.data(), out_plain.data(), out_plain.size() * sizeof(float))) << what;
-        EXPECT_FALSE(std::isnan(out_piped[q_begin * c.out_stride()])) << what;
-      }
-    }
+    // a: the first kernel; b: the pipelined one, on the same bf16 rows.
+    ExpectTwoRunsBitEqual(
+        c, q_begin, q_end,
+        [&](FlashVarlenParams& a, FlashVarlenParams& b) {
+          ReadBf16Rows(c, qkv16, a);
+          ReadBf16Rows(c, qkv16, b);
+          b.pipeline = true;
+          ASSERT_TRUE(MmaFlashPipelinedTakes(b));
+        },
+        [&](const Dim3& grid, bool bf16_out, const FlashVarlenParams& a, const FlashVarlenParams& b) {
+          WithMmaFlashDim(c.head_dim, [&](auto dim) {
+            constexpr int kDim = decltype(dim)::value;
+            if constexpr (kDim <= kMmaFlashPipelinedMaxHeadDim) {
+              if (bf16_out) {
+                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, true>, a);
+                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedKernel<kDim, true>, b);
+              } else {
+                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, true>, a);
+                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedKernel<kDim, false>, b);
+              }
+            }
+          });
+        });
   }
 
   // Refused: f32 inputs, a head dim past 80 or not a multiple of 8, K/V strides or addresses that

@@ -6,6 +6,7 @@
 // prefix (positions past the chunk's start) and whole prompts, a one-row sequence after them,
 // GQA, shuffled pages, the models' head dims. Runs in CI without a GPU.
 #include "kernels/cuda/paged_flash_mma.cuh"
+#include "kernels/cuda/paged_prefill_args.h"
 
 #include <gtest/gtest.h>
 
@@ -29,25 +30,8 @@ void CheckPagedPrefill(int head_dim) {
   ASSERT_EQ(c.meta.prefill_row_begin, 2);
   ASSERT_TRUE(PagedPrefillMmaTakes(head_dim, c.kb.data(), c.vb.data()));
   std::vector<float> got(c.q.size(), NAN);
-  PagedPrefillParams p;
-  p.q = c.q.data();
-  p.q_row_stride = c.row_stride();
-  p.out = got.data();
-  p.out_row_stride = c.row_stride();
-  p.num_heads = c.heads;
-  p.num_kv_heads = c.kv_heads;
-  p.head_dim = head_dim;
-  p.scale = c.scale();
-  p.k_pool = c.kb.data();
-  p.v_pool = c.vb.data();
-  p.block_size = c.block_size;
-  p.query_start = c.meta.query_start.data();
-  p.context_lens = c.meta.context_lens.data();
-  p.block_tables = c.meta.block_tables.data();
-  p.max_blocks_per_seq = c.meta.max_blocks_per_seq;
-  p.seq_begin = c.meta.prefill_seq_begin;
-  p.seq_end = c.meta.num_seqs;
-  p.max_query_len = c.meta.max_query_len;
+  const PagedPrefillParams p =
+      PagedPrefillParamsOf(c.Args(c.q.data(), got.data(), c.kb.data(), c.vb.data(), /*bf16_pool=*/true));
   const Dim3 grid(p.seq_end - p.seq_begin, (p.max_query_len + kMmaFlashRows - 1) / kMmaFlashRows, p.num_heads);
   WithMmaFlashDim(head_dim, [&](auto dim) {
     Launch(grid, Dim3(kMmaFlashThreads), PagedPrefillMmaKernel<decltype(dim)::value>, p);

@@ -247,13 +247,25 @@ IRIS_UNROLL
   }
 }
 
+// The online softmax of the lane's two rows (index 0: row_a, 1: row_a + 8), as every row starts:
+// their running maxima m, the lane's share of their sums l (the group's 4 lanes add up at the
+// end), and O's accumulator fragments acc (acc[c] covers head dims [8c, 8c + 8)).
+template <int kDim>
+struct MmaFlashRowState {
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+  float acc[kDim / 8][4] = {};
+};
+
 // S's fragments (sc[j]: keys kb + [8j, 8j + 8)) scaled and masked, then the online-softmax
 // update of the lane's two rows: sc becomes the probabilities, m the rows' running maxima, and l
-// (the lane's share of the row sums) and acc (O's fragments) are rescaled to them.
+// and acc are rescaled to them.
 template <int kDim>
 IRIS_DEVICE void MmaFlashSoftmaxTile(const FlashVarlenParams& p, const MmaFlashBlock& b, int kb,
-                                     float (&sc)[kMmaFlashKeys / 8][4], float (&m)[2], float (&l)[2],
-                                     float (&acc)[kDim / 8][4]) {
+                                     float (&sc)[kMmaFlashKeys / 8][4], MmaFlashRowState<kDim>& st) {
+  float(&m)[2] = st.m;
+  float(&l)[2] = st.l;
+  float(&acc)[kDim / 8][4] = st.acc;
   float tile_max[2] = {-INFINITY, -INFINITY};
 IRIS_UNROLL
   for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
@@ -308,9 +320,10 @@ IRIS_DEVICE void MmaFlashProbs(const float (&sc)[kMmaFlashKeys / 8][4], int kk, 
 
 // The lane's rows of O = acc / l, to p.out (f32) or p.out_bf16 (kBf16Out).
 template <int kDim, bool kBf16Out>
-IRIS_DEVICE void MmaFlashStore(const FlashVarlenParams& p, const MmaFlashBlock& b, float (&l)[2],
-                               const float (&acc)[kDim / 8][4]) {
+IRIS_DEVICE void MmaFlashStore(const FlashVarlenParams& p, const MmaFlashBlock& b, MmaFlashRowState<kDim>& st) {
   if (!b.warp_active) return;
+  float(&l)[2] = st.l;
+  const float(&acc)[kDim / 8][4] = st.acc;
   const int hd = p.head_dim;
 IRIS_UNROLL
   for (int x = 0; x < 2; ++x) {
@@ -354,8 +367,8 @@ IRIS_UNROLL
 // fragment).
 template <int kDim>
 IRIS_DEVICE void MmaFlashTile(const FlashVarlenParams& p, const MmaFlashBlock& b, int kb,
-                              const uint32_t (&qa)[kDim / 16][4], const uint32_t* ks, const uint32_t* vt, float (&m)[2],
-                              float (&l)[2], float (&acc)[kDim / 8][4]) {
+                              const uint32_t (&qa)[kDim / 16][4], const uint32_t* ks, const uint32_t* vt,
+                              MmaFlashRowState<kDim>& st) {
   float sc[kMmaFlashKeys / 8][4];  // S's fragments: sc[j] covers keys kb + [8j, 8j + 8)
 IRIS_UNROLL
   for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
@@ -367,7 +380,7 @@ IRIS_UNROLL
       MmaBf16(sc[j], qa[c], kf);
     }
   }
-  MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, m, l, acc);
+  MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, st);
 IRIS_UNROLL
   for (int kk = 0; kk < kMmaFlashKeys / 16; ++kk) {
     uint32_t pa[4];
@@ -376,7 +389,7 @@ IRIS_UNROLL
     for (int c = 0; c < kDim / 8; ++c) {
       const uint32_t* vrow = vt + (8 * c + b.group) * kMmaFlashVWords + 8 * kk + b.t;
       const uint32_t vf[2] = {vrow[0], vrow[4]};
-      MmaBf16(acc[c], pa, vf);
+      MmaBf16(st.acc[c], pa, vf);
     }
   }
 }
@@ -401,11 +414,7 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 80 ? 3 : 2) FlashV
 
   uint32_t qa[kDim / 16][4];
   MmaFlashLoadQ<kDim, kBf16In>(p, b, qa);
-  float m[2] = {-INFINITY, -INFINITY};
-  float l[2] = {0.f, 0.f};  // this lane's share of the row sums; the group's 4 lanes add up at the end
-  float acc[kDim / 8][4];   // O's accumulator fragments: acc[c] covers head dims [8c, 8c + 8)
-IRIS_UNROLL
-  for (int c = 0; c < kDim / 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
+  MmaFlashRowState<kDim> st;
   const int threads = static_cast<int>(blockDim.x);
 
   // K and V rows that are whole 16-byte vectors (the encoder's qkv buffer: head dim 80, strides
@@ -450,9 +459,9 @@ IRIS_UNROLL
     // A causal tile wholly after the warp's last row adds nothing to it.
     if (!b.warp_active || (p.causal && kb > b.warp_row0 + 15)) continue;
 
-    MmaFlashTile<kDim>(p, b, kb, qa, ks, vt, m, l, acc);
+    MmaFlashTile<kDim>(p, b, kb, qa, ks, vt, st);
   }
-  MmaFlashStore<kDim, kBf16Out>(p, b, l, acc);
+  MmaFlashStore<kDim, kBf16Out>(p, b, st);
   SyncThreads();  // the shared tiles are read before a next block (harness) reuses them
 }
 
@@ -531,11 +540,7 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, 3) FlashVarlenMmaPipelined
 
   uint32_t qa[kDim / 16][4];  // q's loads wait while the first tile is in flight
   MmaFlashLoadQ<kDim, true>(p, b, qa);
-  float m[2] = {-INFINITY, -INFINITY};
-  float l[2] = {0.f, 0.f};
-  float acc[kDim / 8][4];
-IRIS_UNROLL
-  for (int c = 0; c < kDim / 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
+  MmaFlashRowState<kDim> st;
   // The lane's ldmatrix row: tile lane / 8, row lane % 8 of it.
   const int mat = b.lane / 8, mat_row = b.lane % 8;
 
@@ -566,7 +571,7 @@ IRIS_UNROLL
           MmaBf16(sc[j + 1], qa[c], k1);
         }
       }
-      MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, m, l, acc);
+      MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, st);
       // O += P·V: one transposing ldmatrix gives V's B fragments for head dims [8c, 8c + 8) and
       // [8c + 8, 8c + 16) at keys kb + [16kk, 16kk + 16) (tiles: keys + 0 or 8, dims 8c or 8c + 8).
 IRIS_UNROLL
@@ -578,14 +583,14 @@ IRIS_UNROLL
           uint32_t vf[4];
           LdMatrixX4Trans(vf, vt + (16 * kk + 8 * (mat % 2) + mat_row) * kWords + 4 * (c + mat / 2));
           const uint32_t v0[2] = {vf[0], vf[1]}, v1[2] = {vf[2], vf[3]};
-          MmaBf16(acc[c], pa, v0);
-          MmaBf16(acc[c + 1], pa, v1);
+          MmaBf16(st.acc[c], pa, v0);
+          MmaBf16(st.acc[c + 1], pa, v1);
         }
       }
     }
     SyncThreads();  // tile i's buffers are read before tile i + 2's copies refill them
   }
-  MmaFlashStore<kDim, kBf16Out>(p, b, l, acc);
+  MmaFlashStore<kDim, kBf16Out>(p, b, st);
 }
 
 }  // namespace iris::kernels::cuda

@@ -71,20 +71,16 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedP
 
   uint32_t qa[kDim / 16][4];
   MmaFlashLoadQ<kDim, false>(p, b, qa);
-  float m[2] = {-INFINITY, -INFINITY};
-  float l[2] = {0.f, 0.f};
-  float acc[kDim / 8][4];
-IRIS_UNROLL
-  for (int c = 0; c < kDim / 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
+  MmaFlashRowState<kDim> st;
   for (int kb = 0; kb < b.key_end; kb += kMmaFlashKeys) {
     SyncThreads();  // the previous tile is read
     MmaFlashLoadTileBf16Rows<kDim>(k_row, v_row, kb, b.key_end, pp.head_dim, b.tid, ks, vt);
     SyncThreads();
     // A tile wholly after the warp's last row's position adds nothing to it.
     if (!b.warp_active || kb > offset + b.warp_row0 + 15) continue;
-    MmaFlashTile<kDim>(p, b, kb, qa, ks, vt, m, l, acc);
+    MmaFlashTile<kDim>(p, b, kb, qa, ks, vt, st);
   }
-  MmaFlashStore<kDim, false>(p, b, l, acc);
+  MmaFlashStore<kDim, false>(p, b, st);
   SyncThreads();  // the shared tiles are read before a next block (harness) reuses them
 }
 
