@@ -126,6 +126,25 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
   NoKernelFor(device, "PagedAttention");
 }
 
+void SetHostSummaries(std::span<const int32_t> query_start, std::span<const int32_t> context_lens,
+                      PagedMetadata& md) {
+  md.row_begin = query_start.front();
+  md.row_end = query_start.back();
+  md.max_query_len = 0;
+  md.max_context_len = 0;
+  md.prefill_seq_begin = md.num_seqs;
+  md.prefill_row_begin = md.row_end;
+  for (int s = md.num_seqs - 1; s >= 0; --s) {
+    const int q_len = query_start[s + 1] - query_start[s];
+    md.max_query_len = std::max(md.max_query_len, q_len);
+    md.max_context_len = std::max<int64_t>(md.max_context_len, context_lens[s]);
+    if (q_len > 1) {  // walking back: the last one set is the first prefill sequence
+      md.prefill_seq_begin = s;
+      md.prefill_row_begin = query_start[s];
+    }
+  }
+}
+
 void PagedMetadataBuilder::Add(std::span<const int32_t> block_table, int64_t context_len, int64_t q_begin,
                                int64_t q_len) {
   if (tables_.empty()) query_start_.assign(1, static_cast<int32_t>(q_begin));
@@ -141,20 +160,8 @@ PagedMetadata PagedMetadataBuilder::Build() {
   block_tables_.assign(static_cast<size_t>(md.num_seqs) * md.max_blocks_per_seq, 0);
   for (int s = 0; s < md.num_seqs; ++s) {
     std::copy(tables_[s].begin(), tables_[s].end(), block_tables_.begin() + static_cast<size_t>(s) * md.max_blocks_per_seq);
-    md.max_query_len = std::max(md.max_query_len, query_start_[s + 1] - query_start_[s]);
-    md.max_context_len = std::max<int64_t>(md.max_context_len, context_lens_[s]);
   }
-  md.row_begin = query_start_.front();
-  md.row_end = query_start_.back();
-  md.prefill_seq_begin = md.num_seqs;
-  md.prefill_row_begin = md.row_end;
-  for (int s = 0; s < md.num_seqs; ++s) {
-    if (query_start_[s + 1] - query_start_[s] > 1) {
-      md.prefill_seq_begin = s;
-      md.prefill_row_begin = query_start_[s];
-      break;
-    }
-  }
+  SetHostSummaries(query_start_, context_lens_, md);
   md.query_start = query_start_;
   md.context_lens = context_lens_;
   md.block_tables = block_tables_;

@@ -72,6 +72,12 @@ struct PagedMetadata {
   int64_t prefill_row_begin = 0;
 };
 
+// md's host integers from the step's host arrays (num_seqs + 1 query starts, num_seqs context
+// lengths; md.num_seqs set): the row range, max_query_len, max_context_len and the first prefill
+// sequence and row. Both metadata builders (this one and llm::Decoder's) use it.
+void SetHostSummaries(std::span<const int32_t> query_start, std::span<const int32_t> context_lens,
+                      PagedMetadata& md);
+
 // Host arrays for a PagedMetadata, sequence by sequence (tests, benchmarks; the engine fills its
 // own in llm::DecoderBatch). The metadata views this builder's vectors.
 class PagedMetadataBuilder {

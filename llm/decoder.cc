@@ -370,20 +370,7 @@ absl::StatusOr<Decoder::StepInputs> Decoder::Stage(const DecoderBatch& batch, ke
   md.context_lens = span32(context_lens);
   md.block_tables = span32(block_tables);
   md.max_blocks_per_seq = batch.max_blocks_per_seq;
-  md.row_begin = batch.query_start.front();
-  md.row_end = batch.query_start.back();
-  md.prefill_seq_begin = md.num_seqs;
-  md.prefill_row_begin = md.row_end;
-  for (int s = md.num_seqs - 1; s >= 0; --s) {  // the first multi-row sequence
-    if (batch.query_start[s + 1] - batch.query_start[s] > 1) {
-      md.prefill_seq_begin = s;
-      md.prefill_row_begin = batch.query_start[s];
-    }
-  }
-  for (int s = 0; s < md.num_seqs; ++s) {
-    md.max_query_len = std::max(md.max_query_len, batch.query_start[s + 1] - batch.query_start[s]);
-    md.max_context_len = std::max<int64_t>(md.max_context_len, batch.context_lens[s]);
-  }
+  kernels::SetHostSummaries(batch.query_start, batch.context_lens, md);
   if (!batch.embed_rows.empty()) {
     device_.CopyToDevice(batch.embeds.data(), act_->embeds.data<float>(), batch.embeds.size() * sizeof(float));
   }
