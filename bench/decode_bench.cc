@@ -36,6 +36,7 @@
 #include "core/tensor.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_linear.h"
 #endif
 #include "kernels/linear.h"
 #include "kernels/memory_bandwidth.h"
@@ -71,6 +72,10 @@ ABSL_FLAG(bool, paged_prefill_mma, true,
           "GPU, bf16 with bf16 KV pages: a step's prefill rows attend on the tensor cores (64 rows a block), not a "
           "block per (row, head) on the CUDA cores (false: the latter); the prompt row is also timed with the other "
           "setting in the same run");
+ABSL_FLAG(bool, matmul_tuning, false,
+          "GPU: prefill-sized matmuls (256 rows and more) run the fastest of cuBLASLt's candidates, timed on the first "
+          "step of each shape (CudaDevice::SetMatmulTuning; the prompt row is the best of its repeats, so the tuning "
+          "step is not counted); the tuned shapes' table follows the prefill table");
 ABSL_FLAG(bool, early_start, true,
           "GPU: launch the GEMVs and the paged attention to start early (programmatic dependent launch, the default "
           "on sm_90+): the GEMVs' first weight pass and the attention's first keys are read while the kernel ahead "
@@ -279,6 +284,7 @@ int main(int argc, char** argv) {
     gpu.SetFoldLinearInputs(absl::GetFlag(FLAGS_fold_inputs));
     gpu.SetBf16Handoff(absl::GetFlag(FLAGS_bf16_handoff));
     gpu.SetPagedPrefillMma(absl::GetFlag(FLAGS_paged_prefill_mma));
+    gpu.SetMatmulTuning(absl::GetFlag(FLAGS_matmul_tuning));
     if (const double share = absl::GetFlag(FLAGS_weight_prefetch); share != 0) {
       if (!(share > 0 && share <= 1)) Die("--weight_prefetch must be in [0, 1], got " + std::to_string(share));
       const auto bytes = static_cast<int64_t>(share * static_cast<double>(gpu.l2_bytes()));
@@ -408,6 +414,13 @@ int main(int argc, char** argv) {
                   mma ? other / best : best / other);
     }
   }
+#ifdef IRIS_HAVE_CUDA
+  if (dev.kind() == kernels::DeviceKind::kCuda) {
+    if (const std::string tuned = kernels::cuda::TunedMatmulTable(kernels::cuda::AsCuda(dev)); !tuned.empty()) {
+      std::printf("\nmatmuls tuned in this run (cuBLASLt's candidates timed on the step's operands):\n%s", tuned.c_str());
+    }
+  }
+#endif
   std::printf("\n");
   std::fflush(stdout);
 

@@ -30,6 +30,7 @@
 #include "vision/vision_encoder.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_linear.h"
 #endif
 
 ABSL_FLAG(std::string, model, "build/models/vision-3b", "model folder (the 3b preset's vision tower)");
@@ -49,6 +50,11 @@ ABSL_FLAG(bool, flash_pipeline, false,
           "GPU, bf16: iris's flash attention on the qkv chain's bf16 rows runs its pipelined kernel (the next K/V "
           "tile copied to shared memory while the warps compute; CudaDevice::SetFlashPipeline, off by default until "
           "timed). The switch table also times the other setting");
+ABSL_FLAG(bool, matmul_tuning, false,
+          "GPU: the matmuls run the fastest of cuBLASLt's candidates, timed on the first forward of each shape "
+          "(CudaDevice::SetMatmulTuning, off by default until timed). The switch table also times the other "
+          "setting, and the run ends with the tuned shapes' table (each kept candidate against the heuristic's "
+          "first pick)");
 ABSL_FLAG(std::string, slice_gflop, "1,4,16",
           "also time the resumable forward in slices of these GFLOP (as the engine interleaves it), "
           "against the one-call forward; empty: skip");
@@ -143,8 +149,12 @@ int main(int argc, char** argv) {
   kernels::Device& dev = **device;
   const bool gpu = dev.kind() == kernels::DeviceKind::kCuda;
   const bool flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
+  const bool matmul_tuning = absl::GetFlag(FLAGS_matmul_tuning);
 #ifdef IRIS_HAVE_CUDA
-  if (gpu) kernels::cuda::AsCuda(dev).SetFlashPipeline(flash_pipeline);
+  if (gpu) {
+    kernels::cuda::AsCuda(dev).SetFlashPipeline(flash_pipeline);
+    kernels::cuda::AsCuda(dev).SetMatmulTuning(matmul_tuning);
+  }
 #endif
   auto encoder = vision::VisionEncoder::Load(dev, *ckpt, config->vision, options);
   if (!encoder.ok()) {
@@ -285,6 +295,8 @@ int main(int argc, char** argv) {
       bool bf16_handoff = true;
       // GPU: the flash attention's pipelined kernel (--flash_pipeline).
       bool flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
+      // GPU: cuBLASLt's candidates timed per shape (--matmul_tuning).
+      bool matmul_tuning = absl::GetFlag(FLAGS_matmul_tuning);
     };
     std::vector<Config> configs = {
         {"fused rotary off", {false, true, true}},
@@ -297,6 +309,8 @@ int main(int argc, char** argv) {
       configs.push_back({"input ops unfolded", {}, false});
       configs.push_back({"bf16 hand-off off", {}, true, false});
       configs.push_back({flash_pipeline ? "flash unpipelined" : "flash pipelined", {}, true, true, !flash_pipeline});
+      configs.push_back(
+          {matmul_tuning ? "matmul untuned" : "matmul tuned", {}, true, true, flash_pipeline, !matmul_tuning});
     }
 #endif
     // Configurations alternate within each round, so machine drift hits them alike; the table
@@ -319,6 +333,12 @@ int main(int argc, char** argv) {
             kernels::cuda::AsCuda(dev).SetFoldLinearInputs(configs[c].fold_inputs);
             kernels::cuda::AsCuda(dev).SetBf16Handoff(configs[c].bf16_handoff);
             kernels::cuda::AsCuda(dev).SetFlashPipeline(configs[c].flash_pipeline);
+            kernels::cuda::AsCuda(dev).SetMatmulTuning(configs[c].matmul_tuning);
+            // The tuning's own timing (once per shape) stays out of the table: a first forward
+            // with tuning on runs untimed.
+            if (r == 0 && configs[c].matmul_tuning != matmul_tuning) {
+              (void)*(*encoder)->Forward(inputs[i].pixel_values, inputs[i].grids);
+            }
           }
 #endif
           const auto t = Clock::now();
@@ -343,10 +363,20 @@ int main(int argc, char** argv) {
         kernels::cuda::AsCuda(dev).SetFoldLinearInputs(true);
         kernels::cuda::AsCuda(dev).SetBf16Handoff(true);
         kernels::cuda::AsCuda(dev).SetFlashPipeline(flash_pipeline);
+        kernels::cuda::AsCuda(dev).SetMatmulTuning(matmul_tuning);
       }
 #endif
     }
   }
+#ifdef IRIS_HAVE_CUDA
+  if (gpu) {
+    if (const std::string tuned = kernels::cuda::TunedMatmulTable(kernels::cuda::AsCuda(dev)); !tuned.empty()) {
+      std::printf("\nmatmuls tuned in this run (cuBLASLt's candidates timed on the forward's operands; median "
+                  "of %d rounds of %d runs):\n%s",
+                  kernels::cuda::kMatmulTuneRounds, kernels::cuda::kMatmulTuneRunsPerRound, tuned.c_str());
+    }
+  }
+#endif
 
   // What each technique saves per forward, measured on its own (1000x667 shape, all layers), so
   // the whole-encoder table above can be read against it: on the CPU the matmuls dominate. (Host

@@ -36,6 +36,10 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     if (options.flash_pipeline) {
       return absl::InvalidArgumentError("the flash pipeline is for a CUDA device; the CPU runs iris's own kernel");
     }
+    if (options.matmul_tuning) {
+      return absl::InvalidArgumentError(
+          "matmul tuning is for a CUDA device (cuBLASLt); the CPU's oneDNN matmuls choose their own kernels");
+    }
     absl::StatusOr<cpu::CpuIsa> isa = cpu::ChooseCpuIsa(options.cpu_isa);
     if (!isa.ok()) return isa.status();
     return std::unique_ptr<Device>(new cpu::CpuDevice(options.threads, *isa));
@@ -51,6 +55,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     }
     (*device)->SetPagedPrefillMma(options.prefill_attention != "cuda-cores");
     (*device)->SetFlashPipeline(options.flash_pipeline);
+    (*device)->SetMatmulTuning(options.matmul_tuning);
     return std::unique_ptr<Device>(std::move(*device));
 #else
     return absl::UnimplementedError("device \"" + options.name +

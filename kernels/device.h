@@ -119,6 +119,10 @@ struct DeviceOptions {
   // CUDA: the flash attention runs its pipelined kernel on the encoder's bf16 q/k/v rows
   // (CudaDevice::SetFlashPipeline; off by default until timed on a GPU).
   bool flash_pipeline = false;
+  // CUDA: cuBLASLt matmuls of encoder- and prefill-sized rows run the fastest of the heuristic's
+  // candidates, timed once per shape and row bucket (CudaDevice::SetMatmulTuning; off by default
+  // until timed on a GPU).
+  bool matmul_tuning = false;
 };
 
 // INVALID_ARGUMENT for an unknown name, UNIMPLEMENTED for a backend this build lacks,

@@ -45,6 +45,9 @@ ABSL_FLAG(std::string, prefill_attention, "tensor-cores",
 ABSL_FLAG(bool, flash_pipeline, false,
           "with --device cuda and bf16: the encoder's flash attention runs its pipelined kernel (the next K/V tile "
           "copied to shared memory while the warps compute; same result; not yet timed on a GPU)");
+ABSL_FLAG(bool, matmul_tuning, false,
+          "with --device cuda: matmuls of encoder- and prefill-sized rows run the fastest of cuBLASLt's candidates, "
+          "timed once per shape at warm-up (not yet timed on a GPU)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for every interface)");
 ABSL_FLAG(int32_t, port, 50051, "port to listen on (0 = any free port, printed when ready)");
 ABSL_FLAG(int32_t, http_port, -1, "OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models, "
@@ -300,7 +303,8 @@ absl::Status ApplyCpuPlan(const CpuPlan& plan, engine::EngineOptions& engine_opt
                                                           .cpu_isa = absl::GetFlag(FLAGS_cpu_isa),
                                                           .attention = "",
                                                           .prefill_attention = "",
-                                                          .flash_pipeline = false};
+                                                          .flash_pipeline = false,
+                                                          .matmul_tuning = false};
     engine_options.encoder_cpus = plan.encoder;
   }
   return absl::OkStatus();
@@ -370,6 +374,7 @@ absl::Status Run(const sigset_t& stop_signals) {
   model_options.device.prefill_attention =
       absl::GetFlag(FLAGS_prefill_attention) == "tensor-cores" ? "" : absl::GetFlag(FLAGS_prefill_attention);
   model_options.device.flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
+  model_options.device.matmul_tuning = absl::GetFlag(FLAGS_matmul_tuning);
   IRIS_RETURN_IF_ERROR(ApplyEncoderDevice(cpu_plan, model_options));
   const double gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   if (gpu_memory_fraction != 0 && !absl::GetFlag(FLAGS_check_memory)) {

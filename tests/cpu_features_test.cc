@@ -178,6 +178,14 @@ TEST(CpuFeaturesTest, DeviceRunsTheChosenTier) {
   const absl::Status s = CreateDevice(options).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("flash pipeline is for a CUDA device"), std::string::npos) << s;
+  options.flash_pipeline = false;
+  // cuBLASLt's matmul tuning: the CPU's oneDNN has no such choice to make.
+  options.matmul_tuning = true;
+  const absl::Status t = CreateDevice(options).status();
+  EXPECT_EQ(t.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.message().find("matmul tuning is for a CUDA device"), std::string::npos) << t;
+  options.matmul_tuning = false;
+  EXPECT_TRUE(CreateDevice(options).ok());
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "kernels/qkv_bf16.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_linear.h"
 #include "kernels/cuda/linear_kernels.h"
 #endif
 #include "tests/kernel_cases.h"
@@ -552,6 +553,81 @@ TEST(CudaLinearTest, LinearForwardToBf16IsTheF32OutputRounded) {
     }
     EXPECT_LE(differ, m * out / 20) << "more than rare one-step differences";
   }
+}
+
+// Matmul tuning (CudaDevice::SetMatmulTuning): the first call of a shape times cuBLASLt's
+// candidates on a scratch output (a residual in y survives it) and gives the right product; the
+// choice is the device's, per shape and row bucket: a second Linear of that shape, or another row
+// count in the bucket, reuses it (no new entry), and a Linear with the same weight and input runs
+// the same algorithm, bit for bit. Inside a capture nothing is timed (no host wait breaks it).
+TEST(CudaLinearTest, TunedMatmulsAreRightAndSharedPerShapeAndRowBucket) {
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  cuda::CudaDevice& dev = Cuda(*gpu);
+  dev.SetMatmulTuning(true);
+  const int64_t in = 1280, out = 1280, m = 300, m2 = 400, m_captured = 1000;
+  std::vector<float> w, w2;
+  const Tensor weight = MakeWeight(out, in, DType::kBF16, 21, &w);
+  const Tensor weight2 = MakeWeight(out, in, DType::kBF16, 22, &w2);
+  Tensor bias = Tensor::Empty(DType::kF32, {out});
+  const std::vector<float> bv = testing::RandomFloats(out, 23);
+  std::memcpy(bias.raw(), bv.data(), bv.size() * sizeof(float));
+  auto a = Linear::Create(*gpu, weight, &bias, ComputeType::kBF16);
+  auto b = Linear::Create(*gpu, weight2, &bias, ComputeType::kBF16);
+  auto a_again = Linear::Create(*gpu, weight, &bias, ComputeType::kBF16);
+  ASSERT_TRUE(a.ok() && b.ok() && a_again.ok());
+  const std::vector<float> x = testing::RandomFloats(m_captured * in, 24);
+  const Tensor dx = Upload(*gpu, x);
+
+  // The first call tunes, into a scratch output: y's residual is added once.
+  const std::vector<float> y0 = testing::RandomFloats(m * out, 25);
+  Tensor dy = Upload(*gpu, y0);
+  (*a)->Forward(dx.data<float>(), m, dy.data<float>(), Epilogue::kAccumulate);
+  const std::vector<float> got = Download(*gpu, dy.data<float>(), m * out);
+  const std::vector<float> xr = RoundedToBf16(x);
+  const Product p = Multiply({xr.begin(), xr.begin() + m * in}, RoundedToBf16(w), m, in, out);
+  ExpectClose(got, Apply(p, bv.data(), Epilogue::kAccumulate, y0, out), 3e-5, 3e-5, "tuned, accumulate");
+  std::vector<cuda::TunedMatmul> tuned = dev.matmul_algos().Entries();
+  ASSERT_EQ(tuned.size(), 1u) << "cuBLASLt offered one candidate only? " << cuda::TunedMatmulTable(dev);
+  EXPECT_EQ(tuned[0].rows, m);
+  EXPECT_EQ(tuned[0].key.row_bucket, 512);
+  EXPECT_GE(tuned[0].candidates, 2);
+  EXPECT_LT(tuned[0].chosen, tuned[0].candidates);
+  EXPECT_LE(tuned[0].chosen_s, tuned[0].first_s);
+  EXPECT_FALSE(cuda::TunedMatmulTable(dev).empty());
+
+  // Another Linear of the shape, at another row count of the bucket: the same entry serves.
+  Tensor dy2 = Upload(*gpu, std::vector<float>(m2 * out, 0.f));
+  (*b)->Forward(dx.data<float>(), m2, dy2.data<float>(), Epilogue::kNone);
+  const Product p2 = Multiply({xr.begin(), xr.begin() + m2 * in}, RoundedToBf16(w2), m2, in, out);
+  ExpectClose(Download(*gpu, dy2.data<float>(), m2 * out), Apply(p2, bv.data(), Epilogue::kNone, {}, out), 3e-5, 3e-5,
+              "bucket's choice reused");
+  EXPECT_EQ(dev.matmul_algos().Entries().size(), 1u);
+
+  // The same weight and input through a second Linear: the table's algorithm, the same bits.
+  Tensor d1 = Upload(*gpu, std::vector<float>(m * out, 0.f)), d2 = Upload(*gpu, std::vector<float>(m * out, 0.f));
+  (*a)->Forward(dx.data<float>(), m, d1.data<float>(), Epilogue::kNone);
+  (*a_again)->Forward(dx.data<float>(), m, d2.data<float>(), Epilogue::kNone);
+  EXPECT_EQ(Download(*gpu, d1.data<float>(), m * out), Download(*gpu, d2.data<float>(), m * out));
+
+  // A new bucket met first inside a capture: not timed, the capture holds, the replay is right.
+  dev.SetMatmulTuning(false);
+  Tensor d3 = Upload(*gpu, std::vector<float>(m_captured * out, 0.f));
+  (*a)->Forward(dx.data<float>(), m_captured, d3.data<float>(), Epilogue::kNone);  // grows the scratch
+  gpu->Synchronize();
+  dev.SetMatmulTuning(true);
+  ASSERT_TRUE(gpu->BeginCapture().ok());
+  (*a)->Forward(dx.data<float>(), m_captured, d3.data<float>(), Epilogue::kNone);
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = gpu->EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::vector<float> zeros(m_captured * out, 0.f);
+  gpu->CopyToDevice(zeros.data(), d3.data<float>(), zeros.size() * sizeof(float));
+  ASSERT_TRUE((*graph)->Replay().ok());
+  const Product p3 = Multiply(xr, RoundedToBf16(w), m_captured, in, out);
+  ExpectClose(Download(*gpu, d3.data<float>(), m_captured * out), Apply(p3, bv.data(), Epilogue::kNone, {}, out), 3e-5,
+              3e-5, "captured, untuned");
+  EXPECT_EQ(dev.matmul_algos().Entries().size(), 1u);
+  EXPECT_TRUE(dev.status().ok()) << dev.status();
 }
 
 // The bf16 scratch cannot grow inside a capture (its memory would belong to the graph): the

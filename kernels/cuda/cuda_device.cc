@@ -283,9 +283,7 @@ int* CudaDevice::paged_split_counters() const { return state_->split_counters; }
 void* CudaDevice::ActivationScratch(size_t bytes) {
   std::lock_guard<std::mutex> lock(state_->scratch_mu);
   if (bytes <= state_->scratch_bytes) return state_->scratch;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  state_->Record(cudaStreamIsCapturing(state_->stream, &capture), "cudaStreamIsCapturing");
-  if (capture != cudaStreamCaptureStatusNone) {
+  if (Capturing()) {
     // A pool allocation inside a capture would belong to the graph; the buffer must outlive it.
     state_->Keep(absl::FailedPreconditionError(
         absl::StrCat("ActivationScratch: ", bytes, " bytes asked for inside a graph capture, ", state_->scratch_bytes,
@@ -315,6 +313,12 @@ void* CudaDevice::ActivationScratch(size_t bytes) {
   state_->scratch = p;
   state_->scratch_bytes = grown;
   return p;
+}
+
+bool CudaDevice::Capturing() const {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  state_->Record(cudaStreamIsCapturing(state_->stream, &capture), "cudaStreamIsCapturing");
+  return capture != cudaStreamCaptureStatusNone;
 }
 
 void CudaDevice::AttachThread() { state_->Record(cudaSetDevice(ordinal_), "cudaSetDevice"); }

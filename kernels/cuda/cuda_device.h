@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/cuda/linear_kernels.h"
+#include "kernels/cuda/matmul_tuning.h"
 #include "kernels/device.h"
 
 struct CUstream_st;
@@ -148,6 +149,19 @@ class CudaDevice final : public Device {
   bool early_start() const { return early_start_; }
   absl::Status SetEarlyStart(bool early);
 
+  // Whether cuBLASLt matmuls of at least kMatmulTuneMinRows rows run the fastest of the
+  // heuristic's candidates, timed on the first call of each shape and row bucket outside a graph
+  // capture (kernels/cuda/matmul_tuning.h), instead of the heuristic's first pick. The timing
+  // waits on the host once per tuned shape (a warm-up's, normally), and a choice may differ in
+  // f32 summation order from the untuned one. Off by default until a GPU has timed it
+  // (encoder_bench's "matmul tuned" column).
+  bool matmul_tuning() const { return matmul_tuning_; }
+  void SetMatmulTuning(bool tuning) { matmul_tuning_ = tuning; }
+  // The algorithms tuning chose, shared by every Linear of this device.
+  MatmulAlgoTable& matmul_algos() const { return *matmul_algos_; }
+  // Whether stream() is being captured into a graph now (no host waits, no allocations then).
+  bool Capturing() const;
+
   // How much of the weights of the Linears after a decode step's attention that step asks into the
   // L2 while the attention runs (kernels::PrefetchWeights: the attention is latency-bound, HBM
   // idles). 0, the default, asks for nothing: not yet timed on a GPU (decode_bench
@@ -174,6 +188,8 @@ class CudaDevice final : public Device {
   bool paged_prefill_mma_ = true;
   bool early_start_;
   int64_t weight_prefetch_bytes_ = 0;
+  bool matmul_tuning_ = false;
+  std::unique_ptr<MatmulAlgoTable> matmul_algos_ = std::make_unique<MatmulAlgoTable>();
   std::unique_ptr<CudnnSdpa> sdpa_;
 };
 

@@ -30,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -41,12 +42,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/bf16.h"
 #include "core/parallel_for.h"
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/flash_varlen_args.h"
 #include "kernels/cuda/linear_kernels.h"
+#include "kernels/cuda/matmul_tuning.h"
 
 namespace iris::kernels::cuda {
 namespace {
@@ -84,9 +87,11 @@ class MatmulPlan {
     cudaDataType_t d_type = CUDA_R_32F;
   };
 
-  static absl::StatusOr<std::unique_ptr<MatmulPlan>> Create(cublasLtHandle_t lt, const Shape& s, size_t workspace) {
+  // `candidates`: how many of the heuristic's ranked algorithms to keep (1 .. kMatmulTuneCandidates).
+  static absl::StatusOr<std::unique_ptr<MatmulPlan>> Create(cublasLtHandle_t lt, const Shape& s, size_t workspace,
+                                                            int candidates = 1) {
     auto plan = std::unique_ptr<MatmulPlan>(new MatmulPlan);
-    absl::Status st = plan->Init(lt, s, workspace);
+    absl::Status st = plan->Init(lt, s, workspace, std::clamp(candidates, 1, kMatmulTuneCandidates));
     if (!st.ok()) return st;
     return plan;
   }
@@ -104,17 +109,56 @@ class MatmulPlan {
   // D = op(A)·B + beta·D (+ bias), enqueued on `stream`.
   cublasStatus_t Run(cublasLtHandle_t lt, const void* a, const void* b, float beta, void* d, void* workspace,
                      size_t workspace_bytes, cudaStream_t stream) const {
-    const float alpha = 1.f;
-    // alpha and beta are read on the host when the call is made (pointer mode host), so a graph
-    // capture records their values.
-    return cublasLtMatmul(lt, desc_, &alpha, a, a_, b, b_, &beta, d, d_, d, d_, &algo_, workspace, workspace_bytes,
-                          stream);
+    return RunWith(algo_, lt, a, b, beta, d, workspace, workspace_bytes, stream);
   }
+  // The same with the heuristic's candidate i (timing).
+  cublasStatus_t RunCandidate(int i, cublasLtHandle_t lt, const void* a, const void* b, float beta, void* d,
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream) const {
+    return RunWith(candidates_[i], lt, a, b, beta, d, workspace, workspace_bytes, stream);
+  }
+
+  // The heuristic's candidates (the first is the algorithm a plan runs unless told otherwise).
+  int candidates() const { return static_cast<int>(candidates_.size()); }
+  MatmulAlgoBits CandidateBits(int i) const { return Bits(candidates_[i]); }
+  void Choose(int i) { algo_ = candidates_[i]; }
+  // Runs `algo` from now on where cuBLASLt accepts it for this plan's descriptors and workspace
+  // (a tuned choice made at another row count of the bucket); false, unchanged, where not.
+  bool UseIfValid(cublasLtHandle_t lt, const MatmulAlgoBits& bits, size_t workspace) {
+    cublasLtMatmulAlgo_t algo;
+    std::memcpy(&algo, bits.data(), sizeof(algo));
+    cublasLtMatmulHeuristicResult_t result{};
+    if (cublasLtMatmulAlgoCheck(lt, desc_, a_, b_, d_, d_, &algo, &result) != CUBLAS_STATUS_SUCCESS ||
+        result.state != CUBLAS_STATUS_SUCCESS || result.workspaceSize > workspace) {
+      return false;
+    }
+    algo_ = algo;
+    return true;
+  }
+
+  // Tuning (CudaLinear::Tune): the key a plan made with tuning on is timed under on its first run.
+  const std::optional<MatmulTuneKey>& tune_key() const { return tune_key_; }
+  void set_tune_key(std::optional<MatmulTuneKey> key) { tune_key_ = std::move(key); }
 
  private:
   MatmulPlan() = default;
 
-  absl::Status Init(cublasLtHandle_t lt, const Shape& s, size_t workspace) {
+  static MatmulAlgoBits Bits(const cublasLtMatmulAlgo_t& algo) {
+    static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(MatmulAlgoBits), "cuBLASLt changed its algo struct");
+    MatmulAlgoBits bits;
+    std::memcpy(bits.data(), &algo, sizeof(algo));
+    return bits;
+  }
+
+  cublasStatus_t RunWith(const cublasLtMatmulAlgo_t& algo, cublasLtHandle_t lt, const void* a, const void* b,
+                         float beta, void* d, void* workspace, size_t workspace_bytes, cudaStream_t stream) const {
+    const float alpha = 1.f;
+    // alpha and beta are read on the host when the call is made (pointer mode host), so a graph
+    // capture records their values.
+    return cublasLtMatmul(lt, desc_, &alpha, a, a_, b, b_, &beta, d, d_, d, d_, &algo, workspace, workspace_bytes,
+                          stream);
+  }
+
+  absl::Status Init(cublasLtHandle_t lt, const Shape& s, size_t workspace, int candidates) {
     // f32 compute and f32 scale: CUBLAS_COMPUTE_32F never uses TF32 (that needs
     // CUBLAS_COMPUTE_32F_FAST_TF32), so the f32 path is the exact reference it claims to be.
     cublasStatus_t e = cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -164,19 +208,25 @@ class MatmulPlan {
     }
     if (e != CUBLAS_STATUS_SUCCESS) return BlasStatus(e, "cublasLtMatmulPreferenceSetAttribute");
 
-    cublasLtMatmulHeuristicResult_t result{};
+    // The heuristic's ranked candidates: the first is run, the rest are there for tuning.
+    cublasLtMatmulHeuristicResult_t results[kMatmulTuneCandidates] = {};
     int found = 0;
-    e = cublasLtMatmulAlgoGetHeuristic(lt, desc_, a_, b_, d_, d_, pref_, 1, &result, &found);
-    if (e != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    e = cublasLtMatmulAlgoGetHeuristic(lt, desc_, a_, b_, d_, d_, pref_, candidates, results, &found);
+    for (int i = 0; e == CUBLAS_STATUS_SUCCESS && i < found; ++i) {
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace) {
+        candidates_.push_back(results[i].algo);
+      }
+    }
+    if (e != CUBLAS_STATUS_SUCCESS || candidates_.empty()) {
       return BlasStatus(e != CUBLAS_STATUS_SUCCESS ? e
                         : found == 0               ? CUBLAS_STATUS_NOT_SUPPORTED
-                                                   : result.state,
+                                                   : results[0].state,
                         absl::StrCat("cublasLtMatmulAlgoGetHeuristic (M=", s.m, " N=", s.n, " K=", s.k,
                                      s.type == CUDA_R_16BF ? ", bf16" : ", f32",
                                      s.d_type == CUDA_R_16BF ? ", bf16 output" : "", s.bias ? ", bias" : "",
                                      ", alignments ", s.align_a, "/", s.align_b, "/", s.align_d, "): no algorithm"));
     }
-    algo_ = result.algo;
+    algo_ = candidates_[0];
     return absl::OkStatus();
   }
 
@@ -184,6 +234,8 @@ class MatmulPlan {
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
   cublasLtMatmulPreference_t pref_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};
+  std::vector<cublasLtMatmulAlgo_t> candidates_;
+  std::optional<MatmulTuneKey> tune_key_;
 };
 
 class CudaLinear final : public Linear {
@@ -328,10 +380,9 @@ class CudaLinear final : public Linear {
   // cuBLASLt has no kernel for it (the caller then runs Matmul into f32).
   bool MatmulToBf16(const uint16_t* rows, int64_t m, uint16_t* y, int64_t ldy) const {
     const void* bias = bias_bf16_.raw();
-    const MatmulPlan* plan = GetPlan(m, ld_, bias, Alignment(rows), Alignment(y), CUDA_R_16BF, ldy);
+    MatmulPlan* plan = GetPlan(m, ld_, bias, Alignment(rows), Alignment(y), CUDA_R_16BF, ldy);
     if (plan == nullptr) return false;
-    const cublasStatus_t s = plan->Run(dev_.blas_lt(), weight_.raw(), rows, 0.f, y, dev_.matmul_workspace(),
-                                       CudaDevice::kMatmulWorkspaceBytes, dev_.stream());
+    const cublasStatus_t s = RunPlan(*plan, rows, m, 0.f, y, CUDA_R_16BF, ldy);
     if (s != CUBLAS_STATUS_SUCCESS) {
       dev_.Report(BlasStatus(s, absl::StrCat("Linear [", out_, ", ", in_, "]: cublasLtMatmul to bf16 (m=", m, ")")));
     }
@@ -376,11 +427,9 @@ class CudaLinear final : public Linear {
   void Matmul(const void* b, int64_t ldb, int64_t m, float* y, Epilogue epilogue) const {
     const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
     const bool gelu = epilogue == Epilogue::kGeluErf;
-    const MatmulPlan* plan = GetPlan(m, ldb, gelu ? nullptr : bias, Alignment(b), Alignment(y), CUDA_R_32F, out_);
+    MatmulPlan* plan = GetPlan(m, ldb, gelu ? nullptr : bias, Alignment(b), Alignment(y), CUDA_R_32F, out_);
     if (plan == nullptr) return;
-    const cublasStatus_t s =
-        plan->Run(dev_.blas_lt(), weight_.raw(), b, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y,
-                  dev_.matmul_workspace(), CudaDevice::kMatmulWorkspaceBytes, dev_.stream());
+    const cublasStatus_t s = RunPlan(*plan, b, m, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y, CUDA_R_32F, out_);
     if (s != CUBLAS_STATUS_SUCCESS) {
       dev_.Report(BlasStatus(s, absl::StrCat("Linear [", out_, ", ", in_, "]: cublasLtMatmul (m=", m, ")")));
       return;
@@ -406,23 +455,38 @@ class CudaLinear final : public Linear {
   // host time on every call otherwise. Row counts vary from step to step, so the cache is
   // bounded: past kMaxPlans it starts over (the plans in use are rebuilt on their next call;
   // cuBLASLt caches heuristics itself too).
+  // The key includes whether tuning was on when the plan was made: switching it makes new plans.
   static constexpr size_t kMaxPlans = 256;
-  using PlanKey = std::tuple<int64_t, bool, uint32_t, uint32_t, int, int64_t>;
+  using PlanKey = std::tuple<int64_t, bool, uint32_t, uint32_t, int, int64_t, bool>;
 
   // An f32 output's plan that cannot be made is the device's error (null); a bf16 output's is
   // only a null, kept (MatmulToBf16 falls back to the f32 output).
-  const MatmulPlan* GetPlan(int64_t m, int64_t ldb, const void* bias, uint32_t align_b, uint32_t align_y,
-                            cudaDataType_t y_type, int64_t ldy) const {
-    const PlanKey key{m, bias != nullptr, align_b, align_y, static_cast<int>(y_type), ldy};
+  // With tuning on and enough rows, the plan runs the algorithm the device tuned for its shape
+  // and row bucket; where none is tuned yet, its first run times the candidates (RunPlan).
+  MatmulPlan* GetPlan(int64_t m, int64_t ldb, const void* bias, uint32_t align_b, uint32_t align_y,
+                      cudaDataType_t y_type, int64_t ldy) const {
+    const bool tuning = dev_.matmul_tuning() && m >= kMatmulTuneMinRows;
+    const PlanKey key{m, bias != nullptr, align_b, align_y, static_cast<int>(y_type), ldy, tuning};
     std::lock_guard<std::mutex> lock(mu_);
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second.get();
     const bool bf16 = compute_ == ComputeType::kBF16;
+    const MatmulPlan::Shape shape{bf16 ? CUDA_R_16BF : CUDA_R_32F, out_, m, in_, ld_, ldb, ldy, bias,
+                                  Alignment(weight_.raw()), align_b, align_y, y_type};
     absl::StatusOr<std::unique_ptr<MatmulPlan>> plan = MatmulPlan::Create(
-        dev_.blas_lt(),
-        MatmulPlan::Shape{bf16 ? CUDA_R_16BF : CUDA_R_32F, out_, m, in_, ld_, ldb, ldy, bias,
-                          Alignment(weight_.raw()), align_b, align_y, y_type},
-        CudaDevice::kMatmulWorkspaceBytes);
+        dev_.blas_lt(), shape, CudaDevice::kMatmulWorkspaceBytes, tuning ? kMatmulTuneCandidates : 1);
+    if (plan.ok() && tuning) {
+      const MatmulTuneKey tune_key{shape.type,    shape.d_type, shape.m,       shape.k,       shape.lda,
+                                   shape.ldb,     shape.ldd,    MatmulRowBucket(m), bias != nullptr,
+                                   shape.align_a, shape.align_b, shape.align_d};
+      const std::optional<MatmulAlgoBits> tuned = dev_.matmul_algos().Find(tune_key);
+      if (!tuned.has_value()) {
+        (*plan)->set_tune_key(tune_key);
+      } else {
+        // Where cuBLASLt refuses the bucket's choice at this row count, the heuristic's pick runs.
+        (void)(*plan)->UseIfValid(dev_.blas_lt(), *tuned, CudaDevice::kMatmulWorkspaceBytes);
+      }
+    }
     if (!plan.ok()) {
       if (plans_.size() >= kMaxPlans) plans_.clear();
       if (y_type != CUDA_R_32F) return plans_.emplace(key, nullptr).first->second.get();
@@ -432,6 +496,69 @@ class CudaLinear final : public Linear {
     }
     if (plans_.size() >= kMaxPlans) plans_.clear();  // nothing holds a plan past its Forward
     return plans_.emplace(key, std::move(*plan)).first->second.get();
+  }
+
+  // y (m rows of stride ldy, of y_type) = the plan's product of b (+ beta y), after the plan's
+  // tuning where it has one pending.
+  cublasStatus_t RunPlan(MatmulPlan& plan, const void* b, int64_t m, float beta, void* y, cudaDataType_t y_type,
+                         int64_t ldy) const {
+    if (plan.tune_key().has_value()) Tune(plan, b, m, y_type, ldy);
+    return plan.Run(dev_.blas_lt(), weight_.raw(), b, beta, y, dev_.matmul_workspace(),
+                    CudaDevice::kMatmulWorkspaceBytes, dev_.stream());
+  }
+
+  // Times the plan's candidates on this call's operands (the weight and b, read only; the
+  // products go to a scratch output of y's shape, not to y, which may hold a residual) and keeps
+  // the fastest, for this plan and in the device's table. Once per plan, whatever happens: inside
+  // a graph capture (no host waits there), with one candidate, or where the scratch cannot be
+  // had, the heuristic's pick stays. A candidate cuBLASLt refuses to run is dropped; none of this
+  // is the device's error unless CUDA itself fails.
+  void Tune(MatmulPlan& plan, const void* b, int64_t m, cudaDataType_t y_type, int64_t ldy) const {
+    const MatmulTuneKey key = *plan.tune_key();
+    plan.set_tune_key(std::nullopt);
+    if (plan.candidates() < 2 || dev_.Capturing()) return;
+    absl::StatusOr<core::Tensor> scratch =
+        dev_.Allocate(y_type == CUDA_R_16BF ? core::DType::kBF16 : core::DType::kF32, {m, ldy});
+    if (!scratch.ok()) return;
+    cudaEvent_t start = nullptr, stop = nullptr;
+    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+      cudaGetLastError();
+      if (start != nullptr) cudaEventDestroy(start);
+      return;
+    }
+    cudaStream_t stream = dev_.stream();
+    auto run = [&](int i) {
+      return plan.RunCandidate(i, dev_.blas_lt(), weight_.raw(), b, 0.f, scratch->raw(), dev_.matmul_workspace(),
+                               CudaDevice::kMatmulWorkspaceBytes, stream);
+    };
+    std::vector<bool> warm(plan.candidates(), false);
+    auto time = [&](int i) -> std::optional<double> {
+      // Each candidate's first run loads its kernel's module (lazy loading): untimed.
+      if (!warm[i] && run(i) != CUBLAS_STATUS_SUCCESS) return std::nullopt;
+      warm[i] = true;
+      dev_.Check(cudaEventRecord(start, stream), "Linear tuning: cudaEventRecord");
+      for (int r = 0; r < kMatmulTuneRunsPerRound; ++r) {
+        if (run(i) != CUBLAS_STATUS_SUCCESS) return std::nullopt;
+      }
+      dev_.Check(cudaEventRecord(stop, stream), "Linear tuning: cudaEventRecord");
+      float ms = 0.f;
+      const cudaError_t e = cudaEventSynchronize(stop);
+      dev_.Check(e, "Linear tuning: cudaEventSynchronize");
+      if (e != cudaSuccess || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) return std::nullopt;
+      return ms * 1e-3 / kMatmulTuneRunsPerRound;
+    };
+    const std::optional<TunedChoice> choice = PickFastestCandidate(plan.candidates(), kMatmulTuneRounds, time);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    if (!choice.has_value() || !dev_.status().ok()) return;
+    plan.Choose(choice->index);
+    dev_.matmul_algos().Store(TunedMatmul{.key = key,
+                                          .algo = plan.CandidateBits(choice->index),
+                                          .rows = static_cast<int>(m),
+                                          .candidates = plan.candidates(),
+                                          .chosen = choice->index,
+                                          .first_s = choice->medians[0],
+                                          .chosen_s = choice->medians[choice->index]});
   }
 
   CudaDevice& dev_;
@@ -604,6 +731,36 @@ double MeasureMatmulPeakFlops(CudaDevice& dev, ComputeType compute, int64_t size
   }
   if (best == std::numeric_limits<double>::infinity()) return 0;
   return 2.0 * static_cast<double>(n) * n * n / best;
+}
+
+std::string TunedMatmulTable(const CudaDevice& dev) {
+  const std::vector<TunedMatmul> entries = dev.matmul_algos().Entries();
+  if (entries.empty()) return "";
+  auto config = [](const MatmulAlgoBits& bits, cublasLtMatmulAlgoConfigAttributes_t attr) -> int64_t {
+    cublasLtMatmulAlgo_t algo;
+    std::memcpy(&algo, bits.data(), sizeof(algo));
+    uint32_t v = 0;  // ALGO_ID is int32, the others uint32 (TILE_ID and STAGES_ID enums)
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return -1;
+    return v;
+  };
+  std::string out =
+      "| out x in | rows (bucket) | in / out | bias | kept of | algo / tile / stages / split-k | heuristic's first, us "
+      "| kept, us | speed-up |\n| --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: |\n";
+  for (const TunedMatmul& t : entries) {
+    const double first_us = t.first_s * 1e6, kept_us = t.chosen_s * 1e6;
+    absl::StrAppend(&out, "| ", t.key.m, " x ", t.key.k, " | ", t.rows, " (<= ", t.key.row_bucket, ") | ",
+                    t.key.a_type == CUDA_R_16BF ? "bf16" : "f32", " / ", t.key.d_type == CUDA_R_16BF ? "bf16" : "f32",
+                    " | ", t.key.bias ? "yes" : "no", " | #", t.chosen, " of ", t.candidates, " | ",
+                    config(t.algo, CUBLASLT_ALGO_CONFIG_ID), " / ", config(t.algo, CUBLASLT_ALGO_CONFIG_TILE_ID), " / ",
+                    config(t.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID), " / ",
+                    config(t.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " | ",
+                    std::isfinite(first_us) ? absl::StrFormat("%.1f", first_us) : std::string("failed"), " | ",
+                    absl::StrFormat("%.1f", kept_us), " | ",
+                    std::isfinite(first_us) ? absl::StrFormat("%.3fx", first_us / kept_us) : std::string("-"),
+                    " |\n");
+  }
+  return out;
 }
 
 }  // namespace iris::kernels::cuda

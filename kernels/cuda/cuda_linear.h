@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
@@ -53,5 +54,10 @@ void LinearForwardToBf16(CudaDevice& dev, const Linear& linear, const LinearInpu
 // FLOP/s of a size x size x size cuBLASLt GEMM in the compute type (bf16 inputs or f32, f32
 // accumulation), best of `repeats` timed with CUDA events after a warm-up; 0 when it cannot run.
 double MeasureMatmulPeakFlops(CudaDevice& dev, ComputeType compute, int64_t size, int repeats);
+
+// The matmuls the device has tuned (CudaDevice::SetMatmulTuning), as a markdown table: shape,
+// row bucket, the candidate kept (cuBLASLt's algo, tile, stages and split-K ids) and its time
+// against the heuristic's first pick, measured in the same tuning run. Empty where none.
+std::string TunedMatmulTable(const CudaDevice& dev);
 
 }  // namespace iris::kernels::cuda

@@ -32,6 +32,9 @@ ABSL_FLAG(std::string, attention, "flash", "with --device cuda and --dtype bf16:
 ABSL_FLAG(bool, flash_pipeline, false,
           "with --device cuda and --dtype bf16: the flash attention runs its pipelined kernel (the next K/V tile "
           "copied to shared memory while the warps compute; same result; not yet timed on a GPU)");
+ABSL_FLAG(bool, matmul_tuning, false,
+          "with --device cuda: the matmuls run the fastest of cuBLASLt's candidates, timed on the first forward of "
+          "each shape (not yet timed on a GPU)");
 ABSL_FLAG(bool, fused_rotary, true, "encoder technique: fused rotary q/k");
 ABSL_FLAG(bool, parallel_qkv_padding, true, "encoder technique: parallel q/k/v padding");
 ABSL_FLAG(bool, cached_cu_seqlens, true, "encoder technique: cached cu_seqlens / encoder plan");
@@ -98,6 +101,7 @@ absl::Status Run(const std::vector<std::string>& images) {
   device_options.name = absl::GetFlag(FLAGS_device);
   device_options.attention = absl::GetFlag(FLAGS_attention) == "flash" ? "" : absl::GetFlag(FLAGS_attention);
   device_options.flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
+  device_options.matmul_tuning = absl::GetFlag(FLAGS_matmul_tuning);
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Device> device, kernels::CreateDevice(device_options));
   IRIS_ASSIGN_OR_RETURN(auto encoder, vision::VisionEncoder::Load(*device, ckpt, config.vision, options));
   const auto t2 = Clock::now();
