@@ -139,6 +139,8 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b)
   MemoryEstimate e;
   int64_t widest_input = 0;          // elements of the decoder's largest matmul input at the budgets
   int64_t widest_encoder_input = 0;  // and the encoder's
+  int64_t widest_output = 0;          // elements of the decoder's largest matmul output (matmul tuning)
+  int64_t widest_encoder_output = 0;  // and the encoder's
   const int64_t wb = b.f32_compute ? 4 : 2;
   const int64_t stored = config.torch_dtype == "float32" ? 4 : 2;
   e.parameters = CountParameters(config);
@@ -154,6 +156,12 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b)
     e.decoder_activation_bytes = 4 * (b.max_num_batched_tokens * per_row + b.max_num_seqs * (h + t.vocab_size));
     widest_input = b.max_num_batched_tokens *
                    RoundUp8(std::max({h, int64_t{t.num_attention_heads} * d, int64_t{t.intermediate_size}}));
+    // qkv, gate_up (fused: twice the intermediate size) or o/down at the token budget; lm_head's
+    // logits at the sequence budget.
+    widest_output = std::max(
+        b.max_num_batched_tokens *
+            std::max({h, (t.num_attention_heads + 2 * int64_t{t.num_key_value_heads}) * d, 2 * int64_t{t.intermediate_size}}),
+        b.max_num_seqs * t.vocab_size);
   } else {
     e.weight_bytes = e.parameters * wb;
   }
@@ -171,12 +179,17 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b)
     // projection's or the hidden size (the merger's 4-row inputs are as wide per patch).
     const int64_t patch_dim = int64_t{v.in_channels} * v.temporal_patch_size * v.patch_size * v.patch_size;
     widest_encoder_input = n * RoundUp8(std::max({hv, ip, patch_dim}));
+    // qkv or the padded gate_up per patch row (the merger's outputs are narrower per patch).
+    widest_encoder_output = n * std::max(3 * hv, 2 * ip);
   }
   if (b.gpu) {
-    auto scratch = [&](int64_t input) { return kGpuMatmulWorkspaceBytes + (b.f32_compute ? 0 : 2 * 2 * input); };
+    auto scratch = [&](int64_t input, int64_t output) {
+      return kGpuMatmulWorkspaceBytes + (b.f32_compute ? 0 : 2 * 2 * input) + (b.gpu_matmul_tuning ? 4 * output : 0);
+    };
     e.gpu_workspace_bytes = b.encoder_device_apart && config.has_vision()
-                                ? scratch(widest_input) + scratch(widest_encoder_input)
-                                : scratch(std::max(widest_input, widest_encoder_input));
+                                ? scratch(widest_input, widest_output) + scratch(widest_encoder_input, widest_encoder_output)
+                                : scratch(std::max(widest_input, widest_encoder_input),
+                                          std::max(widest_output, widest_encoder_output));
   }
   return e;
 }

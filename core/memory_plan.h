@@ -40,6 +40,9 @@ struct MemoryBudgets {
   // The encoder has a device object of its own (a second stream on the GPU, with its own
   // workspace and matmul scratch): on a GPU both sides' are counted, not the larger one.
   bool encoder_device_apart = false;
+  // --matmul-tuning on a GPU: the first call of a matmul shape times cuBLASLt's candidates into a
+  // scratch output of its size (f32), freed into the device's pool after: the largest counts.
+  bool gpu_matmul_tuning = false;
 };
 
 // cuBLASLt's matmul workspace on a GPU (kernels/cuda/cuda_device.h keeps one of this size).
@@ -54,7 +57,8 @@ struct MemoryEstimate {
   // On a GPU: the buffer a bf16 matmul's f32 input rows are converted into (the largest input of
   // a step or an encoder forward at the budgets, twice over: it grows by doubling), and cuBLASLt's
   // workspace; one of each per device object (two when the encoder's device is apart). 0 on the
-  // CPU, whose matmuls read the f32 rows themselves.
+  // CPU, whose matmuls read the f32 rows themselves. With matmul tuning, also the largest
+  // matmul output at the budgets (the tuning's scratch output), per device object.
   int64_t gpu_workspace_bytes = 0;
   int64_t total() const {
     return weight_bytes + kv_cache_bytes + decoder_activation_bytes + encoder_activation_bytes + gpu_workspace_bytes;

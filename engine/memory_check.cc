@@ -40,6 +40,7 @@ absl::StatusOr<MemoryCheck> CheckMemoryBeforeLoad(const std::string& dir, const 
   const bool on_cpu = model.device.name == "cpu";
   check.budgets.gpu = !on_cpu;
   check.budgets.encoder_device_apart = model.encoder_device.has_value();
+  check.budgets.gpu_matmul_tuning = !on_cpu && model.device.matmul_tuning;
   check.estimate = core::EstimateMemory(config, check.budgets);
   if (gpu_memory_fraction > 0 && on_cpu) {
     return absl::InvalidArgumentError("--gpu-memory-fraction sizes a GPU's KV cache: it needs --device cuda");

@@ -191,6 +191,21 @@ TEST(MemoryPlan, GpuCountsTheMatmulScratchAndWorkspace) {
   EXPECT_EQ(core::EstimateMemory(c, b).gpu_workspace_bytes,
             2 * core::kGpuMatmulWorkspaceBytes + 2 * 2 * 65536 * ip + 2 * 2 * 2048 * int64_t{c.text.intermediate_size});
   b.encoder_device_apart = false;
+  // Matmul tuning's scratch output: the largest f32 output at the budgets, here the encoder's
+  // padded gate_up (65536 patches x 2 ip) against the decoder's lm_head logits (256 x vocab) and
+  // its gate_up at 2048 tokens.
+  b.gpu_matmul_tuning = true;
+  const int64_t tuned_out = std::max({int64_t{65536} * 2 * ip, int64_t{256} * c.text.vocab_size,
+                                      int64_t{2048} * 2 * c.text.intermediate_size});
+  EXPECT_EQ(core::EstimateMemory(c, b).gpu_workspace_bytes,
+            core::kGpuMatmulWorkspaceBytes + 2 * 2 * 65536 * ip + 4 * tuned_out);
+  EXPECT_EQ(tuned_out, int64_t{65536} * 2 * ip);
+  b.max_encoder_patches = 1000;  // now the decoder's largest output counts
+  EXPECT_EQ(core::EstimateMemory(c, b).gpu_workspace_bytes,
+            core::kGpuMatmulWorkspaceBytes + 2 * 2 * 2048 * int64_t{c.text.intermediate_size} +
+                4 * std::max(int64_t{256} * c.text.vocab_size, int64_t{2048} * 2 * c.text.intermediate_size));
+  b.max_encoder_patches = 65536;
+  b.gpu_matmul_tuning = false;
   // f32 compute converts nothing.
   b.f32_compute = true;
   EXPECT_EQ(core::EstimateMemory(c, b).gpu_workspace_bytes, core::kGpuMatmulWorkspaceBytes);

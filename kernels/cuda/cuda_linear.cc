@@ -519,7 +519,16 @@ class CudaLinear final : public Linear {
     if (plan.candidates() < 2 || dev_.Capturing()) return;
     absl::StatusOr<core::Tensor> scratch =
         dev_.Allocate(y_type == CUDA_R_16BF ? core::DType::kBF16 : core::DType::kF32, {m, ldy});
-    if (!scratch.ok()) return;
+    if (!scratch.ok()) {
+      // Out of memory for it (the memory plan counts it under --matmul-tuning): the heuristic's
+      // pick, recorded so that the shape's other Linears do not try again and the report says so.
+      dev_.matmul_algos().Store(TunedMatmul{.key = key,
+                                            .algo = plan.CandidateBits(0),
+                                            .rows = static_cast<int>(m),
+                                            .candidates = plan.candidates(),
+                                            .timed = false});
+      return;
+    }
     cudaEvent_t start = nullptr, stop = nullptr;
     if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
       cudaGetLastError();
@@ -749,6 +758,11 @@ std::string TunedMatmulTable(const CudaDevice& dev) {
       "| kept, us | speed-up |\n| --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: |\n";
   for (const TunedMatmul& t : entries) {
     const double first_us = t.first_s * 1e6, kept_us = t.chosen_s * 1e6;
+    if (!t.timed) {
+      absl::StrAppend(&out, "| ", t.key.m, " x ", t.key.k, " | ", t.rows, " (<= ", t.key.row_bucket,
+                      ") | not timed: no GPU memory for the scratch output; the heuristic's pick runs | | | | | | |\n");
+      continue;
+    }
     absl::StrAppend(&out, "| ", t.key.m, " x ", t.key.k, " | ", t.rows, " (<= ", t.key.row_bucket, ") | ",
                     t.key.a_type == CUDA_R_16BF ? "bf16" : "f32", " / ", t.key.d_type == CUDA_R_16BF ? "bf16" : "f32",
                     " | ", t.key.bias ? "yes" : "no", " | #", t.chosen, " of ", t.candidates, " | ",

@@ -69,6 +69,9 @@ struct TunedMatmul {
   int chosen = 0;        // the index kept, in the heuristic's order (0: its own first pick)
   double first_s = 0;    // the heuristic's first pick, median seconds a run
   double chosen_s = 0;   // the kept one's
+  // False where the scratch output could not be had: the heuristic's pick is kept untimed (and
+  // the shape is not tried again).
+  bool timed = true;
 };
 
 // The device's tuned algorithms, shared by its Linears (thread-safe).
