@@ -13,10 +13,15 @@
 namespace iris::engine {
 namespace {
 
-absl::Status WarmUpDecoder(llm::Decoder& decoder, llm::KvCache& cache) {
+// Pseudo-random values in [-1, 1), not zeros: a GPU tuning its matmuls times them on these
+// operands, and a matmul of zeros runs faster than one of real data.
+float WarmUpValue(int64_t i) {
+  const uint32_t h = static_cast<uint32_t>(i) * 2654435761u;
+  return static_cast<float>(h >> 8) / 8388608.f - 1.f;
+}
+
+absl::Status WarmUpDecoderStep(llm::Decoder& decoder, llm::KvCache& cache, int64_t rows) {
   const int block_size = cache.shape().block_size;
-  const int64_t rows = std::min(decoder.max_tokens(), cache.shape().num_blocks * block_size);
-  if (rows <= 0) return absl::OkStatus();
   llm::BlockTable table;
   IRIS_RETURN_IF_ERROR(cache.Reserve(&table, rows));
   llm::DecoderBatch batch;
@@ -34,16 +39,29 @@ absl::Status WarmUpDecoder(llm::Decoder& decoder, llm::KvCache& cache) {
   return status;
 }
 
-absl::Status WarmUpEncoder(vision::VisionEncoder& encoder, const core::VisionConfig& config, EncoderWorker* worker) {
-  // One image: a grid of whole merge units with at most max_patches() patches, as square as it
+// A step at the budget (the activations' largest), then one at each smaller row count the device
+// asks for (Device::WarmUpRowCounts).
+absl::Status WarmUpDecoder(llm::Decoder& decoder, llm::KvCache& cache, const kernels::Device& device) {
+  const int64_t rows = std::min(decoder.max_tokens(), cache.shape().num_blocks * int64_t{cache.shape().block_size});
+  if (rows <= 0) return absl::OkStatus();
+  std::vector<int64_t> counts = device.WarmUpRowCounts(rows);
+  std::reverse(counts.begin(), counts.end());
+  for (const int64_t n : counts) IRIS_RETURN_IF_ERROR(WarmUpDecoderStep(decoder, cache, std::min(n, rows)));
+  return absl::OkStatus();
+}
+
+absl::Status WarmUpEncoderForward(vision::VisionEncoder& encoder, const core::VisionConfig& config,
+                                  EncoderWorker* worker, int64_t max_patches) {
+  // One image: a grid of whole merge units with at most max_patches patches, as square as it
   // can be.
   const int64_t merge = config.spatial_merge_size;
-  const int64_t units = std::max<int64_t>(1, encoder.max_patches() / (merge * merge));
+  const int64_t units = std::max<int64_t>(1, max_patches / (merge * merge));
   const int64_t side = std::max<int64_t>(1, static_cast<int64_t>(std::sqrt(static_cast<double>(units))));
   const vision::GridThw grid = {1, side * merge, (units / side) * merge};
   const int64_t n = grid[1] * grid[2];
   const int64_t patch_dim = int64_t{config.in_channels} * config.temporal_patch_size * config.patch_size * config.patch_size;
-  core::Tensor pixels = core::Tensor::Zeros(core::DType::kF32, {n, patch_dim});
+  core::Tensor pixels = core::Tensor::Empty(core::DType::kF32, {n, patch_dim});
+  for (int64_t i = 0; i < n * patch_dim; ++i) pixels.data<float>()[i] = WarmUpValue(i);
   if (worker != nullptr) {
     IRIS_RETURN_IF_ERROR(worker->Submit(std::move(pixels), {grid}));
     return worker->Wait().embeddings.status();
@@ -51,15 +69,25 @@ absl::Status WarmUpEncoder(vision::VisionEncoder& encoder, const core::VisionCon
   return encoder.Forward(pixels, std::span<const vision::GridThw>(&grid, 1)).status();
 }
 
+// A forward at max_patches(), then one at each smaller patch count the encoder's device asks for.
+absl::Status WarmUpEncoder(vision::VisionEncoder& encoder, const core::VisionConfig& config, EncoderWorker* worker,
+                           const kernels::Device& device) {
+  std::vector<int64_t> counts = device.WarmUpRowCounts(encoder.max_patches());
+  std::reverse(counts.begin(), counts.end());
+  for (const int64_t n : counts) IRIS_RETURN_IF_ERROR(WarmUpEncoderForward(encoder, config, worker, n));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status WarmUp(Model& model, llm::KvCache& cache, EncoderWorker* encoder_worker) {
   if (model.encoder != nullptr) {
-    if (absl::Status s = WarmUpEncoder(*model.encoder, model.config.vision, encoder_worker); !s.ok()) {
+    if (absl::Status s = WarmUpEncoder(*model.encoder, model.config.vision, encoder_worker, model.encoder_runs_on());
+        !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("warm-up encoder forward: ", s.message()));
     }
   }
-  if (absl::Status s = WarmUpDecoder(*model.decoder, cache); !s.ok()) {
+  if (absl::Status s = WarmUpDecoder(*model.decoder, cache, *model.device); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("warm-up decoder step: ", s.message()));
   }
   IRIS_RETURN_IF_ERROR(model.encoder_runs_on().status());

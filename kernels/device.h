@@ -83,6 +83,12 @@ class Device {
   // the part of the compute it may use now. Nothing elsewhere.
   virtual void Rebalance() {}
 
+  // The row counts at which an engine's warm-up runs a forward, ascending, the last max_rows:
+  // where a first call does one-off work (buffers grow to their largest at max_rows; a GPU that
+  // tunes its matmuls times each row bucket once, CudaDevice::SetMatmulTuning), so that it
+  // happens at start and not in a request.
+  virtual std::vector<int64_t> WarmUpRowCounts(int64_t max_rows) const { return {max_rows}; }
+
   // Whether BeginCapture/EndCapture record graphs here (a CUDA GPU), so that callers can choose
   // before issuing anything.
   virtual bool records_graphs() const { return false; }

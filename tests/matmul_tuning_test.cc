@@ -5,6 +5,7 @@
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/matmul_tuning.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -21,6 +22,23 @@ TEST(MatmulRowBucketTest, RoundsUpToAPowerOfTwo) {
                                                           {257, 512},   {1000, 1024}, {4096, 4096}, {4097, 8192},
                                                           {8192, 8192}, {8193, 16384}};
   for (const auto& [m, bucket] : cases) EXPECT_EQ(MatmulRowBucket(m), bucket) << m;
+}
+
+// An engine's warm-up with tuning on: one forward per bucket, so that none is timed in a request.
+TEST(MatmulTuneWarmUpRowsTest, CoversEveryBucketUpToTheBudgetOnce) {
+  EXPECT_EQ(MatmulTuneWarmUpRows(2048), (std::vector<int64_t>{256, 512, 1024, 2048}));
+  EXPECT_EQ(MatmulTuneWarmUpRows(3000), (std::vector<int64_t>{256, 512, 1024, 2048, 3000}));
+  EXPECT_EQ(MatmulTuneWarmUpRows(257), (std::vector<int64_t>{256, 257}));
+  EXPECT_EQ(MatmulTuneWarmUpRows(256), (std::vector<int64_t>{256}));
+  EXPECT_EQ(MatmulTuneWarmUpRows(100), (std::vector<int64_t>{100}));
+  for (const int64_t budget : {int64_t{300}, int64_t{4096}, int64_t{16384}, int64_t{20000}}) {
+    const std::vector<int64_t> rows = MatmulTuneWarmUpRows(budget);
+    for (int64_t m = kMatmulTuneMinRows; m <= budget; m += 37) {
+      const bool covered = std::any_of(rows.begin(), rows.end(),
+                                       [&](int64_t r) { return MatmulRowBucket(r) == MatmulRowBucket(m); });
+      EXPECT_TRUE(covered) << m << " of " << budget;
+    }
+  }
 }
 
 // A scripted clock: candidate i's r-th timing is times[i][r] (nullopt: it failed to run), and

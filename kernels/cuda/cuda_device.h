@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -47,6 +48,10 @@ class CudaDevice final : public Device {
   void AttachThread() override;
 
   bool records_graphs() const override { return true; }
+  // With matmul tuning on, every row bucket from kMatmulTuneMinRows up (MatmulTuneWarmUpRows).
+  std::vector<int64_t> WarmUpRowCounts(int64_t max_rows) const override {
+    return matmul_tuning_ ? MatmulTuneWarmUpRows(max_rows) : std::vector<int64_t>{max_rows};
+  }
   absl::Status BeginCapture() override;
   absl::StatusOr<std::unique_ptr<DeviceGraph>> EndCapture() override;
 

@@ -11,6 +11,13 @@ int64_t MatmulRowBucket(int64_t m) {
   return b;
 }
 
+std::vector<int64_t> MatmulTuneWarmUpRows(int64_t max_rows) {
+  std::vector<int64_t> rows;
+  for (int64_t b = kMatmulTuneMinRows; b < max_rows; b *= 2) rows.push_back(b);
+  rows.push_back(max_rows);
+  return rows;
+}
+
 std::optional<TunedChoice> PickFastestCandidate(int n, int rounds,
                                                 const std::function<std::optional<double>(int)>& time) {
   if (n <= 0 || rounds <= 0) return std::nullopt;

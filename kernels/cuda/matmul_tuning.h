@@ -36,6 +36,11 @@ constexpr int kMatmulTuneRunsPerRound = 4;
 // The smallest power of two >= m (m >= 1): row counts that share one tuned algorithm.
 int64_t MatmulRowBucket(int64_t m);
 
+// The row counts an engine's warm-up runs so that every bucket up to max_rows is tuned at start:
+// kMatmulTuneMinRows, twice that, ... below max_rows, then max_rows (whose bucket is the last).
+// Just {max_rows} where that is below kMatmulTuneMinRows.
+std::vector<int64_t> MatmulTuneWarmUpRows(int64_t max_rows);
+
 // The fastest of `n` candidates: each is timed `rounds` times, interleaved (candidate 0..n-1 in
 // round 0, then again in round 1, ...), `time(i)` returning seconds or nullopt where candidate
 // i failed to run (it is then dropped, and timed no more). The fastest by its median over the
