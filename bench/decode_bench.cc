@@ -72,6 +72,10 @@ ABSL_FLAG(bool, paged_prefill_mma, true,
           "GPU, bf16 with bf16 KV pages: a step's prefill rows attend on the tensor cores (64 rows a block), not a "
           "block per (row, head) on the CUDA cores (false: the latter); the prompt row is also timed with the other "
           "setting in the same run");
+ABSL_FLAG(bool, paged_decode_mma, false,
+          "GPU, bf16 with bf16 KV pages: a large batch's decode rows (rows x q heads > SMs) attend on the tensor cores "
+          "with a kv head's q heads as one tile's rows (CudaDevice::SetPagedDecodeMma; off by default until timed); "
+          "a same-run table times decode steps with it on and off at every batch it takes");
 ABSL_FLAG(bool, matmul_tuning, false,
           "GPU: prefill-sized matmuls (256 rows and more) run the fastest of cuBLASLt's candidates, timed on the first "
           "step of each shape (CudaDevice::SetMatmulTuning; the prompt row is the best of its repeats, so the tuning "
@@ -285,6 +289,7 @@ int main(int argc, char** argv) {
     gpu.SetBf16Handoff(absl::GetFlag(FLAGS_bf16_handoff));
     gpu.SetPagedPrefillMma(absl::GetFlag(FLAGS_paged_prefill_mma));
     gpu.SetMatmulTuning(absl::GetFlag(FLAGS_matmul_tuning));
+    gpu.SetPagedDecodeMma(absl::GetFlag(FLAGS_paged_decode_mma));
     if (const double share = absl::GetFlag(FLAGS_weight_prefetch); share != 0) {
       if (!(share > 0 && share <= 1)) Die("--weight_prefetch must be in [0, 1], got " + std::to_string(share));
       const auto bytes = static_cast<int64_t>(share * static_cast<double>(gpu.l2_bytes()));
@@ -497,6 +502,42 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Decode steps with the packed tensor-core decode attention on and off, alternating, at each
+  // batch it takes (bf16 pages, more (row, q head) pairs than SMs). Issued op by op (the graphs
+  // recorded one setting).
+  struct DecodeAttentionRow {
+    int batch;
+    double on_s, off_s;
+  };
+  std::vector<DecodeAttentionRow> decode_attention_rows;
+#ifdef IRIS_HAVE_CUDA
+  if (dev.kind() == kernels::DeviceKind::kCuda && bf16 && kv_dtype == core::DType::kBF16) {
+    kernels::cuda::CudaDevice& gpu = kernels::cuda::AsCuda(dev);
+    const bool setting = gpu.paged_decode_mma();
+    std::fprintf(stderr, "decode_bench: decode attention on the tensor cores and on the CUDA cores...\n");
+    for (int b : batches) {
+      if (int64_t{b} * tc.num_attention_heads <= gpu.sm_count()) continue;  // the packed kernel does not take it
+      std::vector<llm::BlockTable*> tp;
+      for (int s = 0; s < b; ++s) tp.push_back(&tables[s]);
+      const std::vector<int64_t> ones(b, 1);
+      std::vector<double> times[2];
+      if (graphs) dec.PauseDecodeGraphs(true);
+      for (int i = 0; i < kWarmup + steps; ++i) {
+        for (int on = 0; on < 2; ++on) {
+          ReserveNextToken(cache, tp);
+          gpu.SetPagedDecodeMma(on == 1);
+          const double s = RunStep(dec, cache, tp, ones);
+          if (i >= kWarmup) times[on].push_back(s);
+        }
+      }
+      if (graphs) dec.PauseDecodeGraphs(false);
+      gpu.SetPagedDecodeMma(setting);
+      ResetTokens(cache, tp, context);
+      decode_attention_rows.push_back({b, Median(times[1]), Median(times[0])});
+    }
+  }
+#endif
+
   // Each Linear of the model's shapes alone at M = each batch size, with random weights cycled
   // through enough copies (>= 256 MB) that every call reads its weights from DRAM, as in a step.
   struct Shape {
@@ -627,6 +668,17 @@ int main(int argc, char** argv) {
     }
   } else {
     std::printf("\ndecode graphs: %s\n", dev.records_graphs() ? "off (--graphs=false)" : "this device records none");
+  }
+  if (!decode_attention_rows.empty()) {
+    std::printf("\ndecode attention: a kv head's q heads as one tile on the tensor cores (--paged_decode_mma) against "
+                "a block per (row, q head) on the CUDA cores, decode steps issued op by op, alternating (median of %d "
+                "each):\n| batch | tensor cores ms/step | CUDA cores ms/step | tokens/s, tensor cores | CUDA cores | "
+                "speed-up |\n| ---: | ---: | ---: | ---: | ---: | ---: |\n",
+                steps);
+    for (const DecodeAttentionRow& r : decode_attention_rows) {
+      std::printf("| %d | %.3f | %.3f | %.0f | %.0f | %.2fx |\n", r.batch, 1e3 * r.on_s, 1e3 * r.off_s, r.batch / r.on_s,
+                  r.batch / r.off_s, r.off_s / r.on_s);
+    }
   }
   if (absl::GetFlag(FLAGS_linears)) {
     std::printf("\nLinear alone at M = batch (%s, random weights read from DRAM; mean call of a run, best of 3 runs; "

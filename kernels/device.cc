@@ -25,6 +25,11 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     return absl::InvalidArgumentError(absl::StrCat("prefill attention \"", options.prefill_attention,
                                                    "\" is not one of: tensor-cores, cuda-cores"));
   }
+  if (!options.decode_attention.empty() && options.decode_attention != "tensor-cores" &&
+      options.decode_attention != "cuda-cores") {
+    return absl::InvalidArgumentError(absl::StrCat("decode attention \"", options.decode_attention,
+                                                   "\" is not one of: cuda-cores, tensor-cores"));
+  }
   if (options.name == "cpu") {
     if (options.attention == "cudnn") {
       return absl::InvalidArgumentError("attention \"cudnn\" is for a CUDA device; the CPU runs iris's own kernel");
@@ -35,6 +40,10 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     }
     if (options.flash_pipeline) {
       return absl::InvalidArgumentError("the flash pipeline is for a CUDA device; the CPU runs iris's own kernel");
+    }
+    if (options.decode_attention == "tensor-cores") {
+      return absl::InvalidArgumentError(
+          "decode attention \"tensor-cores\" is for a CUDA device; the CPU runs iris's own kernel");
     }
     if (options.matmul_tuning) {
       return absl::InvalidArgumentError(
@@ -56,6 +65,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     (*device)->SetPagedPrefillMma(options.prefill_attention != "cuda-cores");
     (*device)->SetFlashPipeline(options.flash_pipeline);
     (*device)->SetMatmulTuning(options.matmul_tuning);
+    (*device)->SetPagedDecodeMma(options.decode_attention == "tensor-cores");
     return std::unique_ptr<Device>(std::move(*device));
 #else
     return absl::UnimplementedError("device \"" + options.name +

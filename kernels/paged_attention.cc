@@ -94,7 +94,17 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
       // their partials live in the activation scratch, which nothing else uses during the
       // launch, and the device's split counters (sm_count ints: enough, as splits > 1 only where
       // rows x heads <= sm_count / 2) say which block merges them.
-      if (const int64_t rows = decode_end - md.row_begin; rows > 0) {
+      // Where the decode rows are more (row, head) blocks than the GPU has SMs, the packed
+      // tensor-core kernel reads each row's keys once per kv head instead (the device's switch;
+      // bf16 mode and pages, as the prefill kernel).
+      const int64_t decode_rows = decode_end - md.row_begin;
+      if (decode_rows > 0 && gpu.paged_decode_mma() && args.bf16 && L.dtype == core::DType::kBF16 &&
+          decode_rows * args.num_heads > gpu.sm_count() &&
+          cuda::PagedDecodeMmaTakes(args.num_heads, L.num_kv_heads, L.head_dim, L.k, L.v)) {
+        cuda::PagedPrefillParams pp = cuda::PagedPrefillParamsOf(args);
+        pp.decode_row_end = decode_end;
+        gpu.Check(cuda::LaunchPagedDecodeMma(gpu.stream(), pp), "PagedAttention: decode rows on the tensor cores");
+      } else if (const int64_t rows = decode_rows; rows > 0) {
         const int splits = cuda::PagedAttentionSplits(rows, args.num_heads, gpu.sm_count());
         float* partials = nullptr;
         if (splits > 1) {

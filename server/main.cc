@@ -42,6 +42,10 @@ ABSL_FLAG(std::string, attention, "flash", "with --device cuda: the encoder's va
 ABSL_FLAG(std::string, prefill_attention, "tensor-cores",
           "with --device cuda and bf16: how prompts (prefill rows) attend over the KV cache, tensor-cores (64 rows a "
           "block) or cuda-cores (a block per row and head, the decode kernel)");
+ABSL_FLAG(std::string, decode_attention, "cuda-cores",
+          "with --device cuda and bf16: how a large batch's decode rows attend over the KV cache, cuda-cores (a block "
+          "per row and q head) or tensor-cores (a block per row and kv head, its q heads one tile's rows; not yet "
+          "timed on a GPU)");
 ABSL_FLAG(bool, flash_pipeline, false,
           "with --device cuda and bf16: the encoder's flash attention runs its pipelined kernel (the next K/V tile "
           "copied to shared memory while the warps compute; same result; not yet timed on a GPU)");
@@ -303,6 +307,7 @@ absl::Status ApplyCpuPlan(const CpuPlan& plan, engine::EngineOptions& engine_opt
                                                           .cpu_isa = absl::GetFlag(FLAGS_cpu_isa),
                                                           .attention = "",
                                                           .prefill_attention = "",
+                                                          .decode_attention = "",
                                                           .flash_pipeline = false,
                                                           .matmul_tuning = false};
     engine_options.encoder_cpus = plan.encoder;
@@ -373,6 +378,8 @@ absl::Status Run(const sigset_t& stop_signals) {
   model_options.device.attention = absl::GetFlag(FLAGS_attention) == "flash" ? "" : absl::GetFlag(FLAGS_attention);
   model_options.device.prefill_attention =
       absl::GetFlag(FLAGS_prefill_attention) == "tensor-cores" ? "" : absl::GetFlag(FLAGS_prefill_attention);
+  model_options.device.decode_attention =
+      absl::GetFlag(FLAGS_decode_attention) == "cuda-cores" ? "" : absl::GetFlag(FLAGS_decode_attention);
   model_options.device.flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
   model_options.device.matmul_tuning = absl::GetFlag(FLAGS_matmul_tuning);
   IRIS_RETURN_IF_ERROR(ApplyEncoderDevice(cpu_plan, model_options));

@@ -174,6 +174,18 @@ TEST(CpuFeaturesTest, DeviceRunsTheChosenTier) {
     EXPECT_NE(s.message().find(message), std::string::npos) << s;
   }
   options.prefill_attention = "";
+  for (const char* ok : {"", "cuda-cores"}) {
+    options.decode_attention = ok;
+    EXPECT_TRUE(CreateDevice(options).ok()) << ok;
+  }
+  for (const auto& [name, message] :
+       {std::pair{"tensor-cores", "is for a CUDA device"}, {"packed", "not one of: cuda-cores, tensor-cores"}}) {
+    options.decode_attention = name;
+    const absl::Status s = CreateDevice(options).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(s.message().find(message), std::string::npos) << s;
+  }
+  options.decode_attention = "";
   options.flash_pipeline = true;
   const absl::Status s = CreateDevice(options).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -396,6 +396,45 @@ TEST(CudaOpsTest, PagedPrefillRowsOnTensorCoresMeetTheDefinition) {
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
 }
 
+// A large batch's decode rows with the packed tensor-core kernel on (CudaDevice::SetPagedDecodeMma):
+// more (row, q head) pairs than the GPU has SMs, so the dispatch point gives them to it; they
+// meet the bf16 definition, and so do the prefill rows after them. A step of fewer decode rows
+// keeps the CUDA-core kernel's f32 products even with the switch on.
+TEST(CudaOpsTest, LargeBatchDecodeRowsOnTensorCoresMeetTheDefinition) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  const int sms = g->cuda().sm_count();
+  std::vector<std::pair<int, int>> seqs;
+  const int decodes = sms / 16 + 3;  // 16 q heads: past one block per SM
+  for (int i = 0; i < decodes; ++i) seqs.push_back({1 + (i * 97) % 700, 1});
+  seqs.push_back({300, 70});
+  seqs.push_back({130, 130});
+  const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/16, /*head_dim=*/128, /*num_blocks=*/40 * decodes + 60, seqs,
+                             /*block_step=*/37, /*block_offset=*/3);
+  ASSERT_EQ(c.meta.prefill_row_begin, decodes);
+  const PagedMetadata md = OnGpu(*g, c.meta);
+  g->cuda().SetPagedDecodeMma(true);
+  PagedAttentionArgs a = c.Args(g->Up(c.q), g->Up(std::vector<float>(c.q.size(), NAN)), g->Up(c.kb), g->Up(c.vb),
+                                /*bf16_pool=*/true);
+  a.metadata = md;
+  a.bf16 = true;
+  PagedAttention(gpu, a);
+  testing::ExpectWithinPagedBf16Rounding(g->Down(a.out, c.q.size()), c, 0, "decode rows packed, then prefill rows");
+
+  // Two decode rows: 32 pairs, fewer than the SMs: the CUDA-core kernel's f32 products.
+  const testing::PagedCase few(2, 16, 128, 40, {{5, 1}, {600, 1}}, 37, 3);
+  const PagedMetadata few_md = OnGpu(*g, few.meta);
+  PagedAttentionArgs b = few.Args(g->Up(few.q), g->Up(std::vector<float>(few.q.size(), NAN)), g->Up(few.kb),
+                                  g->Up(few.vb), /*bf16_pool=*/true);
+  b.metadata = few_md;
+  b.bf16 = true;
+  PagedAttention(gpu, b);
+  ExpectCloseRel(g->Down(b.out, few.q.size()), few.Reference(/*bf16=*/true), 2e-5f, "few decode rows");
+  g->cuda().SetPagedDecodeMma(false);
+  EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
 // The checks that read no device memory stop the program on a GPU as on the CPU, before any launch
 // (the pointers below are never read).
 TEST(CudaOpsDeathTest, BadArgumentsStopAsOnTheCpu) {

@@ -286,12 +286,13 @@ struct PagedCase {
 // probabilities rounded to bf16 (2u of each element's p-weighted |v| mean, u = 2^-8, the sum as
 // much again), plus 1e-4 relative for the f32 sums.
 inline void ExpectWithinPagedBf16Rounding(const std::vector<float>& got, const PagedCase& c, int64_t first_row,
-                                          const char* what) {
+                                          const char* what, int64_t end_row = -1) {
   std::vector<double> abs_mean;
   const std::vector<double> want = c.Bf16QReference(&abs_mean);
   ASSERT_EQ(got.size(), want.size()) << what;
   constexpr double kTwoU = 1.0 / 128;
-  for (size_t i = static_cast<size_t>(first_row * c.row_stride()); i < got.size(); ++i) {
+  const size_t end = end_row < 0 ? got.size() : static_cast<size_t>(end_row * c.row_stride());
+  for (size_t i = static_cast<size_t>(first_row * c.row_stride()); i < end; ++i) {
     const double bound = kTwoU * abs_mean[i] + 1e-4 * std::max(1.0, std::fabs(want[i]));
     ASSERT_NEAR(got[i], want[i], bound) << what << " at row " << i / c.row_stride() << ", element "
                                         << i % c.row_stride();

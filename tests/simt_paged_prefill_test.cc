@@ -50,6 +50,58 @@ TEST(PagedPrefillMmaOnSimtTest, MatchesTheDefinitionThroughTheBlockTables) {
   CheckPagedPrefill(64);
 }
 
+// The decode kernel with GQA packing (a block per (row, kv head), the kv head's q heads as the
+// tile's rows): its rows against the same reference, the rows after them untouched. Once also
+// every row of the step through it, prefill chunks included, which checks that a row sees exactly
+// the keys up to its position.
+void CheckPagedDecode(int kv_heads, int heads, int head_dim, bool also_every_row = false) {
+  SCOPED_TRACE(::testing::Message() << kv_heads << " kv heads, " << heads << " heads, head_dim " << head_dim);
+  // Four decodes (one of a single key, one past two 64-key tiles), then a 70-row chunk after 130
+  // cached tokens, a whole 20-token prompt and a decode after them.
+  const testing::PagedCase c(kv_heads, heads, head_dim, /*num_blocks=*/48,
+                             {{1, 1}, {40, 1}, {129, 1}, {300, 1}, {200, 70}, {20, 20}, {97, 1}}, /*block_step=*/17,
+                             /*block_offset=*/5);
+  ASSERT_EQ(c.meta.prefill_row_begin, 4);
+  ASSERT_TRUE(PagedDecodeMmaTakes(heads, kv_heads, head_dim, c.kb.data(), c.vb.data()));
+  for (const bool every_row : {false, true}) {
+    if (every_row && !also_every_row) continue;
+    SCOPED_TRACE(every_row ? "every row" : "decode rows");
+    std::vector<float> got(c.q.size(), NAN);
+    PagedPrefillParams p =
+        PagedPrefillParamsOf(c.Args(c.q.data(), got.data(), c.kb.data(), c.vb.data(), /*bf16_pool=*/true));
+    ASSERT_EQ(p.decode_row_begin, 0);
+    ASSERT_EQ(p.decode_row_end, 4);
+    if (every_row) p.decode_row_end = c.rows;
+    const Dim3 grid(static_cast<int>(p.decode_row_end - p.decode_row_begin), 1, kv_heads);
+    WithMmaFlashDim(head_dim, [&](auto dim) {
+      Launch(grid, Dim3(kMmaFlashThreads), PagedDecodeMmaKernel<decltype(dim)::value>, p);
+    });
+    testing::ExpectWithinPagedBf16Rounding(got, c, 0, "paged decode", p.decode_row_end);
+    for (int64_t i = p.decode_row_end * c.row_stride(); i < static_cast<int64_t>(got.size()); ++i) {
+      ASSERT_TRUE(std::isnan(got[i])) << "row " << i / c.row_stride() << " was written";
+    }
+  }
+}
+
+TEST(PagedDecodeMmaOnSimtTest, PacksAKvHeadsQHeadsIntoOneTile) {
+  CheckPagedDecode(2, 16, 128, /*also_every_row=*/true);  // the 3b decoder: 8 q heads a kv head
+  CheckPagedDecode(4, 28, 128);  // the 7b: 7
+  CheckPagedDecode(2, 16, 80);
+  CheckPagedDecode(4, 4, 64);    // no grouping: one row a tile
+  CheckPagedDecode(1, 40, 64);   // 40 q heads on one kv head: three warps' rows
+}
+
+TEST(PagedDecodeMmaOnSimtTest, TakesAtMost64QHeadsAKvHead) {
+  alignas(16) static uint16_t pool[64];
+  EXPECT_TRUE(PagedDecodeMmaTakes(16, 2, 128, pool, pool));
+  EXPECT_TRUE(PagedDecodeMmaTakes(64, 1, 128, pool, pool));
+  EXPECT_FALSE(PagedDecodeMmaTakes(65, 1, 128, pool, pool));  // 65 rows do not fit a block's 64
+  EXPECT_FALSE(PagedDecodeMmaTakes(16, 3, 128, pool, pool));  // not a whole group
+  EXPECT_FALSE(PagedDecodeMmaTakes(16, 0, 128, pool, pool));
+  EXPECT_FALSE(PagedDecodeMmaTakes(16, 2, 77, pool, pool));   // the prefill kernel's limits too
+  EXPECT_FALSE(PagedDecodeMmaTakes(16, 2, 128, pool + 4, pool));
+}
+
 // What the launch refuses (the dispatch point then keeps the decode kernel for every row).
 TEST(PagedPrefillMmaOnSimtTest, TakesWholeChunkRowsAtAlignedPools) {
   alignas(16) static uint16_t pool[64];

@@ -88,4 +88,20 @@ int LaunchPagedPrefillMma(CUstream_st* stream, const PagedPrefillParams& p) {
   return LastLaunchError();
 }
 
+int LaunchPagedDecodeMma(CUstream_st* stream, const PagedPrefillParams& p) {
+  if (!PagedDecodeMmaTakes(p.num_heads, p.num_kv_heads, p.head_dim, p.k_pool, p.v_pool) || p.block_size <= 0 ||
+      p.num_seqs <= 0) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const int64_t rows = p.decode_row_end - p.decode_row_begin;
+  if (rows <= 0) return 0;
+  if (rows > 2147483647 || p.num_kv_heads > 65535) return static_cast<int>(cudaErrorInvalidValue);  // grid x, z
+  static_assert(kMmaFlashRows == 64, "PagedDecodeMmaTakes's limit");
+  const dim3 grid(static_cast<unsigned>(rows), 1, static_cast<unsigned>(p.num_kv_heads));
+  WithMmaFlashDim(p.head_dim, [&](auto dim) {
+    PagedDecodeMmaKernel<decltype(dim)::value><<<grid, kMmaFlashThreads, 0, stream>>>(p);
+  });
+  return LastLaunchError();
+}
+
 }  // namespace iris::kernels::cuda

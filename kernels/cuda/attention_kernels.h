@@ -69,6 +69,11 @@ struct PagedPrefillParams {
   // (of those) sizes the grid.
   int seq_begin = 0, seq_end = 0;
   int max_query_len = 0;
+  // Host, for the decode kernel (LaunchPagedDecodeMma): step rows [decode_row_begin,
+  // decode_row_end) are computed, a block per (row, kv head); num_seqs (all of the step's) bounds
+  // the search for a row's sequence.
+  int64_t decode_row_begin = 0, decode_row_end = 0;
+  int num_seqs = 0;
 };
 
 // Whether LaunchPagedPrefillMma takes a cache of this shape: head dims up to 128 (the tensor-core
@@ -79,6 +84,17 @@ inline bool PagedPrefillMmaTakes(int head_dim, const void* k_pool, const void* v
          reinterpret_cast<uintptr_t>(v_pool) % 16 == 0;
 }
 int LaunchPagedPrefillMma(CUstream_st* stream, const PagedPrefillParams& p);
+
+// Decode rows on the tensor cores with the q heads of a kv head as the rows of one tile
+// (paged_flash_mma.cuh's PagedDecodeMmaKernel): each row's keys are read once per kv head, not
+// once per q head. The prefill kernel's numerics, and its limits (PagedPrefillMmaTakes), with at
+// most kMmaFlashRows q heads per kv head (PagedDecodeMmaTakes).
+inline bool PagedDecodeMmaTakes(int num_heads, int num_kv_heads, int head_dim, const void* k_pool,
+                                const void* v_pool) {
+  return num_kv_heads > 0 && num_heads % num_kv_heads == 0 && num_heads / num_kv_heads <= 64 &&
+         PagedPrefillMmaTakes(head_dim, k_pool, v_pool);
+}
+int LaunchPagedDecodeMma(CUstream_st* stream, const PagedPrefillParams& p);
 
 // Head dims up to kFlashMaxHeadDim (128); cudaErrorInvalidValue (as int) otherwise.
 int LaunchFlashVarlen(CUstream_st* stream, const FlashVarlenParams& p);

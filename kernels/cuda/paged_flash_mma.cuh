@@ -1,4 +1,5 @@
-// A paged prefill on the tensor cores: causal attention of a step's prefill rows (a sequence's
+// A paged prefill on the tensor cores (and, below, decode rows with a kv head's q heads as one
+// tile's rows): causal attention of a step's prefill rows (a sequence's
 // new tokens, the last of its context) over its keys in the paged KV cache, bf16 pages. Device
 // code against simt.h (nvcc builds it in attention_kernels.cu; the SIMT harness runs it in CI).
 //
@@ -79,6 +80,76 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedP
     // A tile wholly after the warp's last row's position adds nothing to it.
     if (!b.warp_active || kb > offset + b.warp_row0 + 15) continue;
     MmaFlashTile<kDim>(p, b, kb, qa, ks, vt, st);
+  }
+  MmaFlashStore<kDim, false>(p, b, st);
+  SyncThreads();  // the shared tiles are read before a next block (harness) reuses them
+}
+
+// Decode rows with GQA packing: a block per (step row, kv head) (grid (rows, 1, num_kv_heads)),
+// whose tile rows are that kv head's q heads at the row (q heads g * G + [0, G), G = num_heads /
+// num_kv_heads, at most 64): the row's keys, through its block table, are loaded once into
+// shared memory for all G heads, where PagedAttentionKernel reads them again for each q head (a
+// block per (row, q head)), G times the L2 traffic and G times the blocks. The rows see keys [0,
+// position] (position = context_len - q_len + the row's index in its sequence: a decode row sees
+// its whole context). The tile rows past G are zeros, never stored; warps whose 16 rows are all
+// past G only help load the tiles. The prefill kernel's numerics.
+template <int kDim>
+IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedDecodeMmaKernel(PagedPrefillParams pp) {
+  static_assert(kDim % 16 == 0 && kDim <= kMmaFlashMaxHeadDim);
+  IRIS_SHARED uint32_t ks[kMmaFlashKeys * kMmaFlashKWords<kDim>];  // ks[key][dim pair]
+  IRIS_SHARED uint32_t vt[kDim * kMmaFlashVWords];                  // vt[dim][key pair]
+
+  const int64_t row = pp.decode_row_begin + static_cast<int64_t>(blockIdx.x);
+  // The sequence holding this row: the last s with query_start[s] <= row.
+  int lo = 0, hi = pp.num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (pp.query_start[mid] <= row) lo = mid; else hi = mid - 1;
+  }
+  const int s = lo;
+  const int q0 = pp.query_start[s], q_len = pp.query_start[s + 1] - q0;
+  const int keys = pp.context_lens[s] - q_len + static_cast<int>(row - q0) + 1;
+  const int group = pp.num_heads / pp.num_kv_heads;
+  MmaFlashBlock b;
+  b.start = 0;
+  b.n = group;
+  b.r_lo = 0;
+  b.r_hi = group;
+  b.h = 0;
+  b.g = static_cast<int>(blockIdx.z);
+  MmaFlashPlaceLane(b);  // blockIdx.y = 0: warp w holds tile rows [16w, 16w + 16)
+  b.key_end = keys;
+  b.visible_a = keys;
+  b.visible_b = keys;
+  // The tile's rows are the group's q heads, head_dim apart in the row; so are the outputs.
+  const int64_t first_head = static_cast<int64_t>(b.g) * group * pp.head_dim;
+  FlashVarlenParams p;
+  p.q = pp.q + row * pp.q_row_stride + first_head;
+  p.q_row_stride = pp.head_dim;
+  p.q_head_stride = 0;
+  p.out = pp.out + row * pp.out_row_stride + first_head;
+  p.out_row_stride = pp.head_dim;
+  p.head_dim = pp.head_dim;
+  p.scale = pp.scale;
+
+  const int64_t row_elems = static_cast<int64_t>(pp.num_kv_heads) * pp.head_dim;
+  const int32_t* table = pp.block_tables + static_cast<int64_t>(s) * pp.max_blocks_per_seq;
+  const int64_t head_at = static_cast<int64_t>(b.g) * pp.head_dim;
+  const auto slot_row = [&](int key) {
+    return (static_cast<int64_t>(table[key / pp.block_size]) * pp.block_size + key % pp.block_size) * row_elems +
+           head_at;
+  };
+  const auto k_row = [&](int key) { return pp.k_pool + slot_row(key); };
+  const auto v_row = [&](int key) { return pp.v_pool + slot_row(key); };
+
+  uint32_t qa[kDim / 16][4];
+  MmaFlashLoadQ<kDim, false>(p, b, qa);
+  MmaFlashRowState<kDim> st;
+  for (int kb = 0; kb < b.key_end; kb += kMmaFlashKeys) {
+    SyncThreads();  // the previous tile is read
+    MmaFlashLoadTileBf16Rows<kDim>(k_row, v_row, kb, b.key_end, pp.head_dim, b.tid, ks, vt);
+    SyncThreads();
+    if (b.warp_active) MmaFlashTile<kDim>(p, b, kb, qa, ks, vt, st);
   }
   MmaFlashStore<kDim, false>(p, b, st);
   SyncThreads();  // the shared tiles are read before a next block (harness) reuses them

@@ -11,7 +11,8 @@
 
 namespace iris::kernels::cuda {
 
-// The sequences from args.metadata.prefill_seq_begin on, every row of them, over bf16 pages.
+// The sequences from args.metadata.prefill_seq_begin on, every row of them, over bf16 pages (the
+// prefill kernel), and the rows before them (the decode kernel).
 inline PagedPrefillParams PagedPrefillParamsOf(const PagedAttentionArgs& args) {
   const PagedKvLayer& L = args.layer;
   const PagedMetadata& md = args.metadata;
@@ -34,6 +35,10 @@ inline PagedPrefillParams PagedPrefillParamsOf(const PagedAttentionArgs& args) {
   p.seq_begin = std::max(md.prefill_seq_begin, 0);
   p.seq_end = md.num_seqs;
   p.max_query_len = md.max_query_len;
+  // The decode rows: those before the first prefill sequence (the engine's order puts them first).
+  p.decode_row_begin = md.row_begin;
+  p.decode_row_end = std::clamp(md.prefill_row_begin, md.row_begin, md.row_end);
+  p.num_seqs = md.num_seqs;
   return p;
 }
 
