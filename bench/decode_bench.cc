@@ -72,10 +72,11 @@ ABSL_FLAG(bool, paged_prefill_mma, true,
           "GPU, bf16 with bf16 KV pages: a step's prefill rows attend on the tensor cores (64 rows a block), not a "
           "block per (row, head) on the CUDA cores (false: the latter); the prompt row is also timed with the other "
           "setting in the same run");
-ABSL_FLAG(bool, paged_decode_mma, false,
-          "GPU, bf16 with bf16 KV pages: a large batch's decode rows (rows x q heads > SMs) attend on the tensor cores "
-          "with a kv head's q heads as one tile's rows (CudaDevice::SetPagedDecodeMma; off by default until timed); "
-          "a same-run table times decode steps with it on and off at every batch it takes");
+ABSL_FLAG(std::string, decode_attention, "cuda-cores",
+          "GPU, bf16 with bf16 KV pages: how decode rows attend, cuda-cores (a block per row and q head), tensor-cores "
+          "(a large batch's rows with a kv head's q heads as one tile's rows) or tensor-cores-every-batch "
+          "(CudaDevice::SetDecodeAttention); a same-run table times decode steps on the CUDA cores and on the tensor "
+          "cores at every batch");
 ABSL_FLAG(bool, matmul_tuning, false,
           "GPU: prefill-sized matmuls (256 rows and more) run the fastest of cuBLASLt's candidates, timed on the first "
           "step of each shape (CudaDevice::SetMatmulTuning; the prompt row is the best of its repeats, so the tuning "
@@ -289,7 +290,15 @@ int main(int argc, char** argv) {
     gpu.SetBf16Handoff(absl::GetFlag(FLAGS_bf16_handoff));
     gpu.SetPagedPrefillMma(absl::GetFlag(FLAGS_paged_prefill_mma));
     gpu.SetMatmulTuning(absl::GetFlag(FLAGS_matmul_tuning));
-    gpu.SetPagedDecodeMma(absl::GetFlag(FLAGS_paged_decode_mma));
+    using DecodeAttention = kernels::cuda::CudaDevice::DecodeAttention;
+    const std::string decode_attention = absl::GetFlag(FLAGS_decode_attention);
+    if (decode_attention == "tensor-cores") {
+      gpu.SetDecodeAttention(DecodeAttention::kTensorCores);
+    } else if (decode_attention == "tensor-cores-every-batch") {
+      gpu.SetDecodeAttention(DecodeAttention::kTensorCoresEveryBatch);
+    } else if (decode_attention != "cuda-cores") {
+      Die("--decode_attention must be cuda-cores, tensor-cores or tensor-cores-every-batch, got " + decode_attention);
+    }
     if (const double share = absl::GetFlag(FLAGS_weight_prefetch); share != 0) {
       if (!(share > 0 && share <= 1)) Die("--weight_prefetch must be in [0, 1], got " + std::to_string(share));
       const auto bytes = static_cast<int64_t>(share * static_cast<double>(gpu.l2_bytes()));
@@ -502,38 +511,40 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Decode steps with the packed tensor-core decode attention on and off, alternating, at each
-  // batch it takes (bf16 pages, more (row, q head) pairs than SMs). Issued op by op (the graphs
-  // recorded one setting).
+  // Decode steps with the decode rows' attention on the CUDA cores and on the tensor cores (a kv
+  // head's q heads as one tile), alternating, at every batch (bf16 pages). Issued op by op (the
+  // graphs recorded one setting).
   struct DecodeAttentionRow {
     int batch;
-    double on_s, off_s;
+    double cuda_cores_s, tensor_cores_s;
+    bool large;  // whether --decode_attention=tensor-cores takes this batch
   };
   std::vector<DecodeAttentionRow> decode_attention_rows;
 #ifdef IRIS_HAVE_CUDA
   if (dev.kind() == kernels::DeviceKind::kCuda && bf16 && kv_dtype == core::DType::kBF16) {
     kernels::cuda::CudaDevice& gpu = kernels::cuda::AsCuda(dev);
-    const bool setting = gpu.paged_decode_mma();
-    std::fprintf(stderr, "decode_bench: decode attention on the tensor cores and on the CUDA cores...\n");
+    using DecodeAttention = kernels::cuda::CudaDevice::DecodeAttention;
+    const DecodeAttention setting = gpu.decode_attention();
+    std::fprintf(stderr, "decode_bench: decode attention on the CUDA cores and on the tensor cores...\n");
     for (int b : batches) {
-      if (int64_t{b} * tc.num_attention_heads <= gpu.sm_count()) continue;  // the packed kernel does not take it
       std::vector<llm::BlockTable*> tp;
       for (int s = 0; s < b; ++s) tp.push_back(&tables[s]);
       const std::vector<int64_t> ones(b, 1);
       std::vector<double> times[2];
       if (graphs) dec.PauseDecodeGraphs(true);
       for (int i = 0; i < kWarmup + steps; ++i) {
-        for (int on = 0; on < 2; ++on) {
+        for (int tc_on = 0; tc_on < 2; ++tc_on) {
           ReserveNextToken(cache, tp);
-          gpu.SetPagedDecodeMma(on == 1);
+          gpu.SetDecodeAttention(tc_on == 1 ? DecodeAttention::kTensorCoresEveryBatch : DecodeAttention::kCudaCores);
           const double s = RunStep(dec, cache, tp, ones);
-          if (i >= kWarmup) times[on].push_back(s);
+          if (i >= kWarmup) times[tc_on].push_back(s);
         }
       }
       if (graphs) dec.PauseDecodeGraphs(false);
-      gpu.SetPagedDecodeMma(setting);
+      gpu.SetDecodeAttention(setting);
       ResetTokens(cache, tp, context);
-      decode_attention_rows.push_back({b, Median(times[1]), Median(times[0])});
+      decode_attention_rows.push_back(
+          {b, Median(times[0]), Median(times[1]), int64_t{b} * tc.num_attention_heads > gpu.sm_count()});
     }
   }
 #endif
@@ -670,14 +681,16 @@ int main(int argc, char** argv) {
     std::printf("\ndecode graphs: %s\n", dev.records_graphs() ? "off (--graphs=false)" : "this device records none");
   }
   if (!decode_attention_rows.empty()) {
-    std::printf("\ndecode attention: a kv head's q heads as one tile on the tensor cores (--paged_decode_mma) against "
-                "a block per (row, q head) on the CUDA cores, decode steps issued op by op, alternating (median of %d "
-                "each):\n| batch | tensor cores ms/step | CUDA cores ms/step | tokens/s, tensor cores | CUDA cores | "
-                "speed-up |\n| ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    std::printf("\ndecode attention: a block per (row, q head) on the CUDA cores against a kv head's q heads as one "
+                "tile on the tensor cores (split over blocks where few rows), decode steps issued op by op, "
+                "alternating (median of %d each); --decode_attention=tensor-cores takes the batches marked yes:\n"
+                "| batch | CUDA cores ms/step | tensor cores ms/step | tokens/s, CUDA cores | tensor cores | speed-up | "
+                "tensor-cores takes it |\n| ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
                 steps);
     for (const DecodeAttentionRow& r : decode_attention_rows) {
-      std::printf("| %d | %.3f | %.3f | %.0f | %.0f | %.2fx |\n", r.batch, 1e3 * r.on_s, 1e3 * r.off_s, r.batch / r.on_s,
-                  r.batch / r.off_s, r.off_s / r.on_s);
+      std::printf("| %d | %.3f | %.3f | %.0f | %.0f | %.2fx | %s |\n", r.batch, 1e3 * r.cuda_cores_s,
+                  1e3 * r.tensor_cores_s, r.batch / r.cuda_cores_s, r.batch / r.tensor_cores_s,
+                  r.cuda_cores_s / r.tensor_cores_s, r.large ? "yes" : "no");
     }
   }
   if (absl::GetFlag(FLAGS_linears)) {

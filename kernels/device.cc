@@ -26,9 +26,9 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
                                                    "\" is not one of: tensor-cores, cuda-cores"));
   }
   if (!options.decode_attention.empty() && options.decode_attention != "tensor-cores" &&
-      options.decode_attention != "cuda-cores") {
+      options.decode_attention != "tensor-cores-every-batch" && options.decode_attention != "cuda-cores") {
     return absl::InvalidArgumentError(absl::StrCat("decode attention \"", options.decode_attention,
-                                                   "\" is not one of: cuda-cores, tensor-cores"));
+                                                   "\" is not one of: cuda-cores, tensor-cores, tensor-cores-every-batch"));
   }
   if (options.name == "cpu") {
     if (options.attention == "cudnn") {
@@ -41,9 +41,9 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     if (options.flash_pipeline) {
       return absl::InvalidArgumentError("the flash pipeline is for a CUDA device; the CPU runs iris's own kernel");
     }
-    if (options.decode_attention == "tensor-cores") {
-      return absl::InvalidArgumentError(
-          "decode attention \"tensor-cores\" is for a CUDA device; the CPU runs iris's own kernel");
+    if (options.decode_attention == "tensor-cores" || options.decode_attention == "tensor-cores-every-batch") {
+      return absl::InvalidArgumentError(absl::StrCat("decode attention \"", options.decode_attention,
+                                                     "\" is for a CUDA device; the CPU runs iris's own kernel"));
     }
     if (options.matmul_tuning) {
       return absl::InvalidArgumentError(
@@ -65,7 +65,11 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     (*device)->SetPagedPrefillMma(options.prefill_attention != "cuda-cores");
     (*device)->SetFlashPipeline(options.flash_pipeline);
     (*device)->SetMatmulTuning(options.matmul_tuning);
-    (*device)->SetPagedDecodeMma(options.decode_attention == "tensor-cores");
+    using DecodeAttention = cuda::CudaDevice::DecodeAttention;
+    (*device)->SetDecodeAttention(options.decode_attention == "tensor-cores" ? DecodeAttention::kTensorCores
+                                  : options.decode_attention == "tensor-cores-every-batch"
+                                      ? DecodeAttention::kTensorCoresEveryBatch
+                                      : DecodeAttention::kCudaCores);
     return std::unique_ptr<Device>(std::move(*device));
 #else
     return absl::UnimplementedError("device \"" + options.name +

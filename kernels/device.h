@@ -122,9 +122,10 @@ struct DeviceOptions {
   // pages: "tensor-cores" (kernels/cuda/paged_flash_mma.cuh, the default; empty means it) or
   // "cuda-cores" (a block per row and head, the decode rows' kernel). The CPU has its own kernel.
   std::string prefill_attention;
-  // CUDA: how a large batch's decode rows attend in the bf16 mode over bf16 pages: "cuda-cores"
-  // (a block per row and q head, the default; empty means it) or "tensor-cores" (a block per row
-  // and kv head, its q heads one tile's rows; CudaDevice::SetPagedDecodeMma, not yet timed).
+  // CUDA: how decode rows attend in the bf16 mode over bf16 pages: "cuda-cores" (a block per row
+  // and q head, the default; empty means it), "tensor-cores" (for a large batch, a block per row
+  // and kv head, its q heads one tile's rows) or "tensor-cores-every-batch"
+  // (CudaDevice::SetDecodeAttention; not yet timed).
   std::string decode_attention;
   // CUDA: the flash attention runs its pipelined kernel on the encoder's bf16 q/k/v rows
   // (CudaDevice::SetFlashPipeline; off by default until timed on a GPU).

@@ -94,15 +94,23 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
       // their partials live in the activation scratch, which nothing else uses during the
       // launch, and the device's split counters (sm_count ints: enough, as splits > 1 only where
       // rows x heads <= sm_count / 2) say which block merges them.
-      // Where the decode rows are more (row, head) blocks than the GPU has SMs, the packed
-      // tensor-core kernel reads each row's keys once per kv head instead (the device's switch;
-      // bf16 mode and pages, as the prefill kernel).
+      // The packed tensor-core kernel reads each decode row's keys once per kv head instead, where
+      // the device says (CudaDevice::decode_attention; bf16 mode and pages, as the prefill kernel).
       const int64_t decode_rows = decode_end - md.row_begin;
-      if (decode_rows > 0 && gpu.paged_decode_mma() && args.bf16 && L.dtype == core::DType::kBF16 &&
-          decode_rows * args.num_heads > gpu.sm_count() &&
+      if (decode_rows > 0 && gpu.DecodeOnTensorCores(decode_rows, args.num_heads) && args.bf16 &&
+          L.dtype == core::DType::kBF16 &&
           cuda::PagedDecodeMmaTakes(args.num_heads, L.num_kv_heads, L.head_dim, L.k, L.v)) {
         cuda::PagedPrefillParams pp = cuda::PagedPrefillParamsOf(args);
         pp.decode_row_end = decode_end;
+        // Few rows: each (row, kv head)'s keys split over blocks to fill the GPU, their partials in
+        // the activation scratch (nothing else uses it during the launch).
+        pp.splits = cuda::PagedDecodeMmaSplits(decode_rows, L.num_kv_heads, md.max_context_len, gpu.sm_count());
+        if (pp.splits > 1) {
+          pp.partials = static_cast<float*>(
+              gpu.ActivationScratch(cuda::PagedAttentionPartialBytes(decode_rows, args.num_heads, L.head_dim, pp.splits)));
+          if (pp.partials == nullptr) return;  // the device keeps the error
+          pp.split_counters = gpu.paged_split_counters();
+        }
         gpu.Check(cuda::LaunchPagedDecodeMma(gpu.stream(), pp), "PagedAttention: decode rows on the tensor cores");
       } else if (const int64_t rows = decode_rows; rows > 0) {
         const int splits = cuda::PagedAttentionSplits(rows, args.num_heads, gpu.sm_count());

@@ -43,9 +43,9 @@ ABSL_FLAG(std::string, prefill_attention, "tensor-cores",
           "with --device cuda and bf16: how prompts (prefill rows) attend over the KV cache, tensor-cores (64 rows a "
           "block) or cuda-cores (a block per row and head, the decode kernel)");
 ABSL_FLAG(std::string, decode_attention, "cuda-cores",
-          "with --device cuda and bf16: how a large batch's decode rows attend over the KV cache, cuda-cores (a block "
-          "per row and q head) or tensor-cores (a block per row and kv head, its q heads one tile's rows; not yet "
-          "timed on a GPU)");
+          "with --device cuda and bf16: how decode rows attend over the KV cache, cuda-cores (a block per row and q "
+          "head), tensor-cores (for a batch of more rows x q heads than SMs, a block per row and kv head, its q heads "
+          "one tile's rows) or tensor-cores-every-batch; not yet timed on a GPU");
 ABSL_FLAG(bool, flash_pipeline, false,
           "with --device cuda and bf16: the encoder's flash attention runs its pipelined kernel (the next K/V tile "
           "copied to shared memory while the warps compute; same result; not yet timed on a GPU)");

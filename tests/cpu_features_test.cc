@@ -179,7 +179,8 @@ TEST(CpuFeaturesTest, DeviceRunsTheChosenTier) {
     EXPECT_TRUE(CreateDevice(options).ok()) << ok;
   }
   for (const auto& [name, message] :
-       {std::pair{"tensor-cores", "is for a CUDA device"}, {"packed", "not one of: cuda-cores, tensor-cores"}}) {
+       {std::pair{"tensor-cores", "is for a CUDA device"}, {"tensor-cores-every-batch", "is for a CUDA device"},
+        {"packed", "not one of: cuda-cores, tensor-cores, tensor-cores-every-batch"}}) {
     options.decode_attention = name;
     const absl::Status s = CreateDevice(options).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;

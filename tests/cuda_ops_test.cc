@@ -396,10 +396,10 @@ TEST(CudaOpsTest, PagedPrefillRowsOnTensorCoresMeetTheDefinition) {
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
 }
 
-// A large batch's decode rows with the packed tensor-core kernel on (CudaDevice::SetPagedDecodeMma):
+// A large batch's decode rows with the packed tensor-core kernel on (CudaDevice::SetDecodeAttention):
 // more (row, q head) pairs than the GPU has SMs, so the dispatch point gives them to it; they
 // meet the bf16 definition, and so do the prefill rows after them. A step of fewer decode rows
-// keeps the CUDA-core kernel's f32 products even with the switch on.
+// keeps the CUDA-core kernel's f32 products, unless every batch is the tensor cores'.
 TEST(CudaOpsTest, LargeBatchDecodeRowsOnTensorCoresMeetTheDefinition) {
   auto g = MakeGpu();
   ASSERT_NE(g, nullptr);
@@ -414,7 +414,8 @@ TEST(CudaOpsTest, LargeBatchDecodeRowsOnTensorCoresMeetTheDefinition) {
                              /*block_step=*/37, /*block_offset=*/3);
   ASSERT_EQ(c.meta.prefill_row_begin, decodes);
   const PagedMetadata md = OnGpu(*g, c.meta);
-  g->cuda().SetPagedDecodeMma(true);
+  using DecodeAttention = cuda::CudaDevice::DecodeAttention;
+  g->cuda().SetDecodeAttention(DecodeAttention::kTensorCores);
   PagedAttentionArgs a = c.Args(g->Up(c.q), g->Up(std::vector<float>(c.q.size(), NAN)), g->Up(c.kb), g->Up(c.vb),
                                 /*bf16_pool=*/true);
   a.metadata = md;
@@ -431,7 +432,12 @@ TEST(CudaOpsTest, LargeBatchDecodeRowsOnTensorCoresMeetTheDefinition) {
   b.bf16 = true;
   PagedAttention(gpu, b);
   ExpectCloseRel(g->Down(b.out, few.q.size()), few.Reference(/*bf16=*/true), 2e-5f, "few decode rows");
-  g->cuda().SetPagedDecodeMma(false);
+  // ... unless every batch is the tensor cores' (then split over blocks to fill the GPU).
+  g->cuda().SetDecodeAttention(DecodeAttention::kTensorCoresEveryBatch);
+  b.out = g->Up(std::vector<float>(few.q.size(), NAN));
+  PagedAttention(gpu, b);
+  testing::ExpectWithinPagedBf16Rounding(g->Down(b.out, few.q.size()), few, 0, "few decode rows, split");
+  g->cuda().SetDecodeAttention(DecodeAttention::kCudaCores);
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
 }
 

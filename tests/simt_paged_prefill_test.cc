@@ -51,11 +51,13 @@ TEST(PagedPrefillMmaOnSimtTest, MatchesTheDefinitionThroughTheBlockTables) {
 }
 
 // The decode kernel with GQA packing (a block per (row, kv head), the kv head's q heads as the
-// tile's rows): its rows against the same reference, the rows after them untouched. Once also
-// every row of the step through it, prefill chunks included, which checks that a row sees exactly
-// the keys up to its position.
-void CheckPagedDecode(int kv_heads, int heads, int head_dim, bool also_every_row = false) {
-  SCOPED_TRACE(::testing::Message() << kv_heads << " kv heads, " << heads << " heads, head_dim " << head_dim);
+// tile's rows): its rows against the same reference, the rows after them untouched, with the keys
+// split over `splits` blocks (the last to arrive merges; the counters are left at zero). Once
+// also every row of the step through it, prefill chunks included, which checks that a row sees
+// exactly the keys up to its position.
+void CheckPagedDecode(int kv_heads, int heads, int head_dim, int splits, bool also_every_row = false) {
+  SCOPED_TRACE(::testing::Message() << kv_heads << " kv heads, " << heads << " heads, head_dim " << head_dim << ", "
+                                    << splits << " splits");
   // Four decodes (one of a single key, one past two 64-key tiles), then a 70-row chunk after 130
   // cached tokens, a whole 20-token prompt and a decode after them.
   const testing::PagedCase c(kv_heads, heads, head_dim, /*num_blocks=*/48,
@@ -72,7 +74,15 @@ void CheckPagedDecode(int kv_heads, int heads, int head_dim, bool also_every_row
     ASSERT_EQ(p.decode_row_begin, 0);
     ASSERT_EQ(p.decode_row_end, 4);
     if (every_row) p.decode_row_end = c.rows;
-    const Dim3 grid(static_cast<int>(p.decode_row_end - p.decode_row_begin), 1, kv_heads);
+    const int64_t rows = p.decode_row_end - p.decode_row_begin;
+    std::vector<float> partials(static_cast<size_t>(rows * heads * splits * (head_dim + 2)), NAN);
+    std::vector<int> counters(static_cast<size_t>(rows * kv_heads), 0);
+    p.splits = splits;
+    if (splits > 1) {
+      p.partials = partials.data();
+      p.split_counters = counters.data();
+    }
+    const Dim3 grid(static_cast<int>(rows), splits, kv_heads);
     WithMmaFlashDim(head_dim, [&](auto dim) {
       Launch(grid, Dim3(kMmaFlashThreads), PagedDecodeMmaKernel<decltype(dim)::value>, p);
     });
@@ -80,15 +90,29 @@ void CheckPagedDecode(int kv_heads, int heads, int head_dim, bool also_every_row
     for (int64_t i = p.decode_row_end * c.row_stride(); i < static_cast<int64_t>(got.size()); ++i) {
       ASSERT_TRUE(std::isnan(got[i])) << "row " << i / c.row_stride() << " was written";
     }
+    for (const int n : counters) ASSERT_EQ(n, 0) << "a split counter was not left at zero";
   }
 }
 
 TEST(PagedDecodeMmaOnSimtTest, PacksAKvHeadsQHeadsIntoOneTile) {
-  CheckPagedDecode(2, 16, 128, /*also_every_row=*/true);  // the 3b decoder: 8 q heads a kv head
-  CheckPagedDecode(4, 28, 128);  // the 7b: 7
-  CheckPagedDecode(2, 16, 80);
-  CheckPagedDecode(4, 4, 64);    // no grouping: one row a tile
-  CheckPagedDecode(1, 40, 64);   // 40 q heads on one kv head: three warps' rows
+  CheckPagedDecode(2, 16, 128, 1, /*also_every_row=*/true);  // the 3b decoder: 8 q heads a kv head
+  CheckPagedDecode(2, 16, 128, 4);  // splits: a 1-key row's last three have no key
+  CheckPagedDecode(4, 28, 128, 3);  // the 7b: 7
+  CheckPagedDecode(2, 16, 80, 1);
+  CheckPagedDecode(4, 4, 64, 7);    // no grouping: one row a tile
+  CheckPagedDecode(1, 40, 64, 2);   // 40 q heads on one kv head: three warps' rows
+}
+
+// The host's choice of splits: about two blocks an SM, no more than the longest row's tiles
+// (or 64), none where the (row, kv head) pairs fill the GPU or outnumber its split counters.
+TEST(PagedDecodeMmaOnSimtTest, SplitsFillTheGpuWithinTheLongestRowsTiles) {
+  EXPECT_EQ(PagedDecodeMmaSplits(1, 2, 512, 132), 8);       // 8 tiles of 64 keys
+  EXPECT_EQ(PagedDecodeMmaSplits(1, 2, 100000, 132), 64);   // the cap
+  EXPECT_EQ(PagedDecodeMmaSplits(50, 2, 4096, 132), 3);     // 100 pairs: ceil(264 / 100)
+  EXPECT_EQ(PagedDecodeMmaSplits(66, 2, 4096, 132), 2);
+  EXPECT_EQ(PagedDecodeMmaSplits(67, 2, 4096, 132), 1);     // 134 pairs: past the counters
+  EXPECT_EQ(PagedDecodeMmaSplits(4, 2, 10, 132), 1);        // one tile: nothing to split
+  EXPECT_EQ(PagedDecodeMmaSplits(0, 2, 512, 132), 1);
 }
 
 TEST(PagedDecodeMmaOnSimtTest, TakesAtMost64QHeadsAKvHead) {

@@ -95,9 +95,12 @@ int LaunchPagedDecodeMma(CUstream_st* stream, const PagedPrefillParams& p) {
   }
   const int64_t rows = p.decode_row_end - p.decode_row_begin;
   if (rows <= 0) return 0;
-  if (rows > 2147483647 || p.num_kv_heads > 65535) return static_cast<int>(cudaErrorInvalidValue);  // grid x, z
+  if (rows > 2147483647 || p.splits < 1 || p.splits > 65535 || p.num_kv_heads > 65535 ||  // grid x, y, z
+      (p.splits > 1 && (p.partials == nullptr || p.split_counters == nullptr))) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   static_assert(kMmaFlashRows == 64, "PagedDecodeMmaTakes's limit");
-  const dim3 grid(static_cast<unsigned>(rows), 1, static_cast<unsigned>(p.num_kv_heads));
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(p.splits), static_cast<unsigned>(p.num_kv_heads));
   WithMmaFlashDim(p.head_dim, [&](auto dim) {
     PagedDecodeMmaKernel<decltype(dim)::value><<<grid, kMmaFlashThreads, 0, stream>>>(p);
   });

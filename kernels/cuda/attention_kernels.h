@@ -2,6 +2,7 @@
 // parameters as plain data (no CUDA header needed by callers) and the launch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 struct CUstream_st;
@@ -74,6 +75,12 @@ struct PagedPrefillParams {
   // the search for a row's sequence.
   int64_t decode_row_begin = 0, decode_row_end = 0;
   int num_seqs = 0;
+  // The decode kernel's splits (PagedDecodeMmaSplits; 1: none): each (row, q head, split)'s
+  // partial in `partials` (PagedAttentionPartialBytes), and an int per (row, kv head) in
+  // `split_counters`, zero before the launch and after it.
+  int splits = 1;
+  float* partials = nullptr;
+  int* split_counters = nullptr;
 };
 
 // Whether LaunchPagedPrefillMma takes a cache of this shape: head dims up to 128 (the tensor-core
@@ -95,6 +102,17 @@ inline bool PagedDecodeMmaTakes(int num_heads, int num_kv_heads, int head_dim, c
          PagedPrefillMmaTakes(head_dim, k_pool, v_pool);
 }
 int LaunchPagedDecodeMma(CUstream_st* stream, const PagedPrefillParams& p);
+
+// How many blocks the decode kernel splits each (row, kv head)'s keys over: about two blocks an
+// SM in all (its occupancy at head dim 128), no split with no 64-key tile of the longest context,
+// at most 64; none where the pairs fill the GPU already or outnumber the sm_count split counters.
+inline int PagedDecodeMmaSplits(int64_t rows, int num_kv_heads, int64_t max_context, int sm_count) {
+  const int64_t pairs = rows * num_kv_heads;
+  if (pairs <= 0 || pairs > sm_count) return 1;
+  const int64_t tiles = (max_context + 63) / 64;
+  const int64_t want = (2 * int64_t{sm_count} + pairs - 1) / pairs;
+  return static_cast<int>(std::max<int64_t>(1, std::min({want, tiles, int64_t{64}})));
+}
 
 // Head dims up to kFlashMaxHeadDim (128); cudaErrorInvalidValue (as int) otherwise.
 int LaunchFlashVarlen(CUstream_st* stream, const FlashVarlenParams& p);

@@ -145,15 +145,22 @@ class CudaDevice final : public Device {
   bool paged_prefill_mma() const { return paged_prefill_mma_; }
   void SetPagedPrefillMma(bool mma) { paged_prefill_mma_ = mma; }
 
-  // Whether a step's decode rows, where they are more (row, q head) pairs than the GPU has SMs
-  // (a large batch), attend on the tensor cores with a kv head's q heads as one tile's rows
-  // (paged_flash_mma.cuh's PagedDecodeMmaKernel: a block per (row, kv head), the row's keys read
-  // once for all its q heads, where the CUDA-core kernel reads them once per q head in a block of
-  // its own). bf16 mode over bf16 pages; the bf16 mode's numerics (q and the probabilities
-  // rounded to bf16). Off by default until a GPU has timed it (decode_bench --paged_decode_mma,
-  // which also times the other setting in the same run).
-  bool paged_decode_mma() const { return paged_decode_mma_; }
-  void SetPagedDecodeMma(bool mma) { paged_decode_mma_ = mma; }
+  // How a step's decode rows attend in the bf16 mode over bf16 pages: kCudaCores, a block per
+  // (row, q head) (kernels.cuh's PagedAttentionKernel, the default); kTensorCores, where the rows
+  // are more (row, q head) pairs than the GPU has SMs (a large batch), on the tensor cores with a
+  // kv head's q heads as one tile's rows (paged_flash_mma.cuh's PagedDecodeMmaKernel: a block per
+  // (row, kv head), the row's keys read once for all its q heads, split over blocks where few);
+  // kTensorCoresEveryBatch, that kernel at every batch (to time it). The tensor-core kernel has
+  // the bf16 mode's numerics (q and the probabilities rounded to bf16). kCudaCores until a GPU
+  // has timed the other (decode_bench --decode_attention, which times both in the same run).
+  enum class DecodeAttention { kCudaCores, kTensorCores, kTensorCoresEveryBatch };
+  DecodeAttention decode_attention() const { return decode_attention_; }
+  void SetDecodeAttention(DecodeAttention a) { decode_attention_ = a; }
+  // Whether `rows` decode rows of `num_heads` q heads go to the tensor-core kernel under it.
+  bool DecodeOnTensorCores(int64_t rows, int num_heads) const {
+    return decode_attention_ == DecodeAttention::kTensorCoresEveryBatch ||
+           (decode_attention_ == DecodeAttention::kTensorCores && rows * num_heads > sm_count());
+  }
 
   // Whether the GEMVs, the decode rotary + KV write and the paged attention are launched to start
   // early (programmatic dependent launch, sm_90 and later: LaunchGemvBf16's,
@@ -201,7 +208,7 @@ class CudaDevice final : public Device {
   bool bf16_handoff_ = true;
   bool flash_pipeline_ = false;
   bool paged_prefill_mma_ = true;
-  bool paged_decode_mma_ = false;
+  DecodeAttention decode_attention_ = DecodeAttention::kCudaCores;
   bool early_start_;
   int64_t weight_prefetch_bytes_ = 0;
   bool matmul_tuning_ = false;

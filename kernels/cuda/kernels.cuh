@@ -15,6 +15,7 @@
 #include "kernels/cuda/bf16_bits.cuh"
 #include "kernels/cuda/row_math.cuh"
 #include "kernels/cuda/simt.h"
+#include "kernels/cuda/split_merge.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace iris::kernels::cuda {
@@ -499,51 +500,6 @@ IRIS_GLOBAL void RotaryQKWriteKvKernel(float* q, int64_t q_stride, int q_heads, 
 constexpr int kPagedWarps = 8;        // a block: 8 warps (256 threads)
 constexpr int kPagedMaxHeadDim = 256;
 constexpr int kPagedDimsPerLane = kPagedMaxHeadDim / 32;
-
-// Where split z of (step row r, head h) keeps its partial [m, l, acc[head_dim]].
-IRIS_HOST_DEVICE int64_t PagedPartialIndex(int64_t r, int h, int num_heads, int z, int splits, int head_dim) {
-  return ((r * num_heads + h) * splits + z) * (2 + static_cast<int64_t>(head_dim));
-}
-
-// How the merges below read partials: plainly (a block's own, in shared memory), or through the
-// L2 (other blocks' writes in global memory, LoadCoherent).
-struct PlainLoad {
-  IRIS_DEVICE float operator()(const float* p) const { return *p; }
-};
-struct CoherentLoad {
-  IRIS_DEVICE float operator()(const float* p) const { return LoadCoherent(p); }
-};
-
-// Merging online-softmax partials (the warps of a block, or the splits of a row): partial i has
-// maximum m[i * stride], sum l[i * stride] and unnormalised accumulator acc[i * acc_stride]
-// (m = -inf: no keys). The common maximum, and the sum rescaled to it:
-template <typename Load = PlainLoad>
-IRIS_DEVICE void MergedMaxAndSum(const float* m, const float* l, int64_t stride, int n, float* big, float* total,
-                                 Load load = {}) {
-  float b = -INFINITY;
-  for (int i = 0; i < n; ++i) {
-    const float mi = load(m + i * stride);
-    b = mi > b ? mi : b;
-  }
-  float t = 0.f;
-  for (int i = 0; i < n; ++i) {
-    const float mi = load(m + i * stride);
-    t += mi == -INFINITY ? 0.f : load(l + i * stride) * expf(mi - b);
-  }
-  *big = b;
-  *total = t;
-}
-// ... and one accumulator element rescaled to the common maximum `big`.
-template <typename Load = PlainLoad>
-IRIS_DEVICE float MergedAcc(const float* m, int64_t stride, const float* acc, int64_t acc_stride, int n, float big,
-                            Load load = {}) {
-  float sum = 0.f;
-  for (int i = 0; i < n; ++i) {
-    const float mi = load(m + i * stride);
-    if (mi != -INFINITY) sum += load(acc + i * acc_stride) * expf(mi - big);
-  }
-  return sum;
-}
 
 // q·k of one key, computed whole by one lane (q in shared memory). Rows whose address and length
 // allow it are read 16 bytes at a time, kKeyDotBatch loads issued before their products (a bf16

@@ -22,6 +22,7 @@
 #include "kernels/cuda/bf16_bits.cuh"
 #include "kernels/cuda/flash_mma.cuh"
 #include "kernels/cuda/simt.h"
+#include "kernels/cuda/split_merge.cuh"
 
 namespace iris::kernels::cuda {
 
@@ -85,21 +86,55 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedP
   SyncThreads();  // the shared tiles are read before a next block (harness) reuses them
 }
 
-// Decode rows with GQA packing: a block per (step row, kv head) (grid (rows, 1, num_kv_heads)),
-// whose tile rows are that kv head's q heads at the row (q heads g * G + [0, G), G = num_heads /
-// num_kv_heads, at most 64): the row's keys, through its block table, are loaded once into
-// shared memory for all G heads, where PagedAttentionKernel reads them again for each q head (a
-// block per (row, q head)), G times the L2 traffic and G times the blocks. The rows see keys [0,
-// position] (position = context_len - q_len + the row's index in its sequence: a decode row sees
-// its whole context). The tile rows past G are zeros, never stored; warps whose 16 rows are all
-// past G only help load the tiles. The prefill kernel's numerics.
+// The lane's rows' online-softmax state as a split's partial [m, l, acc] (acc unnormalised; m =
+// -inf and l = 0 where the split saw no key), at part_of(r) for tile row r < r_hi.
+template <int kDim, typename PartOf>
+IRIS_DEVICE void MmaFlashStorePartial(const MmaFlashBlock& b, int hd, MmaFlashRowState<kDim>& st, PartOf part_of) {
+  if (!b.warp_active) return;
+IRIS_UNROLL
+  for (int x = 0; x < 2; ++x) {
+    st.l[x] += ShflXor(st.l[x], 1);
+    st.l[x] += ShflXor(st.l[x], 2);
+  }
+IRIS_UNROLL
+  for (int x = 0; x < 2; ++x) {
+    const int r = b.row_a + 8 * x;
+    if (r < b.r_lo || r >= b.r_hi) continue;
+    float* part = part_of(r);
+    if (b.t == 0) {
+      part[0] = st.m[x];
+      part[1] = st.l[x];
+    }
+IRIS_UNROLL
+    for (int c = 0; c < kDim / 8; ++c) {
+      const int d = 8 * c + 2 * b.t;
+      if (d < hd) part[2 + d] = st.acc[c][2 * x];
+      if (d + 1 < hd) part[3 + d] = st.acc[c][2 * x + 1];
+    }
+  }
+}
+
+// Decode rows with GQA packing: a block per (step row, split, kv head) (grid (rows, splits,
+// num_kv_heads)), whose tile rows are that kv head's q heads at the row (q heads g * G + [0, G),
+// G = num_heads / num_kv_heads, at most 64): the row's keys, through its block table, are loaded
+// once into shared memory for all G heads, where PagedAttentionKernel reads them again for each q
+// head (a block per (row, q head)), G times the L2 traffic and G times the blocks. The rows see
+// keys [0, position] (position = context_len - q_len + the row's index in its sequence: a decode
+// row sees its whole context). The tile rows past G are zeros, never stored; warps whose 16 rows
+// are all past G only help load the tiles. The prefill kernel's numerics.
+// With splits (gridDim.y > 1: few rows, to fill the GPU), split y takes its share of the row's
+// 64-key tiles and writes partials (pp.partials, PagedPartialIndex's layout); the last split of a
+// (row, kv head) to arrive (pp.split_counters[row index * num_kv_heads + g], left at zero) merges
+// them into the output, as PagedAttentionKernel's splits do.
 template <int kDim>
 IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedDecodeMmaKernel(PagedPrefillParams pp) {
   static_assert(kDim % 16 == 0 && kDim <= kMmaFlashMaxHeadDim);
   IRIS_SHARED uint32_t ks[kMmaFlashKeys * kMmaFlashKWords<kDim>];  // ks[key][dim pair]
   IRIS_SHARED uint32_t vt[kDim * kMmaFlashVWords];                  // vt[dim][key pair]
+  IRIS_SHARED int merges_splits;
 
-  const int64_t row = pp.decode_row_begin + static_cast<int64_t>(blockIdx.x);
+  const int64_t row_index = blockIdx.x;
+  const int64_t row = pp.decode_row_begin + row_index;
   // The sequence holding this row: the last s with query_start[s] <= row.
   int lo = 0, hi = pp.num_seqs - 1;
   while (lo < hi) {
@@ -110,6 +145,7 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
   const int q0 = pp.query_start[s], q_len = pp.query_start[s + 1] - q0;
   const int keys = pp.context_lens[s] - q_len + static_cast<int>(row - q0) + 1;
   const int group = pp.num_heads / pp.num_kv_heads;
+  const int splits = static_cast<int>(gridDim.y), split = static_cast<int>(blockIdx.y);
   MmaFlashBlock b;
   b.start = 0;
   b.n = group;
@@ -117,7 +153,10 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
   b.r_hi = group;
   b.h = 0;
   b.g = static_cast<int>(blockIdx.z);
-  MmaFlashPlaceLane(b);  // blockIdx.y = 0: warp w holds tile rows [16w, 16w + 16)
+  MmaFlashPlaceLane(b);  // with blockIdx.y read as 0: warp w holds tile rows [16w, 16w + 16)
+  b.warp_row0 = b.warp * 16;
+  b.warp_active = b.warp_row0 < b.r_hi;
+  b.row_a = b.warp_row0 + b.group;
   b.key_end = keys;
   b.visible_a = keys;
   b.visible_b = keys;
@@ -142,17 +181,52 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
   const auto k_row = [&](int key) { return pp.k_pool + slot_row(key); };
   const auto v_row = [&](int key) { return pp.v_pool + slot_row(key); };
 
+  // This split's tiles: the row's ceil(keys / 64) in `splits` runs of `per` (the last runs may be
+  // short or empty).
+  const int tiles = (keys + kMmaFlashKeys - 1) / kMmaFlashKeys;
+  const int per = (tiles + splits - 1) / splits;
+  const int kb_begin = split * per * kMmaFlashKeys;
+  const int kb_end = (split + 1) * per * kMmaFlashKeys < keys ? (split + 1) * per * kMmaFlashKeys : keys;
+
   uint32_t qa[kDim / 16][4];
   MmaFlashLoadQ<kDim, false>(p, b, qa);
   MmaFlashRowState<kDim> st;
-  for (int kb = 0; kb < b.key_end; kb += kMmaFlashKeys) {
+  for (int kb = kb_begin; kb < kb_end; kb += kMmaFlashKeys) {
     SyncThreads();  // the previous tile is read
     MmaFlashLoadTileBf16Rows<kDim>(k_row, v_row, kb, b.key_end, pp.head_dim, b.tid, ks, vt);
     SyncThreads();
     if (b.warp_active) MmaFlashTile<kDim>(p, b, kb, qa, ks, vt, st);
   }
-  MmaFlashStore<kDim, false>(p, b, st);
-  SyncThreads();  // the shared tiles are read before a next block (harness) reuses them
+  if (splits == 1) {
+    MmaFlashStore<kDim, false>(p, b, st);
+    SyncThreads();  // the shared tiles are read before a next block (harness) reuses them
+    return;
+  }
+  const int hd = pp.head_dim;
+  MmaFlashStorePartial<kDim>(b, hd, st, [&](int r) {
+    return pp.partials + PagedPartialIndex(row_index, b.g * group + r, pp.num_heads, split, splits, hd);
+  });
+  ThreadFence();  // this thread's share of the partials is visible GPU-wide before the arrival counts
+  SyncThreads();
+  if (b.tid == 0) {
+    int* counter = pp.split_counters + row_index * pp.num_kv_heads + b.g;
+    const bool last = AtomicAddInt(counter, 1) == splits - 1;
+    if (last) *counter = 0;  // every split has arrived: zero again for the next launch
+    merges_splits = last ? 1 : 0;
+  }
+  SyncThreads();
+  if (merges_splits != 0) {
+    ThreadFence();
+    const int64_t ps = 2 + static_cast<int64_t>(hd);
+    for (int e = b.tid; e < group * hd; e += static_cast<int>(blockDim.x)) {
+      const int r = e / hd, d = e % hd;
+      const float* part = pp.partials + PagedPartialIndex(row_index, b.g * group + r, pp.num_heads, 0, splits, hd);
+      float top, sum_l;
+      MergedMaxAndSum(part, part + 1, ps, splits, &top, &sum_l, CoherentLoad{});
+      p.out[static_cast<int64_t>(r) * hd + d] = MergedAcc(part, ps, part + 2 + d, ps, splits, top, CoherentLoad{}) / sum_l;
+    }
+  }
+  SyncThreads();  // the shared tiles and flag are read before a next block (harness) reuses them
 }
 
 }  // namespace iris::kernels::cuda
