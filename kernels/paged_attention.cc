@@ -104,7 +104,7 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
         pp.decode_row_end = decode_end;
         // Few rows: each (row, kv head)'s keys split over blocks to fill the GPU, their partials in
         // the activation scratch (nothing else uses it during the launch).
-        pp.splits = cuda::PagedDecodeMmaSplits(decode_rows, L.num_kv_heads, md.max_context_len, gpu.sm_count());
+        pp.splits = cuda::PagedDecodeMmaSplits(decode_rows, L.num_kv_heads, gpu.sm_count());
         if (pp.splits > 1) {
           pp.partials = static_cast<float*>(
               gpu.ActivationScratch(cuda::PagedAttentionPartialBytes(decode_rows, args.num_heads, L.head_dim, pp.splits)));

@@ -100,19 +100,19 @@ TEST(PagedDecodeMmaOnSimtTest, PacksAKvHeadsQHeadsIntoOneTile) {
   CheckPagedDecode(4, 28, 128, 3);  // the 7b: 7
   CheckPagedDecode(2, 16, 80, 1);
   CheckPagedDecode(4, 4, 64, 7);    // no grouping: one row a tile
+  CheckPagedDecode(2, 16, 64, kPagedDecodeMmaMaxSplits);  // the most: short rows' splits mostly empty
   CheckPagedDecode(1, 40, 64, 2);   // 40 q heads on one kv head: three warps' rows
 }
 
-// The host's choice of splits: about two blocks an SM, no more than the longest row's tiles
-// (or 64), none where the (row, kv head) pairs fill the GPU or outnumber its split counters.
-TEST(PagedDecodeMmaOnSimtTest, SplitsFillTheGpuWithinTheLongestRowsTiles) {
-  EXPECT_EQ(PagedDecodeMmaSplits(1, 2, 512, 132), 8);       // 8 tiles of 64 keys
-  EXPECT_EQ(PagedDecodeMmaSplits(1, 2, 100000, 132), 64);   // the cap
-  EXPECT_EQ(PagedDecodeMmaSplits(50, 2, 4096, 132), 3);     // 100 pairs: ceil(264 / 100)
-  EXPECT_EQ(PagedDecodeMmaSplits(66, 2, 4096, 132), 2);
-  EXPECT_EQ(PagedDecodeMmaSplits(67, 2, 4096, 132), 1);     // 134 pairs: past the counters
-  EXPECT_EQ(PagedDecodeMmaSplits(4, 2, 10, 132), 1);        // one tile: nothing to split
-  EXPECT_EQ(PagedDecodeMmaSplits(0, 2, 512, 132), 1);
+// The host's choice of splits: about two blocks an SM, at most 16, none where the (row, kv head)
+// pairs fill the GPU or outnumber its split counters; never by context (a decode graph replays at
+// other contexts than it was recorded at).
+TEST(PagedDecodeMmaOnSimtTest, SplitsFillTheGpuWhateverTheContext) {
+  EXPECT_EQ(PagedDecodeMmaSplits(1, 2, 132), kPagedDecodeMmaMaxSplits);  // the cap
+  EXPECT_EQ(PagedDecodeMmaSplits(50, 2, 132), 3);  // 100 pairs: ceil(264 / 100)
+  EXPECT_EQ(PagedDecodeMmaSplits(66, 2, 132), 2);
+  EXPECT_EQ(PagedDecodeMmaSplits(67, 2, 132), 1);  // 134 pairs: past the counters
+  EXPECT_EQ(PagedDecodeMmaSplits(0, 2, 132), 1);
 }
 
 TEST(PagedDecodeMmaOnSimtTest, TakesAtMost64QHeadsAKvHead) {

@@ -95,7 +95,7 @@ int LaunchPagedDecodeMma(CUstream_st* stream, const PagedPrefillParams& p) {
   }
   const int64_t rows = p.decode_row_end - p.decode_row_begin;
   if (rows <= 0) return 0;
-  if (rows > 2147483647 || p.splits < 1 || p.splits > 65535 || p.num_kv_heads > 65535 ||  // grid x, y, z
+  if (rows > 2147483647 || p.splits < 1 || p.splits > kPagedDecodeMmaMaxSplits || p.num_kv_heads > 65535 ||
       (p.splits > 1 && (p.partials == nullptr || p.split_counters == nullptr))) {
     return static_cast<int>(cudaErrorInvalidValue);
   }

@@ -75,7 +75,7 @@ struct PagedPrefillParams {
   // the search for a row's sequence.
   int64_t decode_row_begin = 0, decode_row_end = 0;
   int num_seqs = 0;
-  // The decode kernel's splits (PagedDecodeMmaSplits; 1: none): each (row, q head, split)'s
+  // The decode kernel's splits (PagedDecodeMmaSplits; 1: none, at most kPagedDecodeMmaMaxSplits): each (row, q head, split)'s
   // partial in `partials` (PagedAttentionPartialBytes), and an int per (row, kv head) in
   // `split_counters`, zero before the launch and after it.
   int splits = 1;
@@ -104,14 +104,16 @@ inline bool PagedDecodeMmaTakes(int num_heads, int num_kv_heads, int head_dim, c
 int LaunchPagedDecodeMma(CUstream_st* stream, const PagedPrefillParams& p);
 
 // How many blocks the decode kernel splits each (row, kv head)'s keys over: about two blocks an
-// SM in all (its occupancy at head dim 128), no split with no 64-key tile of the longest context,
-// at most 64; none where the pairs fill the GPU already or outnumber the sm_count split counters.
-inline int PagedDecodeMmaSplits(int64_t rows, int num_kv_heads, int64_t max_context, int sm_count) {
+// SM in all (its occupancy at head dim 128), at most kPagedDecodeMmaMaxSplits; none where the
+// pairs fill the GPU already or outnumber the sm_count split counters. Not by context length: a
+// decode graph recorded at one context replays at every other (a split past a short row's keys
+// only writes an empty partial).
+constexpr int kPagedDecodeMmaMaxSplits = 16;
+inline int PagedDecodeMmaSplits(int64_t rows, int num_kv_heads, int sm_count) {
   const int64_t pairs = rows * num_kv_heads;
   if (pairs <= 0 || pairs > sm_count) return 1;
-  const int64_t tiles = (max_context + 63) / 64;
   const int64_t want = (2 * int64_t{sm_count} + pairs - 1) / pairs;
-  return static_cast<int>(std::max<int64_t>(1, std::min({want, tiles, int64_t{64}})));
+  return static_cast<int>(std::clamp<int64_t>(want, 1, kPagedDecodeMmaMaxSplits));
 }
 
 // Head dims up to kFlashMaxHeadDim (128); cudaErrorInvalidValue (as int) otherwise.

@@ -132,6 +132,7 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
   IRIS_SHARED uint32_t ks[kMmaFlashKeys * kMmaFlashKWords<kDim>];  // ks[key][dim pair]
   IRIS_SHARED uint32_t vt[kDim * kMmaFlashVWords];                  // vt[dim][key pair]
   IRIS_SHARED int merges_splits;
+  IRIS_SHARED float split_weight[kMmaFlashRows][kPagedDecodeMmaMaxSplits];  // the merging block's
 
   const int64_t row_index = blockIdx.x;
   const int64_t row = pp.decode_row_begin + row_index;
@@ -217,13 +218,30 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
   SyncThreads();
   if (merges_splits != 0) {
     ThreadFence();
+    // Each row's weight for each split, exp(m_z - max) / the rescaled sum, once (a thread a row),
+    // then each output element is its splits' accumulators so weighted.
     const int64_t ps = 2 + static_cast<int64_t>(hd);
-    for (int e = b.tid; e < group * hd; e += static_cast<int>(blockDim.x)) {
-      const int r = e / hd, d = e % hd;
-      const float* part = pp.partials + PagedPartialIndex(row_index, b.g * group + r, pp.num_heads, 0, splits, hd);
+    const auto part_of = [&](int r) {
+      return pp.partials + PagedPartialIndex(row_index, b.g * group + r, pp.num_heads, 0, splits, hd);
+    };
+    for (int r = b.tid; r < group; r += static_cast<int>(blockDim.x)) {
+      const float* part = part_of(r);
       float top, sum_l;
       MergedMaxAndSum(part, part + 1, ps, splits, &top, &sum_l, CoherentLoad{});
-      p.out[static_cast<int64_t>(r) * hd + d] = MergedAcc(part, ps, part + 2 + d, ps, splits, top, CoherentLoad{}) / sum_l;
+      for (int z = 0; z < splits; ++z) {
+        const float mz = LoadCoherent(part + z * ps);
+        split_weight[r][z] = mz == -INFINITY ? 0.f : expf(mz - top) / sum_l;
+      }
+    }
+    SyncThreads();
+    for (int e = b.tid; e < group * hd; e += static_cast<int>(blockDim.x)) {
+      const int r = e / hd, d = e % hd;
+      const float* part = part_of(r);
+      float sum = 0.f;
+      for (int z = 0; z < splits; ++z) {
+        if (split_weight[r][z] != 0.f) sum += LoadCoherent(part + z * ps + 2 + d) * split_weight[r][z];
+      }
+      p.out[static_cast<int64_t>(r) * hd + d] = sum;
     }
   }
   SyncThreads();  // the shared tiles and flag are read before a next block (harness) reuses them
