@@ -26,6 +26,28 @@
 
 namespace iris::kernels::cuda {
 
+// Sequence s's K and V rows at kv head g, through its block table (bf16 pages).
+struct PagedKvRows {
+  const uint16_t* k_pool;
+  const uint16_t* v_pool;
+  const int32_t* table;
+  int block_size;
+  int64_t row_elems, head_at;
+  IRIS_DEVICE int64_t At(int key) const {
+    return (static_cast<int64_t>(table[key / block_size]) * block_size + key % block_size) * row_elems + head_at;
+  }
+  IRIS_DEVICE const uint16_t* K(int key) const { return k_pool + At(key); }
+  IRIS_DEVICE const uint16_t* V(int key) const { return v_pool + At(key); }
+};
+IRIS_DEVICE PagedKvRows PagedKvRowsOf(const PagedPrefillParams& pp, int s, int g) {
+  return PagedKvRows{pp.k_pool,
+                     pp.v_pool,
+                     pp.block_tables + static_cast<int64_t>(s) * pp.max_blocks_per_seq,
+                     pp.block_size,
+                     static_cast<int64_t>(pp.num_kv_heads) * pp.head_dim,
+                     static_cast<int64_t>(g) * pp.head_dim};
+}
+
 // Three blocks an SM up to head dim 64, two past it (the decoders' 128: 249 registers; at 80 three
 // would spill).
 template <int kDim>
@@ -61,15 +83,9 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedP
   p.head_dim = pp.head_dim;
   p.scale = pp.scale;
 
-  const int64_t row_elems = static_cast<int64_t>(pp.num_kv_heads) * pp.head_dim;
-  const int32_t* table = pp.block_tables + static_cast<int64_t>(s) * pp.max_blocks_per_seq;
-  const int64_t head_at = static_cast<int64_t>(b.g) * pp.head_dim;
-  const auto slot_row = [&](int key) {
-    return (static_cast<int64_t>(table[key / pp.block_size]) * pp.block_size + key % pp.block_size) * row_elems +
-           head_at;
-  };
-  const auto k_row = [&](int key) { return pp.k_pool + slot_row(key); };
-  const auto v_row = [&](int key) { return pp.v_pool + slot_row(key); };
+  const PagedKvRows kv = PagedKvRowsOf(pp, s, b.g);
+  const auto k_row = [&](int key) { return kv.K(key); };
+  const auto v_row = [&](int key) { return kv.V(key); };
 
   uint32_t qa[kDim / 16][4];
   MmaFlashLoadQ<kDim, false>(p, b, qa);
@@ -172,15 +188,9 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
   p.head_dim = pp.head_dim;
   p.scale = pp.scale;
 
-  const int64_t row_elems = static_cast<int64_t>(pp.num_kv_heads) * pp.head_dim;
-  const int32_t* table = pp.block_tables + static_cast<int64_t>(s) * pp.max_blocks_per_seq;
-  const int64_t head_at = static_cast<int64_t>(b.g) * pp.head_dim;
-  const auto slot_row = [&](int key) {
-    return (static_cast<int64_t>(table[key / pp.block_size]) * pp.block_size + key % pp.block_size) * row_elems +
-           head_at;
-  };
-  const auto k_row = [&](int key) { return pp.k_pool + slot_row(key); };
-  const auto v_row = [&](int key) { return pp.v_pool + slot_row(key); };
+  const PagedKvRows kv = PagedKvRowsOf(pp, s, b.g);
+  const auto k_row = [&](int key) { return kv.K(key); };
+  const auto v_row = [&](int key) { return kv.V(key); };
 
   // This split's tiles: the row's ceil(keys / 64) in `splits` runs of `per` (the last runs may be
   // short or empty).
