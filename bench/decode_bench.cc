@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -484,6 +485,26 @@ int main(int argc, char** argv) {
     step_ms.push_back(1e3 * med);
   }
 
+  // Decode steps of `b` sequences under two settings, one step of each in turn (set(0), then
+  // set(1), before each), after kWarmup untimed pairs: the median seconds of each. The cache is
+  // reset after, so every comparison sees the same one.
+  const auto alternating_steps = [&](int b, const std::function<void(int)>& set) {
+    std::vector<llm::BlockTable*> tp;
+    for (int s = 0; s < b; ++s) tp.push_back(&tables[s]);
+    const std::vector<int64_t> ones(b, 1);
+    std::vector<double> times[2];
+    for (int i = 0; i < kWarmup + steps; ++i) {
+      for (int k = 0; k < 2; ++k) {
+        ReserveNextToken(cache, tp);
+        set(k);
+        const double s = RunStep(dec, cache, tp, ones);
+        if (i >= kWarmup) times[k].push_back(s);
+      }
+    }
+    ResetTokens(cache, tp, context);
+    return std::pair<double, double>{Median(times[0]), Median(times[1])};
+  };
+
   // Decode steps with and without graphs, one of each in turn at every batch size.
   struct GraphRow {
     int batch;
@@ -493,21 +514,9 @@ int main(int argc, char** argv) {
   if (graphs) {
     std::fprintf(stderr, "decode_bench: with and without decode graphs...\n");
     for (int b : batches) {
-      std::vector<llm::BlockTable*> tp;
-      for (int s = 0; s < b; ++s) tp.push_back(&tables[s]);
-      const std::vector<int64_t> ones(b, 1);
-      std::vector<double> times[2];
-      for (int i = 0; i < kWarmup + steps; ++i) {
-        for (int without = 0; without < 2; ++without) {
-          ReserveNextToken(cache, tp);
-          dec.PauseDecodeGraphs(without == 1);
-          const double s = RunStep(dec, cache, tp, ones);
-          if (i >= kWarmup) times[without].push_back(s);
-        }
-      }
+      const auto [with_s, without_s] = alternating_steps(b, [&](int without) { dec.PauseDecodeGraphs(without == 1); });
       dec.PauseDecodeGraphs(false);
-      ResetTokens(cache, tp, context);
-      graph_rows.push_back({b, Median(times[0]), Median(times[1])});
+      graph_rows.push_back({b, with_s, without_s});
     }
   }
 
@@ -527,24 +536,14 @@ int main(int argc, char** argv) {
     const DecodeAttention setting = gpu.decode_attention();
     std::fprintf(stderr, "decode_bench: decode attention on the CUDA cores and on the tensor cores...\n");
     for (int b : batches) {
-      std::vector<llm::BlockTable*> tp;
-      for (int s = 0; s < b; ++s) tp.push_back(&tables[s]);
-      const std::vector<int64_t> ones(b, 1);
-      std::vector<double> times[2];
       if (graphs) dec.PauseDecodeGraphs(true);
-      for (int i = 0; i < kWarmup + steps; ++i) {
-        for (int tc_on = 0; tc_on < 2; ++tc_on) {
-          ReserveNextToken(cache, tp);
-          gpu.SetDecodeAttention(tc_on == 1 ? DecodeAttention::kTensorCoresEveryBatch : DecodeAttention::kCudaCores);
-          const double s = RunStep(dec, cache, tp, ones);
-          if (i >= kWarmup) times[tc_on].push_back(s);
-        }
-      }
+      const auto [cuda_cores_s, tensor_cores_s] = alternating_steps(b, [&](int tc_on) {
+        gpu.SetDecodeAttention(tc_on == 1 ? DecodeAttention::kTensorCoresEveryBatch : DecodeAttention::kCudaCores);
+      });
       if (graphs) dec.PauseDecodeGraphs(false);
       gpu.SetDecodeAttention(setting);
-      ResetTokens(cache, tp, context);
       decode_attention_rows.push_back(
-          {b, Median(times[0]), Median(times[1]), int64_t{b} * tc.num_attention_heads > gpu.sm_count()});
+          {b, cuda_cores_s, tensor_cores_s, int64_t{b} * tc.num_attention_heads > gpu.sm_count()});
     }
   }
 #endif

@@ -90,12 +90,8 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
                                cuda::PagedPrefillMmaTakes(L.head_dim, L.k, L.v);
       const int64_t decode_end =
           prefill_mma ? std::clamp(md.prefill_row_begin, md.row_begin, md.row_end) : md.row_end;
-      // A small step (a few decodes) splits each row's keys over several blocks to fill the GPU;
-      // their partials live in the activation scratch, which nothing else uses during the
-      // launch, and the device's split counters (sm_count ints: enough, as splits > 1 only where
-      // rows x heads <= sm_count / 2) say which block merges them.
-      // The packed tensor-core kernel reads each decode row's keys once per kv head instead, where
-      // the device says (CudaDevice::decode_attention; bf16 mode and pages, as the prefill kernel).
+      // The packed tensor-core kernel reads each decode row's keys once per kv head, where the
+      // device says (CudaDevice::decode_attention; bf16 mode and pages, as the prefill kernel).
       const int64_t decode_rows = decode_end - md.row_begin;
       if (decode_rows > 0 && gpu.DecodeOnTensorCores(decode_rows, args.num_heads) && args.bf16 &&
           L.dtype == core::DType::kBF16 &&
@@ -113,6 +109,10 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
         }
         gpu.Check(cuda::LaunchPagedDecodeMma(gpu.stream(), pp), "PagedAttention: decode rows on the tensor cores");
       } else if (const int64_t rows = decode_rows; rows > 0) {
+        // A small step (a few decodes) splits each row's keys over several blocks to fill the GPU;
+        // their partials live in the activation scratch, which nothing else uses during the
+        // launch, and the device's split counters (sm_count ints: enough, as splits > 1 only where
+        // rows x heads <= sm_count / 2) say which block merges them.
         const int splits = cuda::PagedAttentionSplits(rows, args.num_heads, gpu.sm_count());
         float* partials = nullptr;
         if (splits > 1) {

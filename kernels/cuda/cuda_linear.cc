@@ -50,6 +50,7 @@
 #include "kernels/cuda/flash_varlen_args.h"
 #include "kernels/cuda/linear_kernels.h"
 #include "kernels/cuda/matmul_tuning.h"
+#include "kernels/cuda/stream_timer.h"
 
 namespace iris::kernels::cuda {
 namespace {
@@ -529,13 +530,9 @@ class CudaLinear final : public Linear {
                                             .timed = false});
       return;
     }
-    cudaEvent_t start = nullptr, stop = nullptr;
-    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
-      cudaGetLastError();
-      if (start != nullptr) cudaEventDestroy(start);
-      return;
-    }
     cudaStream_t stream = dev_.stream();
+    StreamTimer timer(stream);
+    if (!timer.ok()) return;
     auto run = [&](int i) {
       return plan.RunCandidate(i, dev_.blas_lt(), weight_.raw(), b, 0.f, scratch->raw(), dev_.matmul_workspace(),
                                CudaDevice::kMatmulWorkspaceBytes, stream);
@@ -545,20 +542,17 @@ class CudaLinear final : public Linear {
       // Each candidate's first run loads its kernel's module (lazy loading): untimed.
       if (!warm[i] && run(i) != CUBLAS_STATUS_SUCCESS) return std::nullopt;
       warm[i] = true;
-      dev_.Check(cudaEventRecord(start, stream), "Linear tuning: cudaEventRecord");
-      for (int r = 0; r < kMatmulTuneRunsPerRound; ++r) {
-        if (run(i) != CUBLAS_STATUS_SUCCESS) return std::nullopt;
-      }
-      dev_.Check(cudaEventRecord(stop, stream), "Linear tuning: cudaEventRecord");
-      float ms = 0.f;
-      const cudaError_t e = cudaEventSynchronize(stop);
-      dev_.Check(e, "Linear tuning: cudaEventSynchronize");
-      if (e != cudaSuccess || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) return std::nullopt;
-      return ms * 1e-3 / kMatmulTuneRunsPerRound;
+      const std::optional<double> t = timer.Time([&] {
+        for (int r = 0; r < kMatmulTuneRunsPerRound; ++r) {
+          if (run(i) != CUBLAS_STATUS_SUCCESS) return false;
+        }
+        return true;
+      });
+      dev_.Check(timer.error(), "Linear tuning: CUDA events");
+      if (!t.has_value()) return std::nullopt;
+      return *t / kMatmulTuneRunsPerRound;
     };
     const std::optional<TunedChoice> choice = PickFastestCandidate(plan.candidates(), kMatmulTuneRounds, time);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
     if (!choice.has_value() || !dev_.status().ok()) return;
     plan.Choose(choice->index);
     dev_.matmul_algos().Store(TunedMatmul{.key = key,
@@ -715,24 +709,17 @@ double MeasureMatmulPeakFlops(CudaDevice& dev, ComputeType compute, int64_t size
     return (*plan)->Run(dev.blas_lt(), a->raw(), b->raw(), 0.f, d->data<float>(), dev.matmul_workspace(),
                         CudaDevice::kMatmulWorkspaceBytes, stream);
   };
-  cudaEvent_t start = nullptr, stop = nullptr;
-  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
-    if (start != nullptr) cudaEventDestroy(start);
-    return 0;
-  }
+  StreamTimer timer(stream);
+  if (!timer.ok()) return 0;
   double best = std::numeric_limits<double>::infinity();
   cublasStatus_t s = run();  // warm-up
   for (int r = 0; r < std::max(1, repeats) && s == CUBLAS_STATUS_SUCCESS; ++r) {
-    cudaEventRecord(start, stream);
-    s = run();
-    cudaEventRecord(stop, stream);
-    float ms = 0.f;
-    if (cudaEventSynchronize(stop) == cudaSuccess && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess && ms > 0) {
-      best = std::min(best, ms * 1e-3);
-    }
+    const std::optional<double> t = timer.Time([&] {
+      s = run();
+      return s == CUBLAS_STATUS_SUCCESS;
+    });
+    if (t.has_value() && *t > 0) best = std::min(best, *t);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   if (s != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "iris: MeasureMatmulPeakFlops on cuda:%d: %s\n", dev.ordinal(),
                  BlasStatus(s, "cublasLtMatmul").ToString().c_str());

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <optional>
 
 #include "kernels/cuda/linear_kernels.h"
+#include "kernels/cuda/stream_timer.h"
 
 namespace iris::kernels::cuda {
 
@@ -23,25 +25,17 @@ double MeasureMemoryReadBandwidth(CudaDevice& dev, int64_t bytes, int repeats) {
   cudaStream_t stream = dev.stream();
   // Filled once (0x3C3C3C3C is about 0.0115): the passes read defined values and the sums stay finite.
   dev.Check(cudaMemsetAsync(buffer->raw(), 0x3C, buffer->nbytes(), stream), "MeasureMemoryReadBandwidth: memset");
-  cudaEvent_t start = nullptr, stop = nullptr;
-  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
-    if (start != nullptr) cudaEventDestroy(start);
-    return 0;
-  }
+  StreamTimer timer(stream);
+  if (!timer.ok()) return 0;
   double best = std::numeric_limits<double>::infinity();
-  int launch = 0;
-  for (int r = 0; r <= std::max(1, repeats) && launch == 0; ++r) {  // pass 0 is the warm-up
-    cudaEventRecord(start, stream);
-    launch = LaunchReadSum(stream, buffer->data<float>(), n, blocks, partials->data<float>());
-    cudaEventRecord(stop, stream);
-    float ms = 0.f;
-    if (r > 0 && cudaEventSynchronize(stop) == cudaSuccess && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess &&
-        ms > 0) {
-      best = std::min(best, ms * 1e-3);
-    }
+  int launch = LaunchReadSum(stream, buffer->data<float>(), n, blocks, partials->data<float>());  // warm-up
+  for (int r = 0; r < std::max(1, repeats) && launch == 0; ++r) {
+    const std::optional<double> t = timer.Time([&] {
+      launch = LaunchReadSum(stream, buffer->data<float>(), n, blocks, partials->data<float>());
+      return launch == 0;
+    });
+    if (t.has_value() && *t > 0) best = std::min(best, *t);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   dev.Check(launch, "MeasureMemoryReadBandwidth: read-sum kernel");
   dev.Synchronize();
   if (launch != 0 || best == std::numeric_limits<double>::infinity()) return 0;

@@ -1,14 +1,13 @@
 #include "kernels/cuda/matmul_tuning.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 namespace iris::kernels::cuda {
 
 int64_t MatmulRowBucket(int64_t m) {
-  int64_t b = 1;
-  while (b < m) b *= 2;
-  return b;
+  return static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(m, 1))));
 }
 
 std::vector<int64_t> MatmulTuneWarmUpRows(int64_t max_rows) {
@@ -68,11 +67,6 @@ std::vector<TunedMatmul> MatmulAlgoTable::Entries() const {
   out.reserve(entries_.size());
   for (const auto& [key, tuned] : entries_) out.push_back(tuned);
   return out;
-}
-
-void MatmulAlgoTable::Clear() {
-  std::lock_guard<std::mutex> lock(mu_);
-  entries_.clear();
 }
 
 }  // namespace iris::kernels::cuda

@@ -85,7 +85,6 @@ class MatmulAlgoTable {
   std::optional<MatmulAlgoBits> Find(const MatmulTuneKey& key) const;
   void Store(const TunedMatmul& tuned);
   std::vector<TunedMatmul> Entries() const;  // in key order
-  void Clear();
 
  private:
   mutable std::mutex mu_;
