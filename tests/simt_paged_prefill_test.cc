@@ -65,9 +65,13 @@ void CheckPagedDecode(int kv_heads, int heads, int head_dim, int splits, bool al
                              /*block_offset=*/5);
   ASSERT_EQ(c.meta.prefill_row_begin, 4);
   ASSERT_TRUE(PagedDecodeMmaTakes(heads, kv_heads, head_dim, c.kb.data(), c.vb.data()));
-  for (const bool every_row : {false, true}) {
+  // The launch's way to share a tile among the warps (key slices where the group fits a warp's
+  // rows), and where it has two, the other one too.
+  std::vector<int> key_slices = {PagedDecodeMmaKeySlices(heads, kv_heads)};
+  if (key_slices[0] > 1) key_slices.push_back(1);
+  for (const bool every_row : {false, true}) for (const int slices : key_slices) {
     if (every_row && !also_every_row) continue;
-    SCOPED_TRACE(every_row ? "every row" : "decode rows");
+    SCOPED_TRACE(::testing::Message() << (every_row ? "every row, " : "decode rows, ") << slices << " key slices");
     std::vector<float> got(c.q.size(), NAN);
     PagedPrefillParams p =
         PagedPrefillParamsOf(c.Args(c.q.data(), got.data(), c.kb.data(), c.vb.data(), /*bf16_pool=*/true));
@@ -83,9 +87,7 @@ void CheckPagedDecode(int kv_heads, int heads, int head_dim, int splits, bool al
       p.split_counters = counters.data();
     }
     const Dim3 grid(static_cast<int>(rows), splits, kv_heads);
-    WithMmaFlashDim(head_dim, [&](auto dim) {
-      Launch(grid, Dim3(kMmaFlashThreads), PagedDecodeMmaKernel<decltype(dim)::value>, p);
-    });
+    WithPagedDecodeMmaKernel(head_dim, slices, [&](auto kernel) { Launch(grid, Dim3(kMmaFlashThreads), kernel, p); });
     testing::ExpectWithinPagedBf16Rounding(got, c, 0, "paged decode", p.decode_row_end);
     for (int64_t i = p.decode_row_end * c.row_stride(); i < static_cast<int64_t>(got.size()); ++i) {
       ASSERT_TRUE(std::isnan(got[i])) << "row " << i / c.row_stride() << " was written";
@@ -102,11 +104,20 @@ TEST(PagedDecodeMmaOnSimtTest, PacksAKvHeadsQHeadsIntoOneTile) {
   CheckPagedDecode(4, 4, 64, 7);    // no grouping: one row a tile
   CheckPagedDecode(2, 16, 64, kPagedDecodeMmaMaxSplits);  // the most: short rows' splits mostly empty
   CheckPagedDecode(1, 40, 64, 2);   // 40 q heads on one kv head: three warps' rows
+  CheckPagedDecode(1, 16, 64, 3);   // 16: a whole warp's rows, key slices still
 }
 
 // The host's choice of splits: about two blocks an SM, at most 16, none where the (row, kv head)
 // pairs fill the GPU or outnumber its split counters; never by context (a decode graph replays at
 // other contexts than it was recorded at).
+TEST(PagedDecodeMmaOnSimtTest, SlicesEachTilesKeysOverTheWarpsWhereTheGroupFitsOneWarp) {
+  EXPECT_EQ(PagedDecodeMmaKeySlices(16, 2), 4);  // the 3b: 8 q heads a kv head
+  EXPECT_EQ(PagedDecodeMmaKeySlices(28, 4), 4);  // the 7b: 7
+  EXPECT_EQ(PagedDecodeMmaKeySlices(16, 1), 4);
+  EXPECT_EQ(PagedDecodeMmaKeySlices(17, 1), 1);  // two warps' rows
+  EXPECT_EQ(PagedDecodeMmaKeySlices(40, 1), 1);
+}
+
 TEST(PagedDecodeMmaOnSimtTest, SplitsFillTheGpuWhateverTheContext) {
   EXPECT_EQ(PagedDecodeMmaSplits(1, 2, 132), kPagedDecodeMmaMaxSplits);  // the cap
   EXPECT_EQ(PagedDecodeMmaSplits(50, 2, 132), 3);  // 100 pairs: ceil(264 / 100)

@@ -101,9 +101,8 @@ int LaunchPagedDecodeMma(CUstream_st* stream, const PagedPrefillParams& p) {
   }
   static_assert(kMmaFlashRows == 64, "PagedDecodeMmaTakes's limit");
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(p.splits), static_cast<unsigned>(p.num_kv_heads));
-  WithMmaFlashDim(p.head_dim, [&](auto dim) {
-    PagedDecodeMmaKernel<decltype(dim)::value><<<grid, kMmaFlashThreads, 0, stream>>>(p);
-  });
+  WithPagedDecodeMmaKernel(p.head_dim, PagedDecodeMmaKeySlices(p.num_heads, p.num_kv_heads),
+                           [&](auto kernel) { kernel<<<grid, kMmaFlashThreads, 0, stream>>>(p); });
   return LastLaunchError();
 }
 

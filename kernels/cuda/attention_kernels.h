@@ -102,6 +102,12 @@ inline bool PagedDecodeMmaTakes(int num_heads, int num_kv_heads, int head_dim, c
          PagedPrefillMmaTakes(head_dim, k_pool, v_pool);
 }
 int LaunchPagedDecodeMma(CUstream_st* stream, const PagedPrefillParams& p);
+// How the decode kernel shares a tile among its 4 warps: where a kv head's q heads fit one warp's
+// 16 rows (every Qwen2.5 decoder: 8 on the 3b, 7 on the 7b), each warp takes 16 of the tile's 64
+// keys for all of them (4 slices); else the warps take 16 rows each over all 64 keys (1).
+inline int PagedDecodeMmaKeySlices(int num_heads, int num_kv_heads) {
+  return num_kv_heads > 0 && num_heads / num_kv_heads <= 16 ? 4 : 1;
+}
 
 // How many blocks the decode kernel splits each (row, kv head)'s keys over: about two blocks an
 // SM in all (its occupancy at head dim 128), at most kPagedDecodeMmaMaxSplits; none where the

@@ -257,18 +257,18 @@ struct MmaFlashRowState {
   float acc[kDim / 8][4] = {};
 };
 
-// S's fragments (sc[j]: keys kb + [8j, 8j + 8)) scaled and masked, then the online-softmax
-// update of the lane's two rows: sc becomes the probabilities, m the rows' running maxima, and l
-// and acc are rescaled to them.
-template <int kDim>
+// S's fragments (sc[j]: keys kb + [8j, 8j + 8), kKeys of them: a whole tile, or a warp's slice
+// of one) scaled and masked, then the online-softmax update of the lane's two rows: sc becomes
+// the probabilities, m the rows' running maxima, and l and acc are rescaled to them.
+template <int kDim, int kKeys = kMmaFlashKeys>
 IRIS_DEVICE void MmaFlashSoftmaxTile(const FlashVarlenParams& p, const MmaFlashBlock& b, int kb,
-                                     float (&sc)[kMmaFlashKeys / 8][4], MmaFlashRowState<kDim>& st) {
+                                     float (&sc)[kKeys / 8][4], MmaFlashRowState<kDim>& st) {
   float(&m)[2] = st.m;
   float(&l)[2] = st.l;
   float(&acc)[kDim / 8][4] = st.acc;
   float tile_max[2] = {-INFINITY, -INFINITY};
 IRIS_UNROLL
-  for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
+  for (int j = 0; j < kKeys / 8; ++j) {
 IRIS_UNROLL
     for (int i = 0; i < 4; ++i) {
       const int key = kb + 8 * j + 2 * b.t + (i & 1);
@@ -292,7 +292,7 @@ IRIS_UNROLL
     l[x] *= correction[x];
   }
 IRIS_UNROLL
-  for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
+  for (int j = 0; j < kKeys / 8; ++j) {
 IRIS_UNROLL
     for (int i = 0; i < 4; ++i) {
       const float mx = m[i / 2];
@@ -311,7 +311,8 @@ IRIS_UNROLL
 }
 
 // P's A fragment for keys kb + [16kk, 16kk + 16): S tiles 2kk and 2kk + 1, rounded to bf16.
-IRIS_DEVICE void MmaFlashProbs(const float (&sc)[kMmaFlashKeys / 8][4], int kk, uint32_t (&pa)[4]) {
+template <int kKeys = kMmaFlashKeys>
+IRIS_DEVICE void MmaFlashProbs(const float (&sc)[kKeys / 8][4], int kk, uint32_t (&pa)[4]) {
   pa[0] = PackBf16x2(sc[2 * kk][0], sc[2 * kk][1]);
   pa[1] = PackBf16x2(sc[2 * kk][2], sc[2 * kk][3]);
   pa[2] = PackBf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
@@ -364,30 +365,32 @@ IRIS_UNROLL
 // One key tile for the warp's rows, from the tile in shared memory (ks: K row-major, vt: V
 // transposed, as the tile loads above leave them): S = q·kᵀ (8 n-tiles of 8 keys), the
 // online-softmax update, then O += P·V 16 keys at a time (S tiles 2kk and 2kk + 1 are P's A
-// fragment).
-template <int kDim>
+// fragment). Or only the tile's keys [k0, k0 + kKeys) (a warp's slice of the tile, kKeys a
+// multiple of 16).
+template <int kDim, int kKeys = kMmaFlashKeys>
 IRIS_DEVICE void MmaFlashTile(const FlashVarlenParams& p, const MmaFlashBlock& b, int kb,
                               const uint32_t (&qa)[kDim / 16][4], const uint32_t* ks, const uint32_t* vt,
-                              MmaFlashRowState<kDim>& st) {
-  float sc[kMmaFlashKeys / 8][4];  // S's fragments: sc[j] covers keys kb + [8j, 8j + 8)
+                              MmaFlashRowState<kDim>& st, int k0 = 0) {
+  static_assert(kKeys % 16 == 0 && kKeys <= kMmaFlashKeys);
+  float sc[kKeys / 8][4];  // S's fragments: sc[j] covers keys kb + k0 + [8j, 8j + 8)
 IRIS_UNROLL
-  for (int j = 0; j < kMmaFlashKeys / 8; ++j) {
+  for (int j = 0; j < kKeys / 8; ++j) {
     sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
-    const uint32_t* krow = ks + (8 * j + b.group) * kMmaFlashKWords<kDim> + b.t;
+    const uint32_t* krow = ks + (k0 + 8 * j + b.group) * kMmaFlashKWords<kDim> + b.t;
 IRIS_UNROLL
     for (int c = 0; c < kDim / 16; ++c) {
       const uint32_t kf[2] = {krow[8 * c], krow[8 * c + 4]};
       MmaBf16(sc[j], qa[c], kf);
     }
   }
-  MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, st);
+  MmaFlashSoftmaxTile<kDim, kKeys>(p, b, kb + k0, sc, st);
 IRIS_UNROLL
-  for (int kk = 0; kk < kMmaFlashKeys / 16; ++kk) {
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
     uint32_t pa[4];
-    MmaFlashProbs(sc, kk, pa);
+    MmaFlashProbs<kKeys>(sc, kk, pa);
 IRIS_UNROLL
     for (int c = 0; c < kDim / 8; ++c) {
-      const uint32_t* vrow = vt + (8 * c + b.group) * kMmaFlashVWords + 8 * kk + b.t;
+      const uint32_t* vrow = vt + (8 * c + b.group) * kMmaFlashVWords + k0 / 2 + 8 * kk + b.t;
       const uint32_t vf[2] = {vrow[0], vrow[4]};
       MmaBf16(st.acc[c], pa, vf);
     }

@@ -130,6 +130,58 @@ IRIS_UNROLL
   }
 }
 
+// The online-softmax states of `warps` warps that hold the same rows over disjoint keys, merged
+// into warp 0's (lane by lane: a lane's fragments are the same rows and dims in every warp), in
+// log2(warps) rounds through `scratch` (shared memory of 64 * (4 + kDim / 2) floats, which is
+// ks's size: the upper half of the remaining warps hands its states to the lower half). A state
+// that saw no key (m = -inf) weighs nothing; all of them: the state stays empty. Every thread of
+// the block calls it (barriers).
+template <int kDim, int kWarps>
+IRIS_DEVICE void MmaFlashMergeWarpStates(const MmaFlashBlock& b, MmaFlashRowState<kDim>& st, float* scratch) {
+  static_assert(kWarps <= kMmaFlashWarps && (kWarps & (kWarps - 1)) == 0);
+  constexpr int kSlots = 2 * kWarpSize;           // (kWarps / 2) * 32 lanes at the first round
+  constexpr int kFloats = 4 + kDim / 2;            // m[2], l[2], acc
+  static_assert(kSlots * kFloats == kMmaFlashKeys * kMmaFlashKWords<kDim>);
+  // Element e of slot s at scratch[e * kSlots + s]: a warp's 32 lanes write 32 consecutive words.
+  for (int half = kWarps / 2; half >= 1; half /= 2) {
+    if (b.warp >= half && b.warp < 2 * half) {
+      float* at = scratch + (b.warp - half) * kWarpSize + b.lane;
+      at[0 * kSlots] = st.m[0];
+      at[1 * kSlots] = st.m[1];
+      at[2 * kSlots] = st.l[0];
+      at[3 * kSlots] = st.l[1];
+IRIS_UNROLL
+      for (int c = 0; c < kDim / 8; ++c) {
+IRIS_UNROLL
+        for (int i = 0; i < 4; ++i) at[(4 + 4 * c + i) * kSlots] = st.acc[c][i];
+      }
+    }
+    SyncThreads();
+    if (b.warp < half) {
+      const float* at = scratch + b.warp * kWarpSize + b.lane;
+      float mine[2], theirs[2];
+IRIS_UNROLL
+      for (int x = 0; x < 2; ++x) {
+        const float mo = at[x * kSlots];
+        const float top = mo > st.m[x] ? mo : st.m[x];
+        mine[x] = theirs[x] = 0.f;
+        if (top != -INFINITY) {
+          mine[x] = st.m[x] == -INFINITY ? 0.f : expf(st.m[x] - top);
+          theirs[x] = mo == -INFINITY ? 0.f : expf(mo - top);
+          st.m[x] = top;
+        }
+        st.l[x] = st.l[x] * mine[x] + at[(2 + x) * kSlots] * theirs[x];
+      }
+IRIS_UNROLL
+      for (int c = 0; c < kDim / 8; ++c) {
+IRIS_UNROLL
+        for (int i = 0; i < 4; ++i) st.acc[c][i] = st.acc[c][i] * mine[i / 2] + at[(4 + 4 * c + i) * kSlots] * theirs[i / 2];
+      }
+    }
+    SyncThreads();  // read before the next round writes
+  }
+}
+
 // Decode rows with GQA packing: a block per (step row, split, kv head) (grid (rows, splits,
 // num_kv_heads)), whose tile rows are that kv head's q heads at the row (q heads g * G + [0, G),
 // G = num_heads / num_kv_heads, at most 64): the row's keys, through its block table, are loaded
@@ -142,9 +194,15 @@ IRIS_UNROLL
 // 64-key tiles and writes partials (pp.partials, PagedPartialIndex's layout); the last split of a
 // (row, kv head) to arrive (pp.split_counters[row index * num_kv_heads + g], left at zero) merges
 // them into the output, as PagedAttentionKernel's splits do.
-template <int kDim>
+// kKeySlices = 4 (PagedDecodeMmaKeySlices: G <= 16, every Qwen2.5 decoder's group): the group fits
+// one warp's 16 rows, so every warp holds them and takes its own 16 keys of each tile, with an
+// online softmax of its own, and the four states merge in shared memory at the end; with one warp
+// computing (kKeySlices = 1), it alone would issue the tile's 128 mma.sync while three only load.
+template <int kDim, int kKeySlices>
 IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedDecodeMmaKernel(PagedPrefillParams pp) {
   static_assert(kDim % 16 == 0 && kDim <= kMmaFlashMaxHeadDim);
+  static_assert(kKeySlices == 1 || kKeySlices == kMmaFlashWarps);
+  constexpr int kSliceKeys = kMmaFlashKeys / kKeySlices;
   IRIS_SHARED uint32_t ks[kMmaFlashKeys * kMmaFlashKWords<kDim>];  // ks[key][dim pair]
   IRIS_SHARED uint32_t vt[kDim * kMmaFlashVWords];                  // vt[dim][key pair]
   IRIS_SHARED int merges_splits;
@@ -170,8 +228,10 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
   b.r_hi = group;
   b.h = 0;
   b.g = static_cast<int>(blockIdx.z);
-  MmaFlashPlaceLane(b);  // with blockIdx.y read as 0: warp w holds tile rows [16w, 16w + 16)
-  b.warp_row0 = b.warp * 16;
+  MmaFlashPlaceLane(b);
+  // Warp w holds tile rows [16w, 16w + 16) (blockIdx.y is the split here, not a row block), or,
+  // with key slices, every warp rows [0, 16).
+  b.warp_row0 = kKeySlices == 1 ? b.warp * 16 : 0;
   b.warp_active = b.warp_row0 < b.r_hi;
   b.row_a = b.warp_row0 + b.group;
   b.key_end = keys;
@@ -206,7 +266,12 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
     SyncThreads();  // the previous tile is read
     MmaFlashLoadTileBf16Rows<kDim>(k_row, v_row, kb, b.key_end, pp.head_dim, b.tid, ks, vt);
     SyncThreads();
-    if (b.warp_active) MmaFlashTile<kDim>(p, b, kb, qa, ks, vt, st);
+    if (b.warp_active) MmaFlashTile<kDim, kSliceKeys>(p, b, kb, qa, ks, vt, st, b.warp * kSliceKeys % kMmaFlashKeys);
+  }
+  if constexpr (kKeySlices > 1) {
+    SyncThreads();  // the last tile is read: ks becomes the merge's scratch
+    MmaFlashMergeWarpStates<kDim, kKeySlices>(b, st, reinterpret_cast<float*>(ks));
+    b.warp_active = b.warp == 0;  // warp 0 holds the merged state: it alone stores
   }
   if (splits == 1) {
     MmaFlashStore<kDim, false>(p, b, st);
@@ -255,6 +320,19 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
     }
   }
   SyncThreads();  // the shared tiles and flag are read before a next block (harness) reuses them
+}
+
+// f(the decode kernel for head_dim and key_slices (PagedDecodeMmaKeySlices)): the launch and the
+// harness tests pick the instantiation the same way.
+template <typename F>
+void WithPagedDecodeMmaKernel(int head_dim, int key_slices, F&& f) {
+  WithMmaFlashDim(head_dim, [&](auto dim) {
+    if (key_slices > 1) {
+      f(PagedDecodeMmaKernel<decltype(dim)::value, kMmaFlashWarps>);
+    } else {
+      f(PagedDecodeMmaKernel<decltype(dim)::value, 1>);
+    }
+  });
 }
 
 }  // namespace iris::kernels::cuda
