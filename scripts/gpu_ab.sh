@@ -6,12 +6,13 @@
 # compare; this prints them side by side.
 #   scripts/gpu_ab.sh --bundle .gpu/bundle.tar.xz [--models small,3b] [--batches 1,8,32]
 #     [--rounds 2] [--steps 48] [--device cuda] [--out DIR] [--variant "NAME: FLAGS"]...
-#     [-- decode_bench flags for all]
+#     [--models-dir DIR] [-- decode_bench flags for all]
 # Each line: model, round, which side, then per batch "b<N> <ms/step> (<share of bandwidth>)".
 # --variant: one more side, this build's decode_bench with FLAGS (a setting the baseline does not
 # know, e.g. --variant "streamed: --gemv_kernel=streamed"); with variants the baseline is
 # optional (without one, the sides are this build and its variants). Flags after `--` go to
-# every side, so only flags both binaries accept.
+# every side, so only flags both binaries accept. --models-dir: the models are DIR/<preset>, made
+# already (by the caller, and kept); without it they are made under --out and removed after.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=""
@@ -21,6 +22,7 @@ ROUNDS=2
 STEPS=48
 DEVICE=cuda
 OUT_DIR=""
+MODELS_DIR=""
 EXTRA=()
 VARIANTS=()
 while [ $# -gt 0 ]; do
@@ -32,9 +34,10 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --device) DEVICE=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
+    --models-dir) MODELS_DIR=$2; shift 2 ;;
     --variant) VARIANTS+=("$2"); shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "gpu_ab: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -77,7 +80,8 @@ summarise() {
 status=0
 for model in ${MODELS//,/ }; do
   dir="$OUT_DIR/models/$model"
-  if ! "$BIN/iris-make-model" --preset "$model" --out "$dir" >"$OUT_DIR/make_model_$model.log" 2>&1; then
+  [ -n "$MODELS_DIR" ] && dir="$MODELS_DIR/$model"
+  if [ -z "$MODELS_DIR" ] && ! "$BIN/iris-make-model" --preset "$model" --out "$dir" >"$OUT_DIR/make_model_$model.log" 2>&1; then
     echo "gpu_ab: iris-make-model --preset $model failed (see $OUT_DIR/make_model_$model.log)" >&2
     status=1
     continue
@@ -99,6 +103,6 @@ for model in ${MODELS//,/ }; do
       echo "$model round $round $side:$(summarise <"$log")"
     done
   done
-  rm -rf "$dir"
+  [ -n "$MODELS_DIR" ] || rm -rf "$dir"
 done
 exit $status

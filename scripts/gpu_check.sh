@@ -5,9 +5,10 @@
 #   on a build machine with a GPU:  scripts/gpu_check.sh [--build-dir build]
 #   on a GPU machine without iris's Debian libraries (the lent H100/H200), from a bundle made by
 #   scripts/gpu_bundle.sh on a build machine:  scripts/gpu_check.sh --bundle .gpu/bundle.tar.xz
-# Options: --sanitize (memcheck + racecheck), --benches, --out DIR (logs and gtest XML; default a
-# temporary folder). Environment for a short lease: TEST_TIMEOUT_S (each suite, default 300),
-# SANITIZE_SUITES and SANITIZE_TIMEOUT_S, BENCH_MIN_SECONDS, ENCODER_ROUNDS.
+# Options: --sanitize (memcheck + racecheck), --benches, --no-tests (only what the other options
+# name), --out DIR (logs and gtest XML; default a temporary folder). Environment for a short
+# lease: TEST_TIMEOUT_S (each suite, default 300), SANITIZE_SUITES and SANITIZE_TIMEOUT_S,
+# BENCH_MIN_SECONDS, ENCODER_ROUNDS.
 # Exit: 0 all passed, 1 a check failed, 77 no usable GPU here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ BUILD_DIR=build
 BUNDLE=""
 SANITIZE=0
 BENCHES=0
+RUN_TESTS=1
 OUT_DIR=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -22,8 +24,9 @@ while [ $# -gt 0 ]; do
     --bundle) BUNDLE=$2; shift 2 ;;
     --sanitize) SANITIZE=1; shift ;;
     --benches) BENCHES=1; shift ;;
+    --no-tests) RUN_TESTS=0; shift ;;
     --out) OUT_DIR=$2; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -71,6 +74,7 @@ fi
 
 FAILED=()
 for t in $TESTS; do
+  [ "$RUN_TESTS" = 1 ] || break
   name=$(basename "$t")
   echo "gpu_check: === $name"
   # Bounded, so a hang in one suite (a lost event, a deadlocked stream) cannot eat the lease.

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The GPU work that waits for a lent machine, in priority order, in one call that ends within
+# --deadline seconds (default 540: one device call may run 600, and a session's device time,
+# about 900 s, includes the machine's start). From a bundle made by scripts/gpu_bundle.sh:
+#   scripts/gpu_session.sh --bundle .gpu/bundle.tar.xz [--deadline 540] [--out DIR] [--from STAGE]
+# Stages, each bounded by the time left (one that cannot have its minimum is skipped and named):
+#   tests      every GPU test suite (gpu_check.sh, each suite bounded)
+#   decode     decode_bench on the 3b at batches 1, 8, 32, 64, with its same-run tables (graphs,
+#              decode attention on the CUDA cores against the tensor cores, the prompt step both
+#              ways, each Linear alone)
+#   decode_ab  the 3b step with each decode candidate that is off by default as a variant, side by
+#              side with the defaults, alternating (gpu_ab.sh): the streamed GEMV, the L2 weight
+#              prefetch (the tensor-core decode attention has its table in `decode`)
+#   encoder    encoder_bench on the 3b vision tower: the switch table (the three techniques, bf16
+#              hand-offs, the pipelined flash kernel, matmul tuning) and the tuned matmuls' table
+#   sanitize   compute-sanitizer memcheck and racecheck over the kernel suites
+# --from STAGE starts at that stage (a second call, after a first ran out of time). Logs go to
+# --out (default $OUT, the device tool's folder that comes back, else a temporary one).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUNDLE=""
+DEADLINE=540
+OUT_DIR=${OUT:-}
+FROM=tests
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) BUNDLE=$2; shift 2 ;;
+    --deadline) DEADLINE=$2; shift 2 ;;
+    --out) OUT_DIR=$2; shift 2 ;;
+    --from) FROM=$2; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "gpu_session: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+STAGES=(tests decode decode_ab encoder sanitize)
+[[ " ${STAGES[*]} " == *" $FROM "* ]] || { echo "gpu_session: --from must be one of ${STAGES[*]}" >&2; exit 2; }
+[ -n "$BUNDLE" ] || { echo "gpu_session: --bundle FILE is required (scripts/gpu_bundle.sh makes it)" >&2; exit 2; }
+[ -n "$OUT_DIR" ] || OUT_DIR=$(mktemp -d)
+mkdir -p "$OUT_DIR"
+END=$((SECONDS + DEADLINE))
+left() { echo $((END - SECONDS)); }
+
+. scripts/gpu_bundle_unpack.sh
+unpack_gpu_bundle "$BUNDLE" || { echo "gpu_session: cannot unpack $BUNDLE" >&2; exit 1; }
+echo "gpu_session: bundle $(sed -n 's/^commit //p' "$BUNDLE_ROOT/MANIFEST"); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+MODELS=$(mktemp -d)
+trap 'rm -rf "$BUNDLE_ROOT" "$MODELS"' EXIT
+
+SKIPPED=()
+FAILED=()
+started=0
+# run_stage NAME MIN_SECONDS COMMAND...: COMMAND bounded by the time left, if MIN_SECONDS are.
+run_stage() {
+  local name=$1 min=$2
+  shift 2
+  [ "$name" = "$FROM" ] && started=1
+  [ "$started" = 1 ] || return 0
+  if [ "$(left)" -lt "$min" ]; then
+    SKIPPED+=("$name")
+    return 0
+  fi
+  echo "gpu_session: === $name ($(left) s left)"
+  local t0=$SECONDS
+  timeout "$(left)" bash -c '"$@"' "$name" "$@" 2>&1 | tee "$OUT_DIR/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "gpu_session: $name took $((SECONDS - t0)) s, rc $rc"
+  [ "$rc" -eq 0 ] || FAILED+=("$name")
+}
+# The stages below run under `timeout` in a child bash: it sees these.
+export BIN BUNDLE MODELS OUT_DIR LD_LIBRARY_PATH
+# make_model PRESET [FLAGS]: once, under $MODELS/PRESET.
+make_model() {
+  [ -d "$MODELS/$1" ] && return 0
+  "$BIN/iris-make-model" --preset "$@" --out "$MODELS/$1" >"$OUT_DIR/make_model_$1.log" 2>&1
+}
+decode() {
+  make_model 3b || return 1
+  "$BIN/decode_bench" --model "$MODELS/3b" --device cuda --batches 1,8,32,64 --context 512 --steps 24 \
+    --kv_compare_contexts=
+}
+decode_ab() {
+  make_model 3b || return 1
+  scripts/gpu_ab.sh --bundle "$BUNDLE" --models 3b --models-dir "$MODELS" --batches 1,8,32,64 --rounds 2 \
+    --out "$OUT_DIR/decode_ab" --variant "streamed: --gemv_kernel=streamed" \
+    --variant "prefetch: --weight_prefetch=0.5"
+}
+encoder() {
+  make_model 3b || return 1
+  "$BIN/encoder_bench" --model "$MODELS/3b" --device cuda --min_seconds 1 --rounds 2 --slice_gflop=
+}
+
+export -f make_model decode decode_ab encoder
+
+run_stage tests 120 env TEST_TIMEOUT_S=150 scripts/gpu_check.sh --bundle "$BUNDLE" --out "$OUT_DIR/check"
+run_stage decode 90 decode
+run_stage decode_ab 120 decode_ab
+run_stage encoder 90 encoder
+run_stage sanitize 60 env SANITIZE_TIMEOUT_S=90 scripts/gpu_check.sh --bundle "$BUNDLE" --no-tests --sanitize \
+  --out "$OUT_DIR/sanitize"
+
+[ ${#SKIPPED[@]} -eq 0 ] || echo "gpu_session: out of time before: ${SKIPPED[*]} (go on with --from ${SKIPPED[0]})"
+[ ${#FAILED[@]} -eq 0 ] || { echo "gpu_session: FAILED: ${FAILED[*]}"; exit 1; }
+echo "gpu_session: done; logs in $OUT_DIR"
