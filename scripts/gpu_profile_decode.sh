@@ -7,7 +7,10 @@
 # flush the caches before each kernel: the first H200 profile, with them, summed 5.4 ms of kernels
 # for a 3b batch-1 step that runs in 4.05 ms).
 #   scripts/gpu_profile_decode.sh --bundle .gpu/bundle.tar.xz [--preset small|3b] [--batch 1] [--context 512] [--out DIR]
-#     [-- decode_bench flags, e.g. --fold_inputs=false]
+#     [--detail REGEX [--detail-skip N] [--detail-count M]] [-- decode_bench flags, e.g. --fold_inputs=false]
+# --detail: instead, why the kernels whose names match REGEX take their time (scripts/ncu_detail.sh)
+# for M of their launches after the first N (default 80 and 2: with the 3b's 36 layers, a launch a
+# layer and 2 warm-up steps first, layer 8 of the first timed step).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=""
@@ -15,6 +18,9 @@ PRESET=small
 BATCH=1
 CONTEXT=512
 OUT_DIR=$(mktemp -d)
+DETAIL=""
+DETAIL_SKIP=80
+DETAIL_COUNT=2
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -23,8 +29,11 @@ while [ $# -gt 0 ]; do
     --batch) BATCH=$2; shift 2 ;;
     --context) CONTEXT=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
+    --detail) DETAIL=$2; shift 2 ;;
+    --detail-skip) DETAIL_SKIP=$2; shift 2 ;;
+    --detail-count) DETAIL_COUNT=$2; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "gpu_profile_decode: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -42,6 +51,15 @@ MAKE_MODEL=$(ls "$BIN/iris-make-model" build/tools/iris-make-model/iris-make-mod
 "$MAKE_MODEL" --preset "$PRESET" --out "$OUT_DIR/$PRESET" >"$OUT_DIR/make_model.log" 2>&1 || { echo "iris-make-model failed" >&2; exit 1; }
 # 2 warm-up + 2 timed steps, issued op by op (no graphs: each launch is then its own record);
 # nothing else timed.
+if [ -n "$DETAIL" ]; then
+  . scripts/ncu_detail.sh
+  ncu_detail "$NCU" "$OUT_DIR/ncu_detail.txt" "$DETAIL" "$DETAIL_SKIP" "$DETAIL_COUNT" \
+    "$BIN/decode_bench" --model "$OUT_DIR/$PRESET" --device cuda --batches "$BATCH" --context "$CONTEXT" --steps 2 \
+    --graphs=false --linears=false --kv_compare_contexts= --prompt 0 "${EXTRA[@]}" >"$OUT_DIR/decode_bench.log" 2>&1 \
+    || { tail -20 "$OUT_DIR/decode_bench.log"; exit 1; }
+  cat "$OUT_DIR/ncu_detail.txt"
+  exit 0
+fi
 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT_DIR/ncu.csv" \
   "$BIN/decode_bench" --model "$OUT_DIR/$PRESET" --device cuda --batches "$BATCH" --context "$CONTEXT" --steps 2 \
   --graphs=false --linears=false --kv_compare_contexts= --prompt 16 --prompt_repeats 1 "${EXTRA[@]}" >"$OUT_DIR/decode_bench.log" 2>&1 \

@@ -14,6 +14,9 @@
 #   encoder    encoder_bench on the 3b vision tower: the switch table (the three techniques, bf16
 #              hand-offs, the pipelined flash kernel, matmul tuning) and the tuned matmuls' table
 #   sanitize   compute-sanitizer memcheck and racecheck over the kernel suites
+#   profile    why the two attention kernels iris owns take their time (Nsight Compute sections):
+#              the encoder's flash kernel at 448x448 x8, the decode rows' paged attention at 3b
+#              batch 1
 # --from STAGE starts at that stage (a second call, after a first ran out of time). Logs go to
 # --out (default $OUT, the device tool's folder that comes back, else a temporary one).
 set -uo pipefail
@@ -28,11 +31,11 @@ while [ $# -gt 0 ]; do
     --deadline) DEADLINE=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
     --from) FROM=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "gpu_session: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-STAGES=(tests decode decode_ab encoder sanitize)
+STAGES=(tests decode decode_ab encoder sanitize profile)
 [[ " ${STAGES[*]} " == *" $FROM "* ]] || { echo "gpu_session: --from must be one of ${STAGES[*]}" >&2; exit 2; }
 [ -n "$BUNDLE" ] || { echo "gpu_session: --bundle FILE is required (scripts/gpu_bundle.sh makes it)" >&2; exit 2; }
 [ -n "$OUT_DIR" ] || OUT_DIR=$(mktemp -d)
@@ -80,7 +83,7 @@ decode() {
 }
 decode_ab() {
   make_model 3b || return 1
-  scripts/gpu_ab.sh --bundle "$BUNDLE" --models 3b --models-dir "$MODELS" --batches 1,8,32,64 --rounds 2 \
+  bash scripts/gpu_ab.sh --bundle "$BUNDLE" --models 3b --models-dir "$MODELS" --batches 1,8,32,64 --rounds 2 \
     --out "$OUT_DIR/decode_ab" --variant "streamed: --gemv_kernel=streamed" \
     --variant "prefetch: --weight_prefetch=0.5"
 }
@@ -89,14 +92,22 @@ encoder() {
   "$BIN/encoder_bench" --model "$MODELS/3b" --device cuda --min_seconds 1 --rounds 2 --slice_gflop=
 }
 
-export -f make_model decode decode_ab encoder
+profile() {
+  local rc=0
+  bash scripts/gpu_profile_encoder.sh --bundle "$BUNDLE" --out "$OUT_DIR/profile_encoder" --detail FlashVarlenMma || rc=1
+  bash scripts/gpu_profile_decode.sh --bundle "$BUNDLE" --preset 3b --batch 1 --out "$OUT_DIR/profile_decode" \
+    --detail PagedAttentionKernel || rc=1
+  return $rc
+}
+export -f make_model decode decode_ab encoder profile
 
-run_stage tests 120 env TEST_TIMEOUT_S=150 scripts/gpu_check.sh --bundle "$BUNDLE" --out "$OUT_DIR/check"
+run_stage tests 120 env TEST_TIMEOUT_S=150 bash scripts/gpu_check.sh --bundle "$BUNDLE" --out "$OUT_DIR/check"
 run_stage decode 90 decode
 run_stage decode_ab 120 decode_ab
 run_stage encoder 90 encoder
-run_stage sanitize 60 env SANITIZE_TIMEOUT_S=90 scripts/gpu_check.sh --bundle "$BUNDLE" --no-tests --sanitize \
+run_stage sanitize 60 env SANITIZE_TIMEOUT_S=90 bash scripts/gpu_check.sh --bundle "$BUNDLE" --no-tests --sanitize \
   --out "$OUT_DIR/sanitize"
+run_stage profile 90 profile
 
 [ ${#SKIPPED[@]} -eq 0 ] || echo "gpu_session: out of time before: ${SKIPPED[*]} (go on with --from ${SKIPPED[0]})"
 [ ${#FAILED[@]} -eq 0 ] || { echo "gpu_session: FAILED: ${FAILED[*]}"; exit 1; }
