@@ -78,6 +78,10 @@ ABSL_FLAG(std::string, decode_attention, "cuda-cores",
           "(a large batch's rows with a kv head's q heads as one tile's rows) or tensor-cores-every-batch "
           "(CudaDevice::SetDecodeAttention); a same-run table times decode steps on the CUDA cores and on the tensor "
           "cores at every batch");
+ABSL_FLAG(std::string, decode_rotary, "fused",
+          "GPU: a step of decode rows only rotates q and k and writes the KV cache inside its paged attention (fused) "
+          "or in a launch of its own (separate; CudaDevice::SetFusedDecodeRotary); a same-run table times decode "
+          "steps both ways at every batch");
 ABSL_FLAG(bool, matmul_tuning, false,
           "GPU: prefill-sized matmuls (256 rows and more) run the fastest of cuBLASLt's candidates, timed on the first "
           "step of each shape (CudaDevice::SetMatmulTuning; the prompt row is the best of its repeats, so the tuning "
@@ -300,6 +304,11 @@ int main(int argc, char** argv) {
     } else if (decode_attention != "cuda-cores") {
       Die("--decode_attention must be cuda-cores, tensor-cores or tensor-cores-every-batch, got " + decode_attention);
     }
+    const std::string decode_rotary = absl::GetFlag(FLAGS_decode_rotary);
+    if (decode_rotary != "fused" && decode_rotary != "separate") {
+      Die("--decode_rotary must be fused or separate, got " + decode_rotary);
+    }
+    gpu.SetFusedDecodeRotary(decode_rotary == "fused");
     if (const double share = absl::GetFlag(FLAGS_weight_prefetch); share != 0) {
       if (!(share > 0 && share <= 1)) Die("--weight_prefetch must be in [0, 1], got " + std::to_string(share));
       const auto bytes = static_cast<int64_t>(share * static_cast<double>(gpu.l2_bytes()));
@@ -548,6 +557,30 @@ int main(int argc, char** argv) {
   }
 #endif
 
+  // Decode steps with the rotary and KV write inside the paged attention and in a launch of their
+  // own, alternating, at every batch; issued op by op (the graphs recorded one setting: a graph
+  // replay of each is gpu_ab.sh's --variant "separate: --decode_rotary=separate").
+  struct DecodeRotaryRow {
+    int batch;
+    double fused_s, separate_s;
+  };
+  std::vector<DecodeRotaryRow> decode_rotary_rows;
+#ifdef IRIS_HAVE_CUDA
+  if (dev.kind() == kernels::DeviceKind::kCuda) {
+    kernels::cuda::CudaDevice& gpu = kernels::cuda::AsCuda(dev);
+    const bool setting = gpu.fused_decode_rotary();
+    std::fprintf(stderr, "decode_bench: decode rotary fused into the attention and on its own...\n");
+    for (int b : batches) {
+      if (graphs) dec.PauseDecodeGraphs(true);
+      const auto [fused_s, separate_s] =
+          alternating_steps(b, [&](int separate) { gpu.SetFusedDecodeRotary(separate == 0); });
+      if (graphs) dec.PauseDecodeGraphs(false);
+      gpu.SetFusedDecodeRotary(setting);
+      decode_rotary_rows.push_back({b, fused_s, separate_s});
+    }
+  }
+#endif
+
   // Each Linear of the model's shapes alone at M = each batch size, with random weights cycled
   // through enough copies (>= 256 MB) that every call reads its weights from DRAM, as in a step.
   struct Shape {
@@ -690,6 +723,17 @@ int main(int argc, char** argv) {
       std::printf("| %d | %.3f | %.3f | %.0f | %.0f | %.2fx | %s |\n", r.batch, 1e3 * r.cuda_cores_s,
                   1e3 * r.tensor_cores_s, r.batch / r.cuda_cores_s, r.batch / r.tensor_cores_s,
                   r.cuda_cores_s / r.tensor_cores_s, r.large ? "yes" : "no");
+    }
+  }
+  if (!decode_rotary_rows.empty()) {
+    std::printf("\ndecode rotary: q and k rotated and the new k and v written to the cache inside the paged "
+                "attention (fused, the default) against a launch of their own (separate), decode steps issued op by "
+                "op, alternating (median of %d each):\n"
+                "| batch | fused ms/step | separate ms/step | separate / fused |\n| ---: | ---: | ---: | ---: |\n",
+                steps);
+    for (const DecodeRotaryRow& r : decode_rotary_rows) {
+      std::printf("| %d | %.3f | %.3f | %.3fx |\n", r.batch, 1e3 * r.fused_s, 1e3 * r.separate_s,
+                  r.separate_s / r.fused_s);
     }
   }
   if (absl::GetFlag(FLAGS_linears)) {

@@ -30,7 +30,16 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     return absl::InvalidArgumentError(absl::StrCat("decode attention \"", options.decode_attention,
                                                    "\" is not one of: cuda-cores, tensor-cores, tensor-cores-every-batch"));
   }
+  if (!options.decode_rotary.empty() && options.decode_rotary != "fused" && options.decode_rotary != "separate") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode rotary \"", options.decode_rotary, "\" is not one of: fused, separate"));
+  }
   if (options.name == "cpu") {
+    if (options.decode_rotary == "separate") {
+      return absl::InvalidArgumentError(
+          "decode rotary \"separate\" is for a CUDA device; the CPU runs the rotary, the KV write and the attention "
+          "in turn");
+    }
     if (options.attention == "cudnn") {
       return absl::InvalidArgumentError("attention \"cudnn\" is for a CUDA device; the CPU runs iris's own kernel");
     }
@@ -65,6 +74,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     (*device)->SetPagedPrefillMma(options.prefill_attention != "cuda-cores");
     (*device)->SetFlashPipeline(options.flash_pipeline);
     (*device)->SetMatmulTuning(options.matmul_tuning);
+    (*device)->SetFusedDecodeRotary(options.decode_rotary != "separate");
     using DecodeAttention = cuda::CudaDevice::DecodeAttention;
     (*device)->SetDecodeAttention(options.decode_attention == "tensor-cores" ? DecodeAttention::kTensorCores
                                   : options.decode_attention == "tensor-cores-every-batch"

@@ -127,6 +127,10 @@ struct DeviceOptions {
   // and kv head, its q heads one tile's rows) or "tensor-cores-every-batch"
   // (CudaDevice::SetDecodeAttention; not yet timed).
   std::string decode_attention;
+  // CUDA: a step of decode rows only rotates q and k and writes the KV cache inside its paged
+  // attention ("fused", the default; empty means it: one launch fewer a layer) or in a launch of
+  // its own ("separate"; CudaDevice::SetFusedDecodeRotary). The CPU runs them in turn.
+  std::string decode_rotary;
   // CUDA: the flash attention runs its pipelined kernel on the encoder's bf16 q/k/v rows
   // (CudaDevice::SetFlashPipeline; off by default until timed on a GPU).
   bool flash_pipeline = false;

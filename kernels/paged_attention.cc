@@ -15,6 +15,49 @@
 #endif
 
 namespace iris::kernels {
+#ifdef IRIS_HAVE_CUDA
+namespace {
+
+// Whether a step's `rows` decode rows go to the packed tensor-core kernel: where the device says
+// (CudaDevice::decode_attention), in the bf16 mode over bf16 pages it takes.
+bool DecodeRowsOnTensorCores(const cuda::CudaDevice& gpu, const PagedAttentionArgs& args, int64_t rows) {
+  const PagedKvLayer& L = args.layer;
+  return gpu.DecodeOnTensorCores(rows, args.num_heads) && args.bf16 && L.dtype == core::DType::kBF16 &&
+         cuda::PagedDecodeMmaTakes(args.num_heads, L.num_kv_heads, L.head_dim, L.k, L.v);
+}
+
+// The step's decode rows [md.row_begin, decode_end) on the CUDA cores, a block per (row, q head),
+// with the step's rotary and KV write where `rotary` is given (every row a decode row).
+void DecodeRowsOnCudaCores(cuda::CudaDevice& gpu, const PagedAttentionArgs& args, int64_t decode_end,
+                           const cuda::PagedDecodeRotary* rotary) {
+  const PagedKvLayer& L = args.layer;
+  const PagedMetadata& md = args.metadata;
+  const int64_t rows = decode_end - md.row_begin;
+  // A small step (a few decodes) splits each row's keys over several blocks to fill the GPU; their
+  // partials live in the activation scratch, which nothing else uses during the launch, and the
+  // device's split counters (sm_count ints: enough, as splits > 1 only where rows x heads <=
+  // sm_count / 2) say which block merges them.
+  const int splits = cuda::PagedAttentionSplits(rows, args.num_heads, gpu.sm_count());
+  float* partials = nullptr;
+  if (splits > 1) {
+    if (rows * args.num_heads > gpu.sm_count()) {
+      return gpu.Report(absl::InternalError("PagedAttention: more (row, head) splits than split counters"));
+    }
+    partials = static_cast<float*>(
+        gpu.ActivationScratch(cuda::PagedAttentionPartialBytes(rows, args.num_heads, L.head_dim, splits)));
+    if (partials == nullptr) return;  // the device keeps the error
+  }
+  gpu.Check(cuda::LaunchPagedAttention(gpu.stream(), args.q, args.q_row_stride, args.out, args.out_row_stride,
+                                       args.num_heads, args.scale, L.k, L.v, L.dtype == core::DType::kBF16,
+                                       L.block_size, L.num_kv_heads, L.head_dim, md.query_start.data(),
+                                       md.context_lens.data(), md.block_tables.data(), md.max_blocks_per_seq,
+                                       md.num_seqs, md.row_begin, decode_end, splits, partials,
+                                       gpu.paged_split_counters(), gpu.early_start(), rotary),
+            rotary != nullptr ? "PagedAttention with the decode rotary" : "PagedAttention");
+}
+
+}  // namespace
+#endif
 
 
 void WritePagedKv(Device& device, const PagedKvLayer& layer, const float* k, int64_t k_row_stride,
@@ -93,9 +136,7 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
       // The packed tensor-core kernel reads each decode row's keys once per kv head, where the
       // device says (CudaDevice::decode_attention; bf16 mode and pages, as the prefill kernel).
       const int64_t decode_rows = decode_end - md.row_begin;
-      if (decode_rows > 0 && gpu.DecodeOnTensorCores(decode_rows, args.num_heads) && args.bf16 &&
-          L.dtype == core::DType::kBF16 &&
-          cuda::PagedDecodeMmaTakes(args.num_heads, L.num_kv_heads, L.head_dim, L.k, L.v)) {
+      if (decode_rows > 0 && DecodeRowsOnTensorCores(gpu, args, decode_rows)) {
         cuda::PagedPrefillParams pp = cuda::PagedPrefillParamsOf(args);
         pp.decode_row_end = decode_end;
         // Few rows: each (row, kv head)'s keys split over blocks to fill the GPU, their partials in
@@ -108,28 +149,8 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
           pp.split_counters = gpu.paged_split_counters();
         }
         gpu.Check(cuda::LaunchPagedDecodeMma(gpu.stream(), pp), "PagedAttention: decode rows on the tensor cores");
-      } else if (const int64_t rows = decode_rows; rows > 0) {
-        // A small step (a few decodes) splits each row's keys over several blocks to fill the GPU;
-        // their partials live in the activation scratch, which nothing else uses during the
-        // launch, and the device's split counters (sm_count ints: enough, as splits > 1 only where
-        // rows x heads <= sm_count / 2) say which block merges them.
-        const int splits = cuda::PagedAttentionSplits(rows, args.num_heads, gpu.sm_count());
-        float* partials = nullptr;
-        if (splits > 1) {
-          if (rows * args.num_heads > gpu.sm_count()) {
-            return gpu.Report(absl::InternalError("PagedAttention: more (row, head) splits than split counters"));
-          }
-          partials = static_cast<float*>(
-              gpu.ActivationScratch(cuda::PagedAttentionPartialBytes(rows, args.num_heads, L.head_dim, splits)));
-          if (partials == nullptr) return;  // the device keeps the error
-        }
-        gpu.Check(cuda::LaunchPagedAttention(gpu.stream(), args.q, args.q_row_stride, args.out, args.out_row_stride,
-                                             args.num_heads, args.scale, L.k, L.v, L.dtype == core::DType::kBF16,
-                                             L.block_size, L.num_kv_heads, L.head_dim, md.query_start.data(),
-                                             md.context_lens.data(), md.block_tables.data(), md.max_blocks_per_seq,
-                                             md.num_seqs, md.row_begin, decode_end, splits, partials,
-                                             gpu.paged_split_counters(), gpu.early_start()),
-                  "PagedAttention");
+      } else if (decode_rows > 0) {
+        DecodeRowsOnCudaCores(gpu, args, decode_end, nullptr);
       }
       if (prefill_mma) {
         gpu.Check(cuda::LaunchPagedPrefillMma(gpu.stream(), cuda::PagedPrefillParamsOf(args)),
@@ -142,6 +163,38 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
     }
   }
   NoKernelFor(device, "PagedAttention");
+}
+
+void RotaryPagedAttention(Device& device, const PagedAttentionArgs& args, HeadsView q, HeadsView k, int head_dim,
+                          const float* cos, const float* sin, const float* v, int64_t v_row_stride,
+                          std::span<const int64_t> slot_mapping) {
+  const int64_t rows = static_cast<int64_t>(slot_mapping.size());
+#ifdef IRIS_HAVE_CUDA
+  const PagedKvLayer& L = args.layer;
+  const PagedMetadata& md = args.metadata;
+  if (device.kind() == DeviceKind::kCuda && cuda::AsCuda(device).fused_decode_rotary() && md.num_seqs > 0 &&
+      md.max_query_len == 1 && md.row_begin == 0 && md.row_end == rows && q.data == args.q &&
+      q.row_stride == args.q_row_stride && q.num_heads == args.num_heads && q.bf16 == nullptr && k.bf16 == nullptr &&
+      k.num_heads == L.num_kv_heads && head_dim == L.head_dim && head_dim % 2 == 0 &&
+      !DecodeRowsOnTensorCores(cuda::AsCuda(device), args, rows)) {
+    cpu::CheckPagedAttentionArgs(args);
+    cpu::CheckWritableKvLayer(L);
+    cuda::PagedDecodeRotary rotary;
+    rotary.k = k.data;
+    rotary.k_stride = k.row_stride;
+    rotary.v = v;
+    rotary.v_stride = v_row_stride;
+    rotary.cos = cos;
+    rotary.sin = sin;
+    rotary.slots = slot_mapping.data();
+    rotary.num_slots = L.num_blocks * L.block_size;
+    rotary.k_pool = L.k;
+    rotary.v_pool = L.v;
+    return DecodeRowsOnCudaCores(cuda::AsCuda(device), args, md.row_end, &rotary);
+  }
+#endif
+  RotaryQKWritePagedKv(device, q, k, rows, head_dim, cos, sin, args.layer, v, v_row_stride, slot_mapping);
+  PagedAttention(device, args);
 }
 
 void SetHostSummaries(std::span<const int32_t> query_start, std::span<const int32_t> context_lens,

@@ -406,8 +406,6 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
     // device can: kernels/linear.h).
     kernels::LinearForward(device_, *l.qkv, NormedInput(x, l.input_norm, normed), rows, qkv);
     kernels::PagedKvLayer kv = cache->layer(li);
-    kernels::RotaryQKWritePagedKv(device_, {qkv, qkv_width, nh}, {qkv + nh * d, qkv_width, nkv}, rows,
-                                  static_cast<int>(d), in.cos, in.sin, kv, qkv + (nh + nkv) * d, qkv_width, in.slots);
     kernels::PagedAttentionArgs a;
     a.q = qkv;
     a.q_row_stride = qkv_width;
@@ -421,7 +419,10 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
     // The attention waits on memory round trips, not bandwidth: the weights read next may stream
     // into the device's cache meanwhile (a hint; none by default).
     kernels::PrefetchWeights(device_, rows, {l.o.get(), l.gate_up.get()});
-    kernels::PagedAttention(device_, a);
+    // q and k rotated, the new k and v into the cache, then the attention (one launch on a GPU
+    // where the step is decode rows only).
+    kernels::RotaryPagedAttention(device_, a, {qkv, qkv_width, nh}, {qkv + nh * d, qkv_width, nkv}, static_cast<int>(d),
+                                  in.cos, in.sin, qkv + (nh + nkv) * d, qkv_width, in.slots);
     l.o->Forward(attn, rows, x, Epilogue::kAccumulate);
 
     kernels::GatedMlp(device_, *l.gate_up, *l.down, NormedInput(x, l.post_norm, normed), rows, {gu, act}, x);

@@ -10,7 +10,8 @@
 #              ways, each Linear alone)
 #   decode_ab  the 3b step with each decode candidate that is off by default as a variant, side by
 #              side with the defaults, alternating (gpu_ab.sh): the streamed GEMV, the L2 weight
-#              prefetch (the tensor-core decode attention has its table in `decode`)
+#              prefetch, and the decode rotary in a launch of its own (graph-replayed steps; the
+#              tensor-core decode attention has its table in `decode`)
 #   encoder    encoder_bench on the 3b vision tower: the switch table (the three techniques, bf16
 #              hand-offs, the pipelined flash kernel, matmul tuning) and the tuned matmuls' table
 #   sanitize   compute-sanitizer memcheck and racecheck over the kernel suites
@@ -85,7 +86,7 @@ decode_ab() {
   make_model 3b || return 1
   bash scripts/gpu_ab.sh --bundle "$BUNDLE" --models 3b --models-dir "$MODELS" --batches 1,8,32,64 --rounds 2 \
     --out "$OUT_DIR/decode_ab" --variant "streamed: --gemv_kernel=streamed" \
-    --variant "prefetch: --weight_prefetch=0.5"
+    --variant "prefetch: --weight_prefetch=0.5" --variant "separate_rotary: --decode_rotary=separate"
 }
 encoder() {
   make_model 3b || return 1

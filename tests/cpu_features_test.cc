@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_device.h"
@@ -148,45 +150,33 @@ TEST(CpuFeaturesTest, DeviceRunsTheChosenTier) {
   EXPECT_EQ(CreateDevice(options).status().code(), absl::StatusCode::kInvalidArgument);
   options.cpu_isa = "";
 
-  // The attention choice: the CPU has its own kernel only ("flash" and empty are the default).
-  for (const char* ok : {"", "flash"}) {
-    options.attention = ok;
-    EXPECT_TRUE(CreateDevice(options).ok()) << ok;
-  }
-  for (const auto& [name, message] : {std::pair{"cudnn", "is for a CUDA device"}, {"sdpa", "not one of: flash, cudnn"}}) {
-    options.attention = name;
-    const absl::Status s = CreateDevice(options).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
-    EXPECT_NE(s.message().find(message), std::string::npos) << s;
-  }
-  options.attention = "";
-
-  // The GPU's prefill attention and flash pipeline: the CPU takes the defaults only.
-  for (const char* ok : {"", "tensor-cores"}) {
-    options.prefill_attention = ok;
-    EXPECT_TRUE(CreateDevice(options).ok()) << ok;
-  }
-  for (const auto& [name, message] :
-       {std::pair{"cuda-cores", "is for a CUDA device"}, {"mma", "not one of: tensor-cores, cuda-cores"}}) {
-    options.prefill_attention = name;
-    const absl::Status s = CreateDevice(options).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
-    EXPECT_NE(s.message().find(message), std::string::npos) << s;
-  }
-  options.prefill_attention = "";
-  for (const char* ok : {"", "cuda-cores"}) {
-    options.decode_attention = ok;
-    EXPECT_TRUE(CreateDevice(options).ok()) << ok;
-  }
-  for (const auto& [name, message] :
-       {std::pair{"tensor-cores", "is for a CUDA device"}, {"tensor-cores-every-batch", "is for a CUDA device"},
-        {"packed", "not one of: cuda-cores, tensor-cores, tensor-cores-every-batch"}}) {
-    options.decode_attention = name;
-    const absl::Status s = CreateDevice(options).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
-    EXPECT_NE(s.message().find(message), std::string::npos) << s;
-  }
-  options.decode_attention = "";
+  // The GPU's choices of kernel (the encoder's attention, the paged attention's, the decode
+  // rotary's place): the CPU takes the defaults only (named or empty), refuses the others as a
+  // GPU's, and names the choices for an unknown one.
+  const auto check_choice = [&](std::string DeviceOptions::*field, std::vector<const char*> ok,
+                                std::vector<std::pair<const char*, const char*>> refused) {
+    for (const char* name : ok) {
+      options.*field = name;
+      EXPECT_TRUE(CreateDevice(options).ok()) << name;
+    }
+    for (const auto& [name, message] : refused) {
+      options.*field = name;
+      const absl::Status st = CreateDevice(options).status();
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << name;
+      EXPECT_NE(st.message().find(message), std::string::npos) << st;
+    }
+    options.*field = "";
+  };
+  check_choice(&DeviceOptions::attention, {"", "flash"},
+               {{"cudnn", "is for a CUDA device"}, {"sdpa", "not one of: flash, cudnn"}});
+  check_choice(&DeviceOptions::prefill_attention, {"", "tensor-cores"},
+               {{"cuda-cores", "is for a CUDA device"}, {"mma", "not one of: tensor-cores, cuda-cores"}});
+  check_choice(&DeviceOptions::decode_attention, {"", "cuda-cores"},
+               {{"tensor-cores", "is for a CUDA device"},
+                {"tensor-cores-every-batch", "is for a CUDA device"},
+                {"packed", "not one of: cuda-cores, tensor-cores, tensor-cores-every-batch"}});
+  check_choice(&DeviceOptions::decode_rotary, {"", "fused"},
+               {{"separate", "is for a CUDA device"}, {"inline", "not one of: fused, separate"}});
   options.flash_pipeline = true;
   const absl::Status s = CreateDevice(options).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -3,6 +3,7 @@
 // The kernels' own checks on odd sizes and edge values are in cuda_kernels_test and
 // simt_kernels_test; this suite checks the routing: each op reaches the right launch with the
 // right arguments, and the device reports no error.
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <vector>
@@ -438,6 +439,68 @@ TEST(CudaOpsTest, LargeBatchDecodeRowsOnTensorCoresMeetTheDefinition) {
   PagedAttention(gpu, b);
   testing::ExpectWithinPagedBf16Rounding(g->Down(b.out, few.q.size()), few, 0, "few decode rows, split");
   g->cuda().SetDecodeAttention(DecodeAttention::kCudaCores);
+  EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
+// A decode step's rotary, KV write and attention as one launch (CudaDevice::fused_decode_rotary)
+// against the rotary + KV write launch and the attention: the same output and pools, bit for bit,
+// on bf16 and f32 pools, at the 3b's heads (keys split over blocks at this batch). A step with a
+// prefill chunk takes the two launches whatever the setting: the same again.
+TEST(CudaOpsTest, RotaryPagedAttentionInOneLaunchEqualsTheTwoLaunches) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  for (const bool with_prefill : {false, true}) {
+    std::vector<std::pair<int, int>> seqs = {{1, 1}, {17, 1}, {600, 1}, {33, 1}, {70, 1}};
+    if (with_prefill) seqs.push_back({40, 3});
+    // Distinct blocks for every sequence (37 is prime to 64): no two rows write one slot.
+    const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/16, /*head_dim=*/128, /*num_blocks=*/64, seqs,
+                               /*block_step=*/37, /*block_offset=*/3);
+    const int rows = c.rows, hd = c.head_dim, half = hd / 2, nh = c.heads, nkv = c.kv_heads;
+    const int64_t stride = int64_t{nh + 2 * nkv} * hd;
+    const std::vector<float> qkv = RandomNormal(rows * stride, 60, 3.f);
+    const float* dcos = g->Up(RandomNormal(rows * half, 61));
+    const float* dsin = g->Up(RandomNormal(rows * half, 62));
+    std::vector<int64_t> slots(rows);
+    for (int s = 0; s < c.meta.num_seqs; ++s) {
+      const int q0 = c.meta.query_start[s], q_len = c.meta.query_start[s + 1] - q0;
+      for (int i = 0; i < q_len; ++i) {
+        const int pos = c.meta.context_lens[s] - q_len + i;
+        slots[q0 + i] = int64_t{c.meta.block_tables[s * c.meta.max_blocks_per_seq + pos / c.block_size]} *
+                            c.block_size + pos % c.block_size;
+      }
+    }
+    slots[1] = kPadSlot;
+    const auto dslots = DeviceSpan(g->Up(slots), slots.size());
+    const PagedMetadata md = OnGpu(*g, c.meta);
+    for (const bool bf16 : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << (bf16 ? "bf16" : "f32") << " pools" << (with_prefill ? ", a prefill" : ""));
+      const size_t elem = bf16 ? 2 : 4, pool = c.kf.size();
+      std::vector<float> got_out[2];
+      std::vector<uint8_t> got_k[2], got_v[2];
+      for (const bool fused : {true, false}) {
+        g->cuda().SetFusedDecodeRotary(fused);
+        float* d = g->Up(qkv);
+        void* k = bf16 ? static_cast<void*>(g->Up(c.kb)) : static_cast<void*>(g->Up(c.kf));
+        void* v = bf16 ? static_cast<void*>(g->Up(c.vb)) : static_cast<void*>(g->Up(c.vf));
+        PagedAttentionArgs a = c.Args(d, g->Up(std::vector<float>(c.q.size(), NAN)), k, v, bf16);
+        a.q_row_stride = stride;
+        a.metadata = md;
+        a.bf16 = bf16;
+        RotaryPagedAttention(gpu, a, {d, stride, nh}, {d + nh * hd, stride, nkv}, hd, dcos, dsin,
+                             d + (nh + nkv) * hd, stride, dslots);
+        got_out[fused] = g->Down(a.out, c.q.size());
+        got_k[fused] = g->Down(static_cast<uint8_t*>(k), pool * elem);
+        got_v[fused] = g->Down(static_cast<uint8_t*>(v), pool * elem);
+      }
+      // The padding row's key is its own qkv row's in one launch, the pool's stale slot in two.
+      for (std::vector<float>& o : got_out) std::fill(o.begin() + c.row_stride(), o.begin() + 2 * c.row_stride(), 0.f);
+      ExpectSameBits(got_out[1], got_out[0], "attention output");
+      EXPECT_EQ(got_k[1], got_k[0]) << "k pool";
+      EXPECT_EQ(got_v[1], got_v[0]) << "v pool";
+    }
+  }
+  g->cuda().SetFusedDecodeRotary(true);
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
 }
 

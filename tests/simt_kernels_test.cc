@@ -590,10 +590,101 @@ void CheckPagedAttention(int head_dim, int splits) {
          c.row_stride(), got.data(), c.row_stride(), c.heads, c.scale(), static_cast<const T*>(c.k(kBf16)),
          static_cast<const T*>(c.v(kBf16)), c.block_size, c.kv_heads, c.head_dim, c.meta.query_start.data(),
          c.meta.context_lens.data(), c.meta.block_tables.data(), c.meta.max_blocks_per_seq, c.meta.num_seqs, int64_t{0},
-         partials_or_null, counters.data());
+         partials_or_null, counters.data(), PagedDecodeRotary{});
   ExpectCloseRel(got, c.Reference(kBf16), 2e-5f, "paged_attention");
   // The last split of each (row, head) merged the partials and left its counter zero again.
   EXPECT_EQ(counters, std::vector<int>(counters.size(), 0));
+}
+
+// A step of decode rows only with its rotary and KV write done by the attention (kRotary): the
+// same output and the same pools, bit for bit, as RotaryQKWriteKvKernel then the attention without
+// it. The fused launch reads pools whose new slots still hold stale values and writes into copies
+// of them, so a row's own key or value read back from the pool, not from the qkv rows, would show;
+// a padding row (kPadSlot) writes nothing. GQA, f32 and bf16 pools, head dims read 16 bytes at a
+// time (128, 80) and element by element (76, 78), keys split over blocks.
+template <typename T>
+void CheckFusedRotaryAttention(int kv_heads, int heads, int head_dim, int splits) {
+  SCOPED_TRACE(::testing::Message() << heads << "/" << kv_heads << " heads of " << head_dim << ", " << splits
+                                    << " splits");
+  constexpr bool kBf16 = sizeof(T) == 2;
+  const testing::PagedCase c(kv_heads, heads, head_dim, /*num_blocks=*/40, {{1, 1}, {17, 1}, {40, 1}, {70, 1}, {33, 1}},
+                             /*block_step=*/17, /*block_offset=*/5);
+  const int rows = c.rows, half = head_dim / 2, pad_row = 3;
+  const int64_t stride = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
+  const int64_t width = static_cast<int64_t>(kv_heads) * head_dim, num_slots = c.num_blocks * c.block_size;
+  const std::vector<float> qkv = RandomNormal(rows * stride, 50 + head_dim);
+  const std::vector<float> cos = RandomNormal(rows * half, 51), sin = RandomNormal(rows * half, 52);
+  // Each row's new key goes to its context's last slot (the engine's mapping); one padding row.
+  std::vector<int64_t> slots(rows);
+  for (int r = 0; r < rows; ++r) {
+    const int pos = c.meta.context_lens[r] - 1;
+    slots[r] = int64_t{c.meta.block_tables[r * c.meta.max_blocks_per_seq + pos / c.block_size]} * c.block_size +
+               pos % c.block_size;
+  }
+  slots[pad_row] = kernels::kPadSlot;
+  const T* k0 = static_cast<const T*>(c.k(kBf16));
+  const T* v0 = static_cast<const T*>(c.v(kBf16));
+  const std::vector<T> k_pool(k0, k0 + num_slots * width), v_pool(v0, v0 + num_slots * width);
+  const auto attend = [&](const float* q, std::vector<float>* out, const std::vector<T>& kp, const std::vector<T>& vp,
+                          PagedDecodeRotary rotary, auto kernel) {
+    std::vector<float> partials(splits > 1 ? PagedPartialIndex(rows, 0, heads, 0, splits, head_dim) : 0, NAN);
+    std::vector<int> counters(static_cast<size_t>(rows * heads), 0);
+    Launch(Dim3(rows, heads, splits), Dim3(kPagedWarps * kWarpSize), kernel, q, stride, out->data(),
+           c.row_stride(), heads, c.scale(), kp.data(), vp.data(), c.block_size, kv_heads, head_dim,
+           c.meta.query_start.data(), c.meta.context_lens.data(), c.meta.block_tables.data(),
+           c.meta.max_blocks_per_seq, c.meta.num_seqs, int64_t{0}, splits > 1 ? partials.data() : nullptr,
+           counters.data(), rotary);
+    EXPECT_EQ(counters, std::vector<int>(counters.size(), 0));
+  };
+
+  // The two launches.
+  std::vector<float> qkv_a = qkv;
+  std::vector<T> k_a = k_pool, v_a = v_pool;
+  std::vector<float> want(static_cast<size_t>(rows) * c.row_stride(), NAN);
+  float* qa = qkv_a.data();
+  Launch(Dim3(rows, 2), Dim3(96), RotaryQKWriteKvKernel<T>, qa, stride, heads, qa + heads * head_dim, stride, kv_heads,
+         head_dim, cos.data(), sin.data(), static_cast<const float*>(qa + (heads + kv_heads) * head_dim), stride,
+         static_cast<const int64_t*>(slots.data()), num_slots, k_a.data(), v_a.data());
+  attend(qa, &want, k_a, v_a, PagedDecodeRotary{}, PagedAttentionKernel<T, false>);
+
+  // One launch: q, k, v as the qkv projection left them; the pools read (stale at the new slots)
+  // and the pools written (copies) apart.
+  std::vector<T> k_b = k_pool, v_b = v_pool;
+  std::vector<float> got(want.size(), NAN);
+  PagedDecodeRotary rotary;
+  rotary.k = qkv.data() + heads * head_dim;
+  rotary.k_stride = stride;
+  rotary.v = qkv.data() + (heads + kv_heads) * head_dim;
+  rotary.v_stride = stride;
+  rotary.cos = cos.data();
+  rotary.sin = sin.data();
+  rotary.slots = slots.data();
+  rotary.num_slots = num_slots;
+  rotary.k_pool = k_b.data();
+  rotary.v_pool = v_b.data();
+  attend(qkv.data(), &got, k_pool, v_pool, rotary, PagedAttentionKernel<T, true>);
+
+  ExpectSameBits(k_b, k_a, "k pool");
+  ExpectSameBits(v_b, v_a, "v pool");
+  EXPECT_NE(k_b, k_pool);  // it stored something
+  for (int r = 0; r < rows; ++r) {
+    if (r == pad_row) continue;  // its key is its qkv row's, not the pool's: not the two launches' output
+    const auto at = [&](const std::vector<float>& o) {
+      return std::vector<float>(o.begin() + r * c.row_stride(), o.begin() + (r + 1) * c.row_stride());
+    };
+    ExpectSameBits(at(got), at(want), "attention output");
+  }
+}
+
+TEST(CudaKernelsOnSimtTest, DecodeAttentionWithTheRotaryAndKvWriteEqualsTheTwoLaunches) {
+  CheckFusedRotaryAttention<uint16_t>(2, 16, 128, 8);  // the 3b at batch 1's splits
+  CheckFusedRotaryAttention<uint16_t>(2, 4, 128, 1);
+  CheckFusedRotaryAttention<uint16_t>(2, 4, 80, 3);
+  CheckFusedRotaryAttention<float>(2, 4, 128, 3);
+  // kv head 1's rows of 76 bf16 values start off 16-byte lines: summed element by element, which
+  // the row's own key (in aligned shared memory) must follow.
+  CheckFusedRotaryAttention<uint16_t>(2, 4, 76, 1);
+  CheckFusedRotaryAttention<float>(2, 4, 78, 1);
 }
 
 #ifdef IRIS_HAVE_CUDA

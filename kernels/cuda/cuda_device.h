@@ -145,6 +145,13 @@ class CudaDevice final : public Device {
   bool paged_prefill_mma() const { return paged_prefill_mma_; }
   void SetPagedPrefillMma(bool mma) { paged_prefill_mma_ = mma; }
 
+  // Whether a step of decode rows only (on the CUDA-core kernel) has its rotary and KV write done
+  // by the paged attention (kernels::RotaryPagedAttention; on by default: one launch a layer
+  // fewer, the same results bit for bit) or by a launch of their own (decode_bench
+  // --decode_rotary times both).
+  bool fused_decode_rotary() const { return fused_decode_rotary_; }
+  void SetFusedDecodeRotary(bool fused) { fused_decode_rotary_ = fused; }
+
   // How a step's decode rows attend in the bf16 mode over bf16 pages: kCudaCores, a block per
   // (row, q head) (kernels.cuh's PagedAttentionKernel, the default); kTensorCores, where the rows
   // are more (row, q head) pairs than the GPU has SMs (a large batch), on the tensor cores with a
@@ -209,6 +216,7 @@ class CudaDevice final : public Device {
   bool flash_pipeline_ = false;
   bool paged_prefill_mma_ = true;
   DecodeAttention decode_attention_ = DecodeAttention::kCudaCores;
+  bool fused_decode_rotary_ = true;
   bool early_start_;
   int64_t weight_prefetch_bytes_ = 0;
   bool matmul_tuning_ = false;

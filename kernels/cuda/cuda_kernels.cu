@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/launch_grid.cuh"
@@ -264,9 +265,11 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
                          int block_size, int num_kv_heads, int head_dim, const int32_t* query_start,
                          const int32_t* context_lens, const int32_t* block_tables, int max_blocks_per_seq,
                          int num_seqs, int64_t row_begin, int64_t row_end, int splits, float* partials,
-                         int* split_counters, bool early) {
+                         int* split_counters, bool early, const PagedDecodeRotary* rotary) {
   if (head_dim > kPagedMaxHeadDim || num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || splits < 1 ||
-      (splits > 1 && (partials == nullptr || split_counters == nullptr))) {
+      (splits > 1 && (partials == nullptr || split_counters == nullptr)) ||
+      (rotary != nullptr && (head_dim % 2 != 0 || rotary->slots == nullptr || rotary->k_pool != k_pool ||
+                             rotary->v_pool != v_pool))) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (row_end <= row_begin || num_seqs == 0) return 0;
@@ -274,16 +277,24 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
   const dim3 grid(static_cast<unsigned>(row_end - row_begin), static_cast<unsigned>(num_heads),
                   static_cast<unsigned>(splits));
   const int threads = kPagedWarps * kWarpSize;
+  const PagedDecodeRotary r = rotary != nullptr ? *rotary : PagedDecodeRotary{};
+  const auto launch = [&](auto kernel, auto* pool_type) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(pool_type)>>;
+    LaunchMaybeEarly(stream, grid, threads, early, kernel, q, q_row_stride, out, out_row_stride, num_heads, scale,
+                     static_cast<const T*>(k_pool), static_cast<const T*>(v_pool), block_size, num_kv_heads, head_dim,
+                     query_start, context_lens, block_tables, max_blocks_per_seq, num_seqs, row_begin, partials,
+                     split_counters, r);
+  };
   if (bf16_pool) {
-    LaunchMaybeEarly(stream, grid, threads, early, PagedAttentionKernel<uint16_t>, q, q_row_stride, out,
-                     out_row_stride, num_heads, scale, static_cast<const uint16_t*>(k_pool),
-                     static_cast<const uint16_t*>(v_pool), block_size, num_kv_heads, head_dim, query_start,
-                     context_lens, block_tables, max_blocks_per_seq, num_seqs, row_begin, partials, split_counters);
+    if (rotary != nullptr) {
+      launch(PagedAttentionKernel<uint16_t, true>, static_cast<uint16_t*>(nullptr));
+    } else {
+      launch(PagedAttentionKernel<uint16_t, false>, static_cast<uint16_t*>(nullptr));
+    }
+  } else if (rotary != nullptr) {
+    launch(PagedAttentionKernel<float, true>, static_cast<float*>(nullptr));
   } else {
-    LaunchMaybeEarly(stream, grid, threads, early, PagedAttentionKernel<float>, q, q_row_stride, out, out_row_stride,
-                     num_heads, scale, static_cast<const float*>(k_pool), static_cast<const float*>(v_pool),
-                     block_size, num_kv_heads, head_dim, query_start, context_lens, block_tables,
-                     max_blocks_per_seq, num_seqs, row_begin, partials, split_counters);
+    launch(PagedAttentionKernel<float, false>, static_cast<float*>(nullptr));
   }
   return LastLaunchError();
 }

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "kernels/cuda/bf16_bits.cuh"
+#include "kernels/cuda/paged_decode_rotary.h"
 #include "kernels/cuda/row_math.cuh"
 #include "kernels/cuda/simt.h"
 #include "kernels/cuda/split_merge.cuh"
@@ -215,6 +216,13 @@ IRIS_DEVICE float LoadAsF32(const uint16_t* p) { return Bf16ToFloat(*p); }
 IRIS_DEVICE void StoreRounded(float* p, float x) { *p = x; }
 IRIS_DEVICE void StoreRounded(uint16_t* p, float x) { *p = FloatToBf16(x); }
 
+// One rotate-half pair (x1 at dim i, x2 at i + head_dim / 2) turned by (c, s): the expressions
+// of every rotary kernel here, in one place, so that each computes the same bits.
+IRIS_DEVICE void RotatePair(float x1, float x2, float c, float s, float* y1, float* y2) {
+  *y1 = x1 * c - x2 * s;
+  *y2 = x2 * c + x1 * s;
+}
+
 // The fused rotary: q's and k's heads of row blockIdx.x rotated in place in one launch
 // (rotate-half; cos/sin hold head_dim/2 values per row). With k_heads = 0 (k unused) it is the
 // one-tensor Rotary. T: f32 rows, or bf16 rows (the vision blocks' qkv rows held in bf16:
@@ -230,9 +238,10 @@ IRIS_GLOBAL void RotaryQKKernel(T* q, int64_t q_stride, int q_heads, T* k, int64
     const int h = e / half, i = e % half;
     T* p = h < q_heads ? q + row * q_stride + static_cast<int64_t>(h) * head_dim
                        : k + row * k_stride + static_cast<int64_t>(h - q_heads) * head_dim;
-    const float x1 = LoadAsF32(p + i), x2 = LoadAsF32(p + i + half);
-    StoreRounded(p + i, x1 * c[i] - x2 * s[i]);
-    StoreRounded(p + i + half, x2 * c[i] + x1 * s[i]);
+    float y1, y2;
+    RotatePair(LoadAsF32(p + i), LoadAsF32(p + i + half), c[i], s[i], &y1, &y2);
+    StoreRounded(p + i, y1);
+    StoreRounded(p + i + half, y2);
   }
 }
 
@@ -484,8 +493,8 @@ IRIS_GLOBAL void RotaryQKWriteKvKernel(float* q, int64_t q_stride, int q_heads, 
     const bool is_k = h >= q_heads;
     const int64_t at = static_cast<int64_t>(is_k ? h - q_heads : h) * head_dim;
     float* p = is_k ? k + row * k_stride + at : q + row * q_stride + at;
-    const float x1 = p[i], x2 = p[i + half];
-    const float y1 = x1 * c[i] - x2 * s[i], y2 = x2 * c[i] + x1 * s[i];
+    float y1, y2;
+    RotatePair(p[i], p[i + half], c[i], s[i], &y1, &y2);
     p[i] = y1;
     p[i + half] = y2;
     if (is_k && k_slot != nullptr) {
@@ -507,12 +516,14 @@ constexpr int kPagedDimsPerLane = kPagedMaxHeadDim / 32;
 // the last turn's products otherwise); four partial sums keep the products independent. The sum's
 // order is the chunks' order whatever the batching.
 constexpr int kKeyDotBatch = 8;
+// `chunked`: whether to read kr 16 bytes at a time (kr is then 16-byte aligned); the sum's order
+// depends on it, so a key held elsewhere (the fused rotary's shared copy) takes its pool row's.
 template <typename T>
-IRIS_DEVICE float KeyDot(const T* kr, const float* qs, int head_dim) {
+IRIS_DEVICE float KeyDot(const T* kr, const float* qs, int head_dim, bool chunked) {
   constexpr int kPer = kPerChunk16<T>;  // values per 16-byte chunk: 8 bf16, 4 f32
   float s[4] = {0.f, 0.f, 0.f, 0.f};
   int d = 0;
-  if (reinterpret_cast<uintptr_t>(kr) % 16 == 0) {
+  if (chunked) {
     const Chunk16* kc = reinterpret_cast<const Chunk16*>(kr);
     const int chunks = head_dim / kPer;  // whole chunks; the rest goes element by element below
     for (int c0 = 0; c0 < chunks; c0 += kKeyDotBatch) {
@@ -583,15 +594,29 @@ IRIS_DEVICE int64_t PagedSlot(const int32_t* table, int64_t j, int block_size) {
 // the table (a copy uploads them before the step's first kernel, and no early start crosses a
 // copy), so they are safe however far the early starts ahead of this one run; and a prefetch of a
 // line a kernel is still writing reads nothing into registers. q, the output and the partials wait.
-template <typename T>
+// kRotary (a step of decode rows only: PagedDecodeRotary, cuda_kernels.h): the step's rotary and KV
+// write are this kernel's too. q is the row's q before rotary, rotated as it is read; the row's
+// own key and value (its last key: a decode row's position is its context's end) are rotated and
+// rounded from the qkv rows into shared memory and read from there, as RotaryQKWriteKvKernel would
+// have stored them; one block per (row, kv head) stores them into the row's pool slot for the
+// steps after (no block of this launch reads that slot). The same products in the same order as
+// RotaryQKWriteKvKernel then this kernel without it: the same output and pools, bit for bit.
+template <typename T, bool kRotary = false>
 IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                                       int num_heads, float scale, const T* k_pool, const T* v_pool, int block_size,
                                       int num_kv_heads, int head_dim, const int32_t* query_start,
                                       const int32_t* context_lens, const int32_t* block_tables,
                                       int max_blocks_per_seq, int num_seqs, int64_t row_begin, float* partials,
-                                      int* split_counters) {
+                                      int* split_counters, PagedDecodeRotary rotary) {
   GridDependencyTrigger();  // the o projection's GEMV may start (it waits for this kernel's output)
   IRIS_SHARED float q_shared[kPagedMaxHeadDim];
+  // The row's own key and value (kRotary), as the pool holds them; 16-byte aligned, as KeyDot's
+  // and the V loop's chunked reads want.
+  constexpr int kCurChunks = kRotary ? kPagedMaxHeadDim * static_cast<int>(sizeof(T)) / 16 : 1;
+  IRIS_SHARED Chunk16 cur_k_chunks[kCurChunks];
+  IRIS_SHARED Chunk16 cur_v_chunks[kCurChunks];
+  T* const cur_k = reinterpret_cast<T*>(cur_k_chunks);
+  T* const cur_v = reinterpret_cast<T*>(cur_v_chunks);
   IRIS_SHARED int merges_splits;
   IRIS_SHARED float tile_p[kPagedWarps][kWarpSize];
   IRIS_SHARED int64_t tile_slot[kPagedWarps][kWarpSize];
@@ -625,8 +650,38 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     }
   }
   GridDependencyWait();
-  for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) q_shared[d] = qr[d];
+  if constexpr (kRotary) {
+    const int half = head_dim / 2;
+    const float* c = rotary.cos + row * half;
+    const float* sn = rotary.sin + row * half;
+    const float* kr = rotary.k + row * rotary.k_stride + static_cast<int64_t>(g) * head_dim;
+    const float* vr = rotary.v + row * rotary.v_stride + static_cast<int64_t>(g) * head_dim;
+    for (int i = static_cast<int>(threadIdx.x); i < half; i += static_cast<int>(blockDim.x)) {
+      RotatePair(qr[i], qr[i + half], c[i], sn[i], &q_shared[i], &q_shared[i + half]);
+      float y1, y2;
+      RotatePair(kr[i], kr[i + half], c[i], sn[i], &y1, &y2);
+      StoreRounded(cur_k + i, y1);
+      StoreRounded(cur_k + i + half, y2);
+    }
+    for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
+      StoreRounded(cur_v + d, vr[d]);
+    }
+  } else {
+    for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) q_shared[d] = qr[d];
+  }
   SyncThreads();
+  if constexpr (kRotary) {
+    // The kv head's first q head's first split stores the row's key and value (a padding row's
+    // slot, outside the pool, gets nothing, as RotaryQKWriteKvKernel skips it).
+    const int64_t slot = rotary.slots[row];
+    if (h % (num_heads / num_kv_heads) == 0 && blockIdx.z == 0 && slot >= 0 && slot < rotary.num_slots) {
+      const int64_t at = slot * row_elems + static_cast<int64_t>(g) * head_dim;
+      for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
+        static_cast<T*>(rotary.k_pool)[at + d] = cur_k[d];
+        static_cast<T*>(rotary.v_pool)[at + d] = cur_v[d];
+      }
+    }
+  }
   // Chunked V (PagedVChunks): lane = key group * chunks + chunk, the groups taking a tile's keys
   // in turn; lanes past groups * chunks idle in the V products.
   const int chunks = PagedVChunks(v_pool, head_dim);
@@ -643,7 +698,15 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     float score = -INFINITY;
     if (valid) {
       slot = PagedSlot(table, j, block_size);
-      score = KeyDot(k_pool + slot * row_elems + static_cast<int64_t>(g) * head_dim, q_shared, head_dim) * scale;
+      const T* kr = k_pool + slot * row_elems + static_cast<int64_t>(g) * head_dim;
+      const bool chunked = reinterpret_cast<uintptr_t>(kr) % 16 == 0;  // the pool row's way, whichever is read
+      if constexpr (kRotary) {
+        if (j == keys - 1) {
+          kr = cur_k;
+          slot = -1;  // the V loops' mark for cur_v
+        }
+      }
+      score = KeyDot(kr, q_shared, head_dim, chunked) * scale;
     }
     const float tile_max = WarpMax(score);  // finite: the tile's first key is valid
     const float m_new = tile_max > m ? tile_max : m;
@@ -656,14 +719,22 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     tile_slot[warp][lane] = slot;
     SyncWarp();
     const int n = keys - t0 < kWarpSize ? static_cast<int>(keys - t0) : kWarpSize;
+    // Tile key u's V row (the row's own, kRotary: slot -1, from shared memory).
+    const auto v_row = [&](int u) -> const T* {
+      const int64_t su = tile_slot[warp][u];
+      if constexpr (kRotary) {
+        if (su < 0) return cur_v;
+      }
+      return v_pool + su * row_elems + static_cast<int64_t>(g) * head_dim;
+    };
     if (chunks > 0) {
       if (key_group < groups) {
-        const int64_t column = static_cast<int64_t>(g) * head_dim + static_cast<int64_t>(chunk) * kPerChunk16<T>;
+        const int64_t column = static_cast<int64_t>(chunk) * kPerChunk16<T>;
         for (int u0 = key_group; u0 < n; u0 += groups * kPagedVBatch) {
           Chunk16 vv[kPagedVBatch];
           for (int k = 0; k < kPagedVBatch; ++k) {
             const int u = u0 + k * groups;
-            if (u < n) vv[k] = *reinterpret_cast<const Chunk16*>(v_pool + tile_slot[warp][u] * row_elems + column);
+            if (u < n) vv[k] = *reinterpret_cast<const Chunk16*>(v_row(u) + column);
           }
           for (int k = 0; k < kPagedVBatch; ++k) {
             const int u = u0 + k * groups;
@@ -680,7 +751,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     for (; u + 8 <= n; u += 8) {
       float vv[8][kPagedDimsPerLane];
       for (int k = 0; k < 8; ++k) {
-        const T* vr = v_pool + tile_slot[warp][u + k] * row_elems + static_cast<int64_t>(g) * head_dim;
+        const T* vr = v_row(u + k);
         for (int i = 0; i < kPagedDimsPerLane; ++i) {
           const int d = lane + i * kWarpSize;
           vv[k][i] = d < head_dim ? LoadAsF32(vr + d) : 0.f;
@@ -693,7 +764,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     }
     for (; u < n; ++u) {
       const float pu = tile_p[warp][u];
-      const T* vr = v_pool + tile_slot[warp][u] * row_elems + static_cast<int64_t>(g) * head_dim;
+      const T* vr = v_row(u);
       for (int i = 0; i < kPagedDimsPerLane; ++i) {
         const int d = lane + i * kWarpSize;
         if (d < head_dim) acc[i] += pu * LoadAsF32(vr + d);
