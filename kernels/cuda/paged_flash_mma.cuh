@@ -102,8 +102,9 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedP
   SyncThreads();  // the shared tiles are read before a next block (harness) reuses them
 }
 
-// The lane's rows' online-softmax state as a split's partial [m, l, acc] (acc unnormalised; m =
-// -inf and l = 0 where the split saw no key), at part_of(r) for tile row r < r_hi.
+// The lane's rows' online-softmax state as a split's partial [m, l, acc] (acc unnormalised; m in
+// natural units, as split_merge.cuh's merges read it; m = -inf and l = 0 where the split saw no
+// key), at part_of(r) for tile row r < r_hi.
 template <int kDim, typename PartOf>
 IRIS_DEVICE void MmaFlashStorePartial(const MmaFlashBlock& b, int hd, MmaFlashRowState<kDim>& st, PartOf part_of) {
   if (!b.warp_active) return;
@@ -118,7 +119,7 @@ IRIS_UNROLL
     if (r < b.r_lo || r >= b.r_hi) continue;
     float* part = part_of(r);
     if (b.t == 0) {
-      part[0] = st.m[x];
+      part[0] = st.m[x] * kMmaFlashLn2;
       part[1] = st.l[x];
     }
 IRIS_UNROLL
@@ -166,8 +167,8 @@ IRIS_UNROLL
         const float top = mo > st.m[x] ? mo : st.m[x];
         mine[x] = theirs[x] = 0.f;
         if (top != -INFINITY) {
-          mine[x] = st.m[x] == -INFINITY ? 0.f : expf(st.m[x] - top);
-          theirs[x] = mo == -INFINITY ? 0.f : expf(mo - top);
+          mine[x] = st.m[x] == -INFINITY ? 0.f : Exp2Approx(st.m[x] - top);  // m in base-2 units
+          theirs[x] = mo == -INFINITY ? 0.f : Exp2Approx(mo - top);
           st.m[x] = top;
         }
         st.l[x] = st.l[x] * mine[x] + at[(2 + x) * kSlots] * theirs[x];

@@ -9,7 +9,7 @@
 // Kernels use only what this header names: IRIS_GLOBAL, IRIS_DEVICE, IRIS_HOST_DEVICE, IRIS_SHARED, IRIS_UNROLL,
 // IRIS_LAUNCH_BOUNDS, SyncThreads(),
 // SyncWarp(), ShflXor(), ThreadFence(), AtomicAddInt(), LoadCoherent(), GridDependencyWait(),
-// GridDependencyTrigger(), PrefetchL2(), PrefetchL2Bulk(), MmaBf16() (a warp's
+// GridDependencyTrigger(), PrefetchL2(), PrefetchL2Bulk(), Exp2Approx(), MmaBf16() (a warp's
 // tensor-core product, with a scalar twin here), CpAsync16()/CpAsyncCommit()/CpAsyncWait<N>()
 // (copies to shared memory in flight while the thread computes; here they land at the wait),
 // LdMatrixX4()/LdMatrixX4Trans() (a warp's fragment loads from shared memory),
@@ -146,6 +146,16 @@ __device__ __forceinline__ void PrefetchL2Bulk(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
+// 2^x by the SFU's one instruction (about 2 ulp; results below 2^-126 are zeros, -inf gives 0):
+// the attention softmax's probabilities, where exp2f's and expf's guards cost instructions and
+// registers.
+__device__ __forceinline__ float Exp2Approx(float x) {
+  float y = 0.f;
+#if defined(__CUDA_ARCH__)
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+#endif
+  return y;
+}
 
 }  // namespace iris::kernels::cuda
 
@@ -157,6 +167,7 @@ __device__ __forceinline__ void PrefetchL2Bulk(const void* p, uint32_t bytes) {
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <cmath>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -278,6 +289,11 @@ inline int32_t LoadCoherent(const int32_t* p) { return *p; }
 inline void GridDependencyWait() {}
 inline void GridDependencyTrigger() {}
 inline void PrefetchL2(const void*) {}
+// The SFU's twin: exact exp2 with its flush of tiny results.
+inline float Exp2Approx(float x) {
+  const float y = std::exp2(x);
+  return y < 0x1p-126f ? 0.f : y;
+}
 namespace simt {
 // The harness records each PrefetchL2Bulk range while a test asks it to (tests check that a
 // kernel asks for exactly the bytes it should, in pieces the instruction takes).
