@@ -594,13 +594,14 @@ IRIS_DEVICE int64_t PagedSlot(const int32_t* table, int64_t j, int block_size) {
 // the table (a copy uploads them before the step's first kernel, and no early start crosses a
 // copy), so they are safe however far the early starts ahead of this one run; and a prefetch of a
 // line a kernel is still writing reads nothing into registers. q, the output and the partials wait.
-// kRotary (a step of decode rows only: PagedDecodeRotary, cuda_kernels.h): the step's rotary and KV
-// write are this kernel's too. q is the row's q before rotary, rotated as it is read; the row's
-// own key and value (its last key: a decode row's position is its context's end) are rotated and
-// rounded from the qkv rows into shared memory and read from there, as RotaryQKWriteKvKernel would
-// have stored them; one block per (row, kv head) stores them into the row's pool slot for the
-// steps after (no block of this launch reads that slot). The same products in the same order as
-// RotaryQKWriteKvKernel then this kernel without it: the same output and pools, bit for bit.
+// kRotary (a step of decode rows only; PagedDecodeRotary, paged_decode_rotary.h): the step's
+// rotary and KV write are this kernel's too. q is the row's q before rotary, rotated as it is
+// read; the row's own key and value (its last key: a decode row's position is its context's end)
+// are rotated and rounded from the qkv rows into shared memory and read from there, as
+// RotaryQKWriteKvKernel would have stored them; one block per (row, kv head) stores them into the
+// row's pool slot for the steps after (no block of this launch reads that slot). The same
+// products in the same order as RotaryQKWriteKvKernel then this kernel without it: the same
+// output and pools, bit for bit.
 template <typename T, bool kRotary = false>
 IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                                       int num_heads, float scale, const T* k_pool, const T* v_pool, int block_size,

@@ -176,7 +176,9 @@ IRIS_UNROLL
 IRIS_UNROLL
       for (int c = 0; c < kDim / 8; ++c) {
 IRIS_UNROLL
-        for (int i = 0; i < 4; ++i) st.acc[c][i] = st.acc[c][i] * mine[i / 2] + at[(4 + 4 * c + i) * kSlots] * theirs[i / 2];
+        for (int i = 0; i < 4; ++i) {
+          st.acc[c][i] = st.acc[c][i] * mine[i / 2] + at[(4 + 4 * c + i) * kSlots] * theirs[i / 2];
+        }
       }
     }
     SyncThreads();  // read before the next round writes
