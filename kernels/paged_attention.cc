@@ -26,6 +26,29 @@ bool DecodeRowsOnTensorCores(const cuda::CudaDevice& gpu, const PagedAttentionAr
          cuda::PagedDecodeMmaTakes(args.num_heads, L.num_kv_heads, L.head_dim, L.k, L.v);
 }
 
+// The step's decode rows [md.row_begin, decode_end) on the tensor cores, a block per (row, kv
+// head), with the step's rotary and KV write where `rotary` is given (every row a decode row).
+void DecodeRowsPacked(cuda::CudaDevice& gpu, const PagedAttentionArgs& args, int64_t decode_end,
+                      const cuda::PagedDecodeRotary* rotary) {
+  const PagedKvLayer& L = args.layer;
+  const int64_t rows = decode_end - args.metadata.row_begin;
+  cuda::PagedPrefillParams pp = cuda::PagedPrefillParamsOf(args);
+  pp.decode_row_end = decode_end;
+  if (rotary != nullptr) pp.rotary = *rotary;
+  // Few rows: each (row, kv head)'s keys split over blocks to fill the GPU, their partials in the
+  // activation scratch (nothing else uses it during the launch).
+  pp.splits = cuda::PagedDecodeMmaSplits(rows, L.num_kv_heads, gpu.sm_count());
+  if (pp.splits > 1) {
+    pp.partials = static_cast<float*>(
+        gpu.ActivationScratch(cuda::PagedAttentionPartialBytes(rows, args.num_heads, L.head_dim, pp.splits)));
+    if (pp.partials == nullptr) return;  // the device keeps the error
+    pp.split_counters = gpu.paged_split_counters();
+  }
+  gpu.Check(cuda::LaunchPagedDecodeMma(gpu.stream(), pp),
+            rotary != nullptr ? "PagedAttention: decode rows and their rotary on the tensor cores"
+                              : "PagedAttention: decode rows on the tensor cores");
+}
+
 // The step's decode rows [md.row_begin, decode_end) on the CUDA cores, a block per (row, q head),
 // with the step's rotary and KV write where `rotary` is given (every row a decode row).
 void DecodeRowsOnCudaCores(cuda::CudaDevice& gpu, const PagedAttentionArgs& args, int64_t decode_end,
@@ -137,18 +160,7 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args) {
       // device says (CudaDevice::decode_attention; bf16 mode and pages, as the prefill kernel).
       const int64_t decode_rows = decode_end - md.row_begin;
       if (decode_rows > 0 && DecodeRowsOnTensorCores(gpu, args, decode_rows)) {
-        cuda::PagedPrefillParams pp = cuda::PagedPrefillParamsOf(args);
-        pp.decode_row_end = decode_end;
-        // Few rows: each (row, kv head)'s keys split over blocks to fill the GPU, their partials in
-        // the activation scratch (nothing else uses it during the launch).
-        pp.splits = cuda::PagedDecodeMmaSplits(decode_rows, L.num_kv_heads, gpu.sm_count());
-        if (pp.splits > 1) {
-          pp.partials = static_cast<float*>(
-              gpu.ActivationScratch(cuda::PagedAttentionPartialBytes(decode_rows, args.num_heads, L.head_dim, pp.splits)));
-          if (pp.partials == nullptr) return;  // the device keeps the error
-          pp.split_counters = gpu.paged_split_counters();
-        }
-        gpu.Check(cuda::LaunchPagedDecodeMma(gpu.stream(), pp), "PagedAttention: decode rows on the tensor cores");
+        DecodeRowsPacked(gpu, args, decode_end, nullptr);
       } else if (decode_rows > 0) {
         DecodeRowsOnCudaCores(gpu, args, decode_end, nullptr);
       }
@@ -176,7 +188,8 @@ void RotaryPagedAttention(Device& device, const PagedAttentionArgs& args, HeadsV
       md.max_query_len == 1 && md.row_begin == 0 && md.row_end == rows && q.data == args.q &&
       q.row_stride == args.q_row_stride && q.num_heads == args.num_heads && q.bf16 == nullptr && k.bf16 == nullptr &&
       k.num_heads == L.num_kv_heads && head_dim == L.head_dim && head_dim % 2 == 0 &&
-      !DecodeRowsOnTensorCores(cuda::AsCuda(device), args, rows)) {
+      (!DecodeRowsOnTensorCores(cuda::AsCuda(device), args, rows) ||
+       cuda::PagedDecodeMmaKeySlices(args.num_heads, L.num_kv_heads) > 1)) {
     cpu::CheckPagedAttentionArgs(args);
     cpu::CheckWritableKvLayer(L);
     cuda::PagedDecodeRotary rotary;
@@ -190,6 +203,11 @@ void RotaryPagedAttention(Device& device, const PagedAttentionArgs& args, HeadsV
     rotary.num_slots = L.num_blocks * L.block_size;
     rotary.k_pool = L.k;
     rotary.v_pool = L.v;
+    // The packed tensor-core kernel where the device sends these rows there (with key slices: a
+    // kv head's q heads fit one warp's rows), else the CUDA-core kernel.
+    if (DecodeRowsOnTensorCores(cuda::AsCuda(device), args, rows)) {
+      return DecodeRowsPacked(cuda::AsCuda(device), args, md.row_end, &rotary);
+    }
     return DecodeRowsOnCudaCores(cuda::AsCuda(device), args, md.row_end, &rotary);
   }
 #endif

@@ -115,11 +115,11 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args);
 
 // A decode step's RotaryQKWritePagedKv(q, k, ...) into args.layer, then PagedAttention(args) over
 // q's rows (args.q and q_row_stride are q's; one slot per step row). On a GPU whose step rows are
-// all decode rows on the CUDA-core kernel (CudaDevice::fused_decode_rotary, the default), one
-// launch does the three: the attention rotates q as it reads it, takes each row's own key and
-// value from its qkv rows, and stores them into the pool. The same output and pools either way,
-// bit for bit; q and k in their rows may be left rotated or not (the attention is their last
-// reader).
+// all decode rows (CudaDevice::fused_decode_rotary, the default; on the CUDA-core kernel, or on
+// the packed tensor-core one where a kv head's q heads fit one warp's rows), one launch does the
+// three: the attention rotates q as it reads it, takes each row's own key and value from its qkv
+// rows, and stores them into the pool. The same output and pools either way, bit for bit; q and k
+// in their rows may be left rotated or not (the attention is their last reader).
 void RotaryPagedAttention(Device& device, const PagedAttentionArgs& args, HeadsView q, HeadsView k, int head_dim,
                           const float* cos, const float* sin, const float* v, int64_t v_row_stride,
                           std::span<const int64_t> slot_mapping);

@@ -444,8 +444,9 @@ TEST(CudaOpsTest, LargeBatchDecodeRowsOnTensorCoresMeetTheDefinition) {
 
 // A decode step's rotary, KV write and attention as one launch (CudaDevice::fused_decode_rotary)
 // against the rotary + KV write launch and the attention: the same output and pools, bit for bit,
-// on bf16 and f32 pools, at the 3b's heads (keys split over blocks at this batch). A step with a
-// prefill chunk takes the two launches whatever the setting: the same again.
+// on bf16 and f32 pools, at the 3b's heads (keys split over blocks at this batch), on the CUDA
+// cores and on the tensor cores (the packed decode kernel). A step with a prefill chunk takes the
+// two launches whatever the setting: the same again.
 TEST(CudaOpsTest, RotaryPagedAttentionInOneLaunchEqualsTheTwoLaunches) {
   auto g = MakeGpu();
   ASSERT_NE(g, nullptr);
@@ -473,8 +474,13 @@ TEST(CudaOpsTest, RotaryPagedAttentionInOneLaunchEqualsTheTwoLaunches) {
     slots[1] = kPadSlot;
     const auto dslots = DeviceSpan(g->Up(slots), slots.size());
     const PagedMetadata md = OnGpu(*g, c.meta);
-    for (const bool bf16 : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << (bf16 ? "bf16" : "f32") << " pools" << (with_prefill ? ", a prefill" : ""));
+    using DecodeAttention = cuda::CudaDevice::DecodeAttention;
+    for (const auto& [bf16, setting] : {std::pair{true, DecodeAttention::kCudaCores},
+                                        {true, DecodeAttention::kTensorCoresEveryBatch},
+                                        {false, DecodeAttention::kCudaCores}}) {
+      g->cuda().SetDecodeAttention(setting);
+      SCOPED_TRACE(::testing::Message() << (bf16 ? "bf16" : "f32") << " pools" << (with_prefill ? ", a prefill" : "")
+                                        << (setting == DecodeAttention::kCudaCores ? "" : ", tensor cores"));
       const size_t elem = bf16 ? 2 : 4, pool = c.kf.size();
       std::vector<float> got_out[2];
       std::vector<uint8_t> got_k[2], got_v[2];
@@ -501,6 +507,7 @@ TEST(CudaOpsTest, RotaryPagedAttentionInOneLaunchEqualsTheTwoLaunches) {
     }
   }
   g->cuda().SetFusedDecodeRotary(true);
+  g->cuda().SetDecodeAttention(cuda::CudaDevice::DecodeAttention::kCudaCores);
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
 }
 

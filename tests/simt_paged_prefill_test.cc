@@ -6,6 +6,7 @@
 // prefix (positions past the chunk's start) and whole prompts, a one-row sequence after them,
 // GQA, shuffled pages, the models' head dims. Runs in CI without a GPU.
 #include "kernels/cuda/paged_flash_mma.cuh"
+#include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/paged_prefill_args.h"
 
 #include <gtest/gtest.h>
@@ -87,7 +88,8 @@ void CheckPagedDecode(int kv_heads, int heads, int head_dim, int splits, bool al
       p.split_counters = counters.data();
     }
     const Dim3 grid(static_cast<int>(rows), splits, kv_heads);
-    WithPagedDecodeMmaKernel(head_dim, slices, [&](auto kernel) { Launch(grid, Dim3(kMmaFlashThreads), kernel, p); });
+    WithPagedDecodeMmaKernel(head_dim, slices, /*rotary=*/false,
+                             [&](auto kernel) { Launch(grid, Dim3(kMmaFlashThreads), kernel, p); });
     testing::ExpectWithinPagedBf16Rounding(got, c, 0, "paged decode", p.decode_row_end);
     for (int64_t i = p.decode_row_end * c.row_stride(); i < static_cast<int64_t>(got.size()); ++i) {
       ASSERT_TRUE(std::isnan(got[i])) << "row " << i / c.row_stride() << " was written";
@@ -110,6 +112,89 @@ TEST(PagedDecodeMmaOnSimtTest, PacksAKvHeadsQHeadsIntoOneTile) {
 // The host's choice of splits: about two blocks an SM, at most 16, none where the (row, kv head)
 // pairs fill the GPU or outnumber its split counters; never by context (a decode graph replays at
 // other contexts than it was recorded at).
+// The packed kernel with the step's rotary and KV write (kRotary): the same output and pools, bit
+// for bit, as RotaryQKWriteKvKernel then the kernel without it. The fused launch reads pools whose
+// new slots still hold stale values and writes into copies, so a row's own key or value read back
+// from the pool would show; a padding row (kPadSlot) stores nothing.
+void CheckPackedDecodeRotary(int kv_heads, int heads, int head_dim, int splits) {
+  SCOPED_TRACE(::testing::Message() << heads << "/" << kv_heads << " heads of " << head_dim << ", " << splits
+                                    << " splits");
+  const testing::PagedCase c(kv_heads, heads, head_dim, /*num_blocks=*/48, {{1, 1}, {40, 1}, {129, 1}, {300, 1}, {97, 1}},
+                             /*block_step=*/17, /*block_offset=*/5);
+  const int rows = c.rows, half = head_dim / 2, pad_row = 2;
+  const int64_t stride = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
+  const int64_t width = static_cast<int64_t>(kv_heads) * head_dim, num_slots = c.num_blocks * c.block_size;
+  const std::vector<float> qkv = testing::RandomNormal(rows * stride, 70 + head_dim);
+  const std::vector<float> cos = testing::RandomNormal(rows * half, 71), sin = testing::RandomNormal(rows * half, 72);
+  std::vector<int64_t> slots(rows);
+  for (int r = 0; r < rows; ++r) {
+    const int pos = c.meta.context_lens[r] - 1;
+    slots[r] = int64_t{c.meta.block_tables[r * c.meta.max_blocks_per_seq + pos / c.block_size]} * c.block_size +
+               pos % c.block_size;
+  }
+  slots[pad_row] = kernels::kPadSlot;
+  const std::vector<uint16_t> k_pool(c.kb.begin(), c.kb.begin() + num_slots * width);
+  const std::vector<uint16_t> v_pool(c.vb.begin(), c.vb.begin() + num_slots * width);
+  const auto attend = [&](const float* q, std::vector<float>* out, const std::vector<uint16_t>& kp,
+                          const std::vector<uint16_t>& vp, const PagedDecodeRotary& rotary) {
+    PagedPrefillParams p = PagedPrefillParamsOf(c.Args(q, out->data(), kp.data(), vp.data(), /*bf16_pool=*/true));
+    p.q_row_stride = stride;
+    p.decode_row_end = rows;
+    p.rotary = rotary;
+    std::vector<float> partials(static_cast<size_t>(rows * heads * splits * (head_dim + 2)), NAN);
+    std::vector<int> counters(static_cast<size_t>(rows * kv_heads), 0);
+    p.splits = splits;
+    if (splits > 1) {
+      p.partials = partials.data();
+      p.split_counters = counters.data();
+    }
+    WithPagedDecodeMmaKernel(head_dim, PagedDecodeMmaKeySlices(heads, kv_heads), rotary.slots != nullptr,
+                             [&](auto kernel) { Launch(Dim3(rows, splits, kv_heads), Dim3(kMmaFlashThreads), kernel, p); });
+    for (const int n : counters) ASSERT_EQ(n, 0) << "a split counter was not left at zero";
+  };
+
+  std::vector<float> qkv_a = qkv;
+  std::vector<uint16_t> k_a = k_pool, v_a = v_pool;
+  std::vector<float> want(static_cast<size_t>(rows) * c.row_stride(), NAN);
+  float* qa = qkv_a.data();
+  Launch(Dim3(rows, 2), Dim3(96), RotaryQKWriteKvKernel<uint16_t>, qa, stride, heads, qa + heads * head_dim, stride,
+         kv_heads, head_dim, cos.data(), sin.data(), static_cast<const float*>(qa + (heads + kv_heads) * head_dim),
+         stride, static_cast<const int64_t*>(slots.data()), num_slots, k_a.data(), v_a.data());
+  attend(qa, &want, k_a, v_a, PagedDecodeRotary{});
+
+  std::vector<uint16_t> k_b = k_pool, v_b = v_pool;
+  std::vector<float> got(want.size(), NAN);
+  PagedDecodeRotary rotary;
+  rotary.k = qkv.data() + heads * head_dim;
+  rotary.k_stride = stride;
+  rotary.v = qkv.data() + (heads + kv_heads) * head_dim;
+  rotary.v_stride = stride;
+  rotary.cos = cos.data();
+  rotary.sin = sin.data();
+  rotary.slots = slots.data();
+  rotary.num_slots = num_slots;
+  rotary.k_pool = k_b.data();
+  rotary.v_pool = v_b.data();
+  attend(qkv.data(), &got, k_pool, v_pool, rotary);
+
+  testing::ExpectSameBits(k_b, k_a, "k pool");
+  testing::ExpectSameBits(v_b, v_a, "v pool");
+  EXPECT_NE(k_b, k_pool);
+  for (int r = 0; r < rows; ++r) {
+    if (r == pad_row) continue;  // its key is its qkv row's, not the pool's stale slot
+    const auto at = [&](const std::vector<float>& o) {
+      return std::vector<float>(o.begin() + r * c.row_stride(), o.begin() + (r + 1) * c.row_stride());
+    };
+    testing::ExpectSameBits(at(got), at(want), "attention output");
+  }
+}
+
+TEST(PagedDecodeMmaOnSimtTest, WithTheRotaryAndKvWriteEqualsTheTwoLaunches) {
+  CheckPackedDecodeRotary(2, 16, 128, 1);  // the 3b
+  CheckPackedDecodeRotary(2, 16, 128, 4);
+  CheckPackedDecodeRotary(4, 28, 80, 3);   // the 7b's group of 7
+}
+
 TEST(PagedDecodeMmaOnSimtTest, SlicesEachTilesKeysOverTheWarpsWhereTheGroupFitsOneWarp) {
   EXPECT_EQ(PagedDecodeMmaKeySlices(16, 2), 4);  // the 3b: 8 q heads a kv head
   EXPECT_EQ(PagedDecodeMmaKeySlices(28, 4), 4);  // the 7b: 7

@@ -95,13 +95,17 @@ int LaunchPagedDecodeMma(CUstream_st* stream, const PagedPrefillParams& p) {
   }
   const int64_t rows = p.decode_row_end - p.decode_row_begin;
   if (rows <= 0) return 0;
+  const int key_slices = PagedDecodeMmaKeySlices(p.num_heads, p.num_kv_heads);
+  const bool rotary = p.rotary.slots != nullptr;
   if (rows > 2147483647 || p.splits < 1 || p.splits > kPagedDecodeMmaMaxSplits || p.num_kv_heads > 65535 ||
-      (p.splits > 1 && (p.partials == nullptr || p.split_counters == nullptr))) {
+      (p.splits > 1 && (p.partials == nullptr || p.split_counters == nullptr)) ||
+      (rotary && (key_slices == 1 || p.head_dim % 2 != 0 || p.rotary.k_pool != p.k_pool ||
+                  p.rotary.v_pool != p.v_pool))) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   static_assert(kMmaFlashRows == 64, "PagedDecodeMmaTakes's limit");
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(p.splits), static_cast<unsigned>(p.num_kv_heads));
-  WithPagedDecodeMmaKernel(p.head_dim, PagedDecodeMmaKeySlices(p.num_heads, p.num_kv_heads),
+  WithPagedDecodeMmaKernel(p.head_dim, key_slices, rotary,
                            [&](auto kernel) { kernel<<<grid, kMmaFlashThreads, 0, stream>>>(p); });
   return LastLaunchError();
 }

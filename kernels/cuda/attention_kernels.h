@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/paged_decode_rotary.h"
+
 struct CUstream_st;
 
 namespace iris::kernels::cuda {
@@ -81,6 +83,9 @@ struct PagedPrefillParams {
   int splits = 1;
   float* partials = nullptr;
   int* split_counters = nullptr;
+  // The decode kernel with the step's rotary and KV write (rotary.slots set; every row a decode
+  // row, key slices: PagedDecodeMmaKeySlices > 1): q is then before rotary.
+  PagedDecodeRotary rotary;
 };
 
 // Whether LaunchPagedPrefillMma takes a cache of this shape: head dims up to 128 (the tensor-core

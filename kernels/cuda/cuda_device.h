@@ -145,10 +145,10 @@ class CudaDevice final : public Device {
   bool paged_prefill_mma() const { return paged_prefill_mma_; }
   void SetPagedPrefillMma(bool mma) { paged_prefill_mma_ = mma; }
 
-  // Whether a step of decode rows only (on the CUDA-core kernel) has its rotary and KV write done
-  // by the paged attention (kernels::RotaryPagedAttention; on by default: one launch a layer
-  // fewer, the same results bit for bit) or by a launch of their own (decode_bench
-  // --decode_rotary times both).
+  // Whether a step of decode rows only has its rotary and KV write done by the paged attention
+  // (kernels::RotaryPagedAttention: the CUDA-core kernel, or the packed tensor-core one where its
+  // key slices apply; on by default: one launch a layer fewer, the same results bit for bit) or
+  // by a launch of their own (decode_bench --decode_rotary times both).
   bool fused_decode_rotary() const { return fused_decode_rotary_; }
   void SetFusedDecodeRotary(bool fused) { fused_decode_rotary_ = fused; }
 

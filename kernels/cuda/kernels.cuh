@@ -216,13 +216,6 @@ IRIS_DEVICE float LoadAsF32(const uint16_t* p) { return Bf16ToFloat(*p); }
 IRIS_DEVICE void StoreRounded(float* p, float x) { *p = x; }
 IRIS_DEVICE void StoreRounded(uint16_t* p, float x) { *p = FloatToBf16(x); }
 
-// One rotate-half pair (x1 at dim i, x2 at i + head_dim / 2) turned by (c, s): the expressions
-// of every rotary kernel here, in one place, so that each computes the same bits.
-IRIS_DEVICE void RotatePair(float x1, float x2, float c, float s, float* y1, float* y2) {
-  *y1 = x1 * c - x2 * s;
-  *y2 = x2 * c + x1 * s;
-}
-
 // The fused rotary: q's and k's heads of row blockIdx.x rotated in place in one launch
 // (rotate-half; cos/sin hold head_dim/2 values per row). With k_heads = 0 (k unused) it is the
 // one-tensor Rotary. T: f32 rows, or bf16 rows (the vision blocks' qkv rows held in bf16:

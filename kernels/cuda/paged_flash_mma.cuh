@@ -21,6 +21,7 @@
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/bf16_bits.cuh"
 #include "kernels/cuda/flash_mma.cuh"
+#include "kernels/cuda/row_math.cuh"
 #include "kernels/cuda/simt.h"
 #include "kernels/cuda/split_merge.cuh"
 
@@ -201,15 +202,24 @@ IRIS_UNROLL
 // one warp's 16 rows, so every warp holds them and takes its own 16 keys of each tile, with an
 // online softmax of its own, and the four states merge in shared memory at the end; with one warp
 // computing (kKeySlices = 1), it alone would issue the tile's 128 mma.sync while three only load.
-template <int kDim, int kKeySlices>
+// kRotary (with key slices; a step of decode rows only, pp.rotary): the step's rotary and KV write
+// are this kernel's too, as PagedAttentionKernel's kRotary does them: the group's q heads rotated
+// into shared memory before the fragments are loaded, the row's own key and value rotated and
+// rounded from its qkv rows and read from shared memory by the tile loads, split 0 of each (row,
+// kv head) storing them into the row's slot. The same output and pools as RotaryQKWriteKvKernel
+// then this kernel without it, bit for bit.
+template <int kDim, int kKeySlices, bool kRotary = false>
 IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedDecodeMmaKernel(PagedPrefillParams pp) {
   static_assert(kDim % 16 == 0 && kDim <= kMmaFlashMaxHeadDim);
   static_assert(kKeySlices == 1 || kKeySlices == kMmaFlashWarps);
+  static_assert(!kRotary || kKeySlices > 1, "the rotary's q rows fit vt for a group of at most 16");
   constexpr int kSliceKeys = kMmaFlashKeys / kKeySlices;
   IRIS_SHARED uint32_t ks[kMmaFlashKeys * kMmaFlashKWords<kDim>];  // ks[key][dim pair]
   IRIS_SHARED uint32_t vt[kDim * kMmaFlashVWords];                  // vt[dim][key pair]
   IRIS_SHARED int merges_splits;
   IRIS_SHARED float split_weight[kMmaFlashRows][kPagedDecodeMmaMaxSplits];  // the merging block's
+  // kRotary: the row's own key, then its value, bf16 (16-byte aligned, as the tile loads read).
+  IRIS_SHARED Chunk16 cur_kv[kRotary ? 2 * kDim * 2 / 16 : 1];
 
   const int64_t row_index = blockIdx.x;
   const int64_t row = pp.decode_row_begin + row_index;
@@ -252,8 +262,54 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
   p.scale = pp.scale;
 
   const PagedKvRows kv = PagedKvRowsOf(pp, s, b.g);
-  const auto k_row = [&](int key) { return kv.K(key); };
-  const auto v_row = [&](int key) { return kv.V(key); };
+  const auto k_row = [&](int key) -> const uint16_t* {
+    if constexpr (kRotary) {
+      if (key == keys - 1) return reinterpret_cast<const uint16_t*>(cur_kv);
+    }
+    return kv.K(key);
+  };
+  const auto v_row = [&](int key) -> const uint16_t* {
+    if constexpr (kRotary) {
+      if (key == keys - 1) return reinterpret_cast<const uint16_t*>(cur_kv) + kDim;
+    }
+    return kv.V(key);
+  };
+  if constexpr (kRotary) {
+    // The group's q heads rotated, as f32 rows in vt's words (free until the first tile), where
+    // the fragment loads below read them; the row's key and value into cur_kv.
+    const PagedDecodeRotary& r = pp.rotary;
+    const int hd = pp.head_dim, half = hd / 2;
+    const float* c = r.cos + row * half;
+    const float* sn = r.sin + row * half;
+    float* q_rot = reinterpret_cast<float*>(vt);
+    for (int e = b.tid; e < group * half; e += kMmaFlashThreads) {
+      const int h = e / half, i = e % half;
+      const float* qr = p.q + static_cast<int64_t>(h) * hd;
+      RotatePair(qr[i], qr[i + half], c[i], sn[i], &q_rot[h * hd + i], &q_rot[h * hd + i + half]);
+    }
+    uint16_t* ck = reinterpret_cast<uint16_t*>(cur_kv);
+    const float* kr = r.k + row * r.k_stride + static_cast<int64_t>(b.g) * hd;
+    const float* vr = r.v + row * r.v_stride + static_cast<int64_t>(b.g) * hd;
+    for (int i = b.tid; i < half; i += kMmaFlashThreads) {
+      float y1, y2;
+      RotatePair(kr[i], kr[i + half], c[i], sn[i], &y1, &y2);
+      ck[i] = FloatToBf16(y1);
+      ck[i + half] = FloatToBf16(y2);
+    }
+    for (int d = b.tid; d < hd; d += kMmaFlashThreads) ck[kDim + d] = FloatToBf16(vr[d]);
+    SyncThreads();
+    p.q = q_rot;
+    // Split 0 stores the row's key and value for the steps after (a padding row's slot, outside
+    // the pool, gets nothing); no block of this launch reads that slot.
+    const int64_t slot = r.slots[row];
+    if (split == 0 && slot >= 0 && slot < r.num_slots) {
+      const int64_t at = slot * pp.num_kv_heads * hd + static_cast<int64_t>(b.g) * hd;
+      for (int d = b.tid; d < hd; d += kMmaFlashThreads) {
+        static_cast<uint16_t*>(r.k_pool)[at + d] = ck[d];
+        static_cast<uint16_t*>(r.v_pool)[at + d] = ck[kDim + d];
+      }
+    }
+  }
 
   // This split's tiles: the row's ceil(keys / 64) in `splits` runs of `per` (the last runs may be
   // short or empty).
@@ -265,6 +321,7 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
   uint32_t qa[kDim / 16][4];
   MmaFlashLoadQ<kDim, false>(p, b, qa);
   MmaFlashRowState<kDim> st;
+  if constexpr (kRotary) SyncThreads();  // the rotated q rows are read before the tiles take vt
   for (int kb = kb_begin; kb < kb_end; kb += kMmaFlashKeys) {
     SyncThreads();  // the previous tile is read
     MmaFlashLoadTileBf16Rows<kDim>(k_row, v_row, kb, b.key_end, pp.head_dim, b.tid, ks, vt);
@@ -327,13 +384,16 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
 
 // f(the decode kernel for head_dim and key_slices (PagedDecodeMmaKeySlices)): the launch and the
 // harness tests pick the instantiation the same way.
+// With `rotary` (key slices only), the kernel that does the step's rotary and KV write too.
 template <typename F>
-void WithPagedDecodeMmaKernel(int head_dim, int key_slices, F&& f) {
+void WithPagedDecodeMmaKernel(int head_dim, int key_slices, bool rotary, F&& f) {
   WithMmaFlashDim(head_dim, [&](auto dim) {
-    if (key_slices > 1) {
-      f(PagedDecodeMmaKernel<decltype(dim)::value, kMmaFlashWarps>);
+    if (key_slices > 1 && rotary) {
+      f(PagedDecodeMmaKernel<decltype(dim)::value, kMmaFlashWarps, true>);
+    } else if (key_slices > 1) {
+      f(PagedDecodeMmaKernel<decltype(dim)::value, kMmaFlashWarps, false>);
     } else {
-      f(PagedDecodeMmaKernel<decltype(dim)::value, 1>);
+      f(PagedDecodeMmaKernel<decltype(dim)::value, 1, false>);
     }
   });
 }

@@ -1,6 +1,7 @@
-// The per-value math of RMSNorm and SiLU·mul, and the order RMSNorm's vector kernel sums a row
-// in: shared by the norm and activation kernels (kernels.cuh) and the GEMVs that fold those ops
-// into their read of x (linear_kernels.cuh), so that a folded value is the op's value bit for bit.
+// The per-value math of RMSNorm, SiLU·mul and the rotary, and the order RMSNorm's vector kernel
+// sums a row in: shared by the norm, activation and rotary kernels (kernels.cuh), the GEMVs that
+// fold those ops into their read of x (linear_kernels.cuh) and the paged attentions that do the
+// decode rotary themselves, so that a fused value is the op's value bit for bit.
 // Device code against simt.h (nvcc and the SIMT harness).
 #pragma once
 
@@ -13,6 +14,13 @@
 namespace iris::kernels::cuda {
 
 constexpr int kMaxWarpsPerBlock = 32;
+
+// One rotate-half pair (x1 at dim i, x2 at i + head_dim / 2) turned by (c, s): the expressions of
+// every rotary kernel, in one place, so that each computes the same bits.
+IRIS_DEVICE void RotatePair(float x1, float x2, float c, float s, float* y1, float* y2) {
+  *y1 = x1 * c - x2 * s;
+  *y2 = x2 * c + x1 * s;
+}
 
 IRIS_DEVICE float InvSqrt(float v) {
   // rsqrtf is approximate (2 ulp): the exact quotient, as the CPU kernel and HF compute it.
