@@ -457,22 +457,12 @@ TEST(CudaOpsTest, RotaryPagedAttentionInOneLaunchEqualsTheTwoLaunches) {
     // Distinct blocks for every sequence (37 is prime to 64): no two rows write one slot.
     const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/16, /*head_dim=*/128, /*num_blocks=*/64, seqs,
                                /*block_step=*/37, /*block_offset=*/3);
-    const int rows = c.rows, hd = c.head_dim, half = hd / 2, nh = c.heads, nkv = c.kv_heads;
-    const int64_t stride = int64_t{nh + 2 * nkv} * hd;
-    const std::vector<float> qkv = RandomNormal(rows * stride, 60, 3.f);
-    const float* dcos = g->Up(RandomNormal(rows * half, 61));
-    const float* dsin = g->Up(RandomNormal(rows * half, 62));
-    std::vector<int64_t> slots(rows);
-    for (int s = 0; s < c.meta.num_seqs; ++s) {
-      const int q0 = c.meta.query_start[s], q_len = c.meta.query_start[s + 1] - q0;
-      for (int i = 0; i < q_len; ++i) {
-        const int pos = c.meta.context_lens[s] - q_len + i;
-        slots[q0 + i] = int64_t{c.meta.block_tables[s * c.meta.max_blocks_per_seq + pos / c.block_size]} *
-                            c.block_size + pos % c.block_size;
-      }
-    }
-    slots[1] = kPadSlot;
-    const auto dslots = DeviceSpan(g->Up(slots), slots.size());
+    const testing::DecodeRotaryCase d(c, /*pad_row=*/1, 60);
+    const int hd = c.head_dim, nh = c.heads, nkv = c.kv_heads;
+    const int64_t stride = d.stride;
+    const float* dcos = g->Up(d.cos);
+    const float* dsin = g->Up(d.sin);
+    const auto dslots = DeviceSpan(g->Up(d.slots), d.slots.size());
     const PagedMetadata md = OnGpu(*g, c.meta);
     using DecodeAttention = cuda::CudaDevice::DecodeAttention;
     for (const auto& [bf16, setting] : {std::pair{true, DecodeAttention::kCudaCores},
@@ -486,22 +476,20 @@ TEST(CudaOpsTest, RotaryPagedAttentionInOneLaunchEqualsTheTwoLaunches) {
       std::vector<uint8_t> got_k[2], got_v[2];
       for (const bool fused : {true, false}) {
         g->cuda().SetFusedDecodeRotary(fused);
-        float* d = g->Up(qkv);
+        float* rows = g->Up(d.qkv);
         void* k = bf16 ? static_cast<void*>(g->Up(c.kb)) : static_cast<void*>(g->Up(c.kf));
         void* v = bf16 ? static_cast<void*>(g->Up(c.vb)) : static_cast<void*>(g->Up(c.vf));
-        PagedAttentionArgs a = c.Args(d, g->Up(std::vector<float>(c.q.size(), NAN)), k, v, bf16);
+        PagedAttentionArgs a = c.Args(rows, g->Up(std::vector<float>(c.q.size(), NAN)), k, v, bf16);
         a.q_row_stride = stride;
         a.metadata = md;
         a.bf16 = bf16;
-        RotaryPagedAttention(gpu, a, {d, stride, nh}, {d + nh * hd, stride, nkv}, hd, dcos, dsin,
-                             d + (nh + nkv) * hd, stride, dslots);
+        RotaryPagedAttention(gpu, a, {rows, stride, nh}, {rows + d.k_offset(), stride, nkv}, hd, dcos, dsin,
+                             rows + d.v_offset(), stride, dslots);
         got_out[fused] = g->Down(a.out, c.q.size());
         got_k[fused] = g->Down(static_cast<uint8_t*>(k), pool * elem);
         got_v[fused] = g->Down(static_cast<uint8_t*>(v), pool * elem);
       }
-      // The padding row's key is its own qkv row's in one launch, the pool's stale slot in two.
-      for (std::vector<float>& o : got_out) std::fill(o.begin() + c.row_stride(), o.begin() + 2 * c.row_stride(), 0.f);
-      ExpectSameBits(got_out[1], got_out[0], "attention output");
+      d.ExpectSameRowsButPadding(got_out[1], got_out[0]);
       EXPECT_EQ(got_k[1], got_k[0]) << "k pool";
       EXPECT_EQ(got_v[1], got_v[0]) << "v pool";
     }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "kernels/cuda/paged_decode_rotary.h"
 #include "kernels/device.h"
 #include "kernels/paged_attention.h"
 #include "llm/sampler.h"
@@ -279,6 +280,74 @@ struct PagedCase {
       }
     }
     return out;
+  }
+};
+
+// A step's rotary inputs over a PagedCase: its rows' q, k, v before rotary (heads + 2 kv heads a
+// row, random), random cos/sin rows, and each row's slot (its position through its sequence's
+// block table, as the engine maps it), row pad_row padding (kernels::kPadSlot). For the
+// attentions that do a decode step's rotary and KV write themselves (PagedDecodeRotary), checked
+// against the rotary + KV write launch and the plain attention.
+struct DecodeRotaryCase {
+  const PagedCase& c;
+  int pad_row;
+  int64_t stride;
+  std::vector<float> qkv, cos, sin;
+  std::vector<int64_t> slots;
+
+  DecodeRotaryCase(const PagedCase& c_, int pad_row_, int seed)
+      : c(c_),
+        pad_row(pad_row_),
+        stride(int64_t{c_.heads + 2 * c_.kv_heads} * c_.head_dim),
+        qkv(RandomNormal(c_.rows * stride, seed)),
+        cos(RandomNormal(c_.rows * (c_.head_dim / 2), seed + 1)),
+        sin(RandomNormal(c_.rows * (c_.head_dim / 2), seed + 2)),
+        slots(static_cast<size_t>(c_.rows)) {
+    for (int s = 0; s < c.meta.num_seqs; ++s) {
+      const int q0 = c.meta.query_start[s], q_len = c.meta.query_start[s + 1] - q0;
+      for (int i = 0; i < q_len; ++i) {
+        const int pos = c.meta.context_lens[s] - q_len + i;
+        slots[q0 + i] = int64_t{c.meta.block_tables[int64_t{s} * c.meta.max_blocks_per_seq + pos / c.block_size]} *
+                            c.block_size +
+                        pos % c.block_size;
+      }
+    }
+    slots[pad_row] = kernels::kPadSlot;
+  }
+
+  int64_t num_slots() const { return c.num_blocks * c.block_size; }
+  int64_t k_offset() const { return int64_t{c.heads} * c.head_dim; }
+  int64_t v_offset() const { return int64_t{c.heads + c.kv_heads} * c.head_dim; }
+
+  // The fused launch's rotary over qkv rows at `rows` (host or device copies of qkv, cos, sin and
+  // slots), storing into k_pool and v_pool.
+  kernels::cuda::PagedDecodeRotary Rotary(const float* rows, const float* cos_rows, const float* sin_rows,
+                                          const int64_t* slot_rows, void* k_pool, void* v_pool) const {
+    kernels::cuda::PagedDecodeRotary r;
+    r.k = rows + k_offset();
+    r.k_stride = stride;
+    r.v = rows + v_offset();
+    r.v_stride = stride;
+    r.cos = cos_rows;
+    r.sin = sin_rows;
+    r.slots = slot_rows;
+    r.num_slots = num_slots();
+    r.k_pool = k_pool;
+    r.v_pool = v_pool;
+    return r;
+  }
+
+  // Two attention outputs ([rows, heads * head_dim]) the same bits, row by row, but the padding
+  // row's: its own key is its qkv row's in one launch and the pool's stale slot in two.
+  void ExpectSameRowsButPadding(const std::vector<float>& got, const std::vector<float>& want) const {
+    ASSERT_EQ(got.size(), want.size());
+    for (int r = 0; r < c.rows; ++r) {
+      if (r == pad_row) continue;
+      const auto at = [&](const std::vector<float>& o) {
+        return std::vector<float>(o.begin() + r * c.row_stride(), o.begin() + (r + 1) * c.row_stride());
+      };
+      ExpectSameBits(at(got), at(want), "attention output");
+    }
   }
 };
 

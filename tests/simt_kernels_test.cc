@@ -609,19 +609,9 @@ void CheckFusedRotaryAttention(int kv_heads, int heads, int head_dim, int splits
   constexpr bool kBf16 = sizeof(T) == 2;
   const testing::PagedCase c(kv_heads, heads, head_dim, /*num_blocks=*/40, {{1, 1}, {17, 1}, {40, 1}, {70, 1}, {33, 1}},
                              /*block_step=*/17, /*block_offset=*/5);
-  const int rows = c.rows, half = head_dim / 2, pad_row = 3;
-  const int64_t stride = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
-  const int64_t width = static_cast<int64_t>(kv_heads) * head_dim, num_slots = c.num_blocks * c.block_size;
-  const std::vector<float> qkv = RandomNormal(rows * stride, 50 + head_dim);
-  const std::vector<float> cos = RandomNormal(rows * half, 51), sin = RandomNormal(rows * half, 52);
-  // Each row's new key goes to its context's last slot (the engine's mapping); one padding row.
-  std::vector<int64_t> slots(rows);
-  for (int r = 0; r < rows; ++r) {
-    const int pos = c.meta.context_lens[r] - 1;
-    slots[r] = int64_t{c.meta.block_tables[r * c.meta.max_blocks_per_seq + pos / c.block_size]} * c.block_size +
-               pos % c.block_size;
-  }
-  slots[pad_row] = kernels::kPadSlot;
+  const testing::DecodeRotaryCase d(c, /*pad_row=*/3, 50 + head_dim);
+  const int rows = c.rows;
+  const int64_t stride = d.stride, width = static_cast<int64_t>(kv_heads) * head_dim, num_slots = d.num_slots();
   const T* k0 = static_cast<const T*>(c.k(kBf16));
   const T* v0 = static_cast<const T*>(c.v(kBf16));
   const std::vector<T> k_pool(k0, k0 + num_slots * width), v_pool(v0, v0 + num_slots * width);
@@ -638,42 +628,27 @@ void CheckFusedRotaryAttention(int kv_heads, int heads, int head_dim, int splits
   };
 
   // The two launches.
-  std::vector<float> qkv_a = qkv;
+  std::vector<float> qkv_a = d.qkv;
   std::vector<T> k_a = k_pool, v_a = v_pool;
   std::vector<float> want(static_cast<size_t>(rows) * c.row_stride(), NAN);
   float* qa = qkv_a.data();
-  Launch(Dim3(rows, 2), Dim3(96), RotaryQKWriteKvKernel<T>, qa, stride, heads, qa + heads * head_dim, stride, kv_heads,
-         head_dim, cos.data(), sin.data(), static_cast<const float*>(qa + (heads + kv_heads) * head_dim), stride,
-         static_cast<const int64_t*>(slots.data()), num_slots, k_a.data(), v_a.data());
+  Launch(Dim3(rows, 2), Dim3(96), RotaryQKWriteKvKernel<T>, qa, stride, heads, qa + d.k_offset(), stride, kv_heads,
+         head_dim, d.cos.data(), d.sin.data(), static_cast<const float*>(qa + d.v_offset()), stride,
+         static_cast<const int64_t*>(d.slots.data()), num_slots, k_a.data(), v_a.data());
   attend(qa, &want, k_a, v_a, PagedDecodeRotary{}, PagedAttentionKernel<T, false>);
 
   // One launch: q, k, v as the qkv projection left them; the pools read (stale at the new slots)
   // and the pools written (copies) apart.
   std::vector<T> k_b = k_pool, v_b = v_pool;
   std::vector<float> got(want.size(), NAN);
-  PagedDecodeRotary rotary;
-  rotary.k = qkv.data() + heads * head_dim;
-  rotary.k_stride = stride;
-  rotary.v = qkv.data() + (heads + kv_heads) * head_dim;
-  rotary.v_stride = stride;
-  rotary.cos = cos.data();
-  rotary.sin = sin.data();
-  rotary.slots = slots.data();
-  rotary.num_slots = num_slots;
-  rotary.k_pool = k_b.data();
-  rotary.v_pool = v_b.data();
-  attend(qkv.data(), &got, k_pool, v_pool, rotary, PagedAttentionKernel<T, true>);
+  attend(d.qkv.data(), &got, k_pool, v_pool,
+         d.Rotary(d.qkv.data(), d.cos.data(), d.sin.data(), d.slots.data(), k_b.data(), v_b.data()),
+         PagedAttentionKernel<T, true>);
 
   ExpectSameBits(k_b, k_a, "k pool");
   ExpectSameBits(v_b, v_a, "v pool");
   EXPECT_NE(k_b, k_pool);  // it stored something
-  for (int r = 0; r < rows; ++r) {
-    if (r == pad_row) continue;  // its key is its qkv row's, not the pool's: not the two launches' output
-    const auto at = [&](const std::vector<float>& o) {
-      return std::vector<float>(o.begin() + r * c.row_stride(), o.begin() + (r + 1) * c.row_stride());
-    };
-    ExpectSameBits(at(got), at(want), "attention output");
-  }
+  d.ExpectSameRowsButPadding(got, want);
 }
 
 TEST(CudaKernelsOnSimtTest, DecodeAttentionWithTheRotaryAndKvWriteEqualsTheTwoLaunches) {

@@ -51,6 +51,23 @@ TEST(PagedPrefillMmaOnSimtTest, MatchesTheDefinitionThroughTheBlockTables) {
   CheckPagedPrefill(64);
 }
 
+// The decode kernel's partials and split counters (zeros) for p's decode rows, set into p with
+// `splits` (none for one split).
+struct DecodeSplitBuffers {
+  std::vector<float> partials;
+  std::vector<int> counters;
+  DecodeSplitBuffers(PagedPrefillParams& p, int splits) {
+    const int64_t rows = p.decode_row_end - p.decode_row_begin;
+    partials.assign(static_cast<size_t>(rows * p.num_heads * splits * (p.head_dim + 2)), NAN);
+    counters.assign(static_cast<size_t>(rows * p.num_kv_heads), 0);
+    p.splits = splits;
+    if (splits > 1) {
+      p.partials = partials.data();
+      p.split_counters = counters.data();
+    }
+  }
+};
+
 // The decode kernel with GQA packing (a block per (row, kv head), the kv head's q heads as the
 // tile's rows): its rows against the same reference, the rows after them untouched, with the keys
 // split over `splits` blocks (the last to arrive merges; the counters are left at zero). Once
@@ -80,13 +97,8 @@ void CheckPagedDecode(int kv_heads, int heads, int head_dim, int splits, bool al
     ASSERT_EQ(p.decode_row_end, 4);
     if (every_row) p.decode_row_end = c.rows;
     const int64_t rows = p.decode_row_end - p.decode_row_begin;
-    std::vector<float> partials(static_cast<size_t>(rows * heads * splits * (head_dim + 2)), NAN);
-    std::vector<int> counters(static_cast<size_t>(rows * kv_heads), 0);
-    p.splits = splits;
-    if (splits > 1) {
-      p.partials = partials.data();
-      p.split_counters = counters.data();
-    }
+    DecodeSplitBuffers split_buffers(p, splits);
+    const std::vector<int>& counters = split_buffers.counters;
     const Dim3 grid(static_cast<int>(rows), splits, kv_heads);
     WithPagedDecodeMmaKernel(head_dim, slices, /*rotary=*/false,
                              [&](auto kernel) { Launch(grid, Dim3(kMmaFlashThreads), kernel, p); });
@@ -121,18 +133,9 @@ void CheckPackedDecodeRotary(int kv_heads, int heads, int head_dim, int splits) 
                                     << " splits");
   const testing::PagedCase c(kv_heads, heads, head_dim, /*num_blocks=*/48, {{1, 1}, {40, 1}, {129, 1}, {300, 1}, {97, 1}},
                              /*block_step=*/17, /*block_offset=*/5);
-  const int rows = c.rows, half = head_dim / 2, pad_row = 2;
-  const int64_t stride = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
-  const int64_t width = static_cast<int64_t>(kv_heads) * head_dim, num_slots = c.num_blocks * c.block_size;
-  const std::vector<float> qkv = testing::RandomNormal(rows * stride, 70 + head_dim);
-  const std::vector<float> cos = testing::RandomNormal(rows * half, 71), sin = testing::RandomNormal(rows * half, 72);
-  std::vector<int64_t> slots(rows);
-  for (int r = 0; r < rows; ++r) {
-    const int pos = c.meta.context_lens[r] - 1;
-    slots[r] = int64_t{c.meta.block_tables[r * c.meta.max_blocks_per_seq + pos / c.block_size]} * c.block_size +
-               pos % c.block_size;
-  }
-  slots[pad_row] = kernels::kPadSlot;
+  const testing::DecodeRotaryCase d(c, /*pad_row=*/2, 70 + head_dim);
+  const int rows = c.rows;
+  const int64_t stride = d.stride, width = static_cast<int64_t>(kv_heads) * head_dim, num_slots = d.num_slots();
   const std::vector<uint16_t> k_pool(c.kb.begin(), c.kb.begin() + num_slots * width);
   const std::vector<uint16_t> v_pool(c.vb.begin(), c.vb.begin() + num_slots * width);
   const auto attend = [&](const float* q, std::vector<float>* out, const std::vector<uint16_t>& kp,
@@ -141,52 +144,30 @@ void CheckPackedDecodeRotary(int kv_heads, int heads, int head_dim, int splits) 
     p.q_row_stride = stride;
     p.decode_row_end = rows;
     p.rotary = rotary;
-    std::vector<float> partials(static_cast<size_t>(rows * heads * splits * (head_dim + 2)), NAN);
-    std::vector<int> counters(static_cast<size_t>(rows * kv_heads), 0);
-    p.splits = splits;
-    if (splits > 1) {
-      p.partials = partials.data();
-      p.split_counters = counters.data();
-    }
+    DecodeSplitBuffers split_buffers(p, splits);
     WithPagedDecodeMmaKernel(head_dim, PagedDecodeMmaKeySlices(heads, kv_heads), rotary.slots != nullptr,
                              [&](auto kernel) { Launch(Dim3(rows, splits, kv_heads), Dim3(kMmaFlashThreads), kernel, p); });
-    for (const int n : counters) ASSERT_EQ(n, 0) << "a split counter was not left at zero";
+    for (const int n : split_buffers.counters) ASSERT_EQ(n, 0) << "a split counter was not left at zero";
   };
 
-  std::vector<float> qkv_a = qkv;
+  std::vector<float> qkv_a = d.qkv;
   std::vector<uint16_t> k_a = k_pool, v_a = v_pool;
   std::vector<float> want(static_cast<size_t>(rows) * c.row_stride(), NAN);
   float* qa = qkv_a.data();
-  Launch(Dim3(rows, 2), Dim3(96), RotaryQKWriteKvKernel<uint16_t>, qa, stride, heads, qa + heads * head_dim, stride,
-         kv_heads, head_dim, cos.data(), sin.data(), static_cast<const float*>(qa + (heads + kv_heads) * head_dim),
-         stride, static_cast<const int64_t*>(slots.data()), num_slots, k_a.data(), v_a.data());
+  Launch(Dim3(rows, 2), Dim3(96), RotaryQKWriteKvKernel<uint16_t>, qa, stride, heads, qa + d.k_offset(), stride,
+         kv_heads, head_dim, d.cos.data(), d.sin.data(), static_cast<const float*>(qa + d.v_offset()), stride,
+         static_cast<const int64_t*>(d.slots.data()), num_slots, k_a.data(), v_a.data());
   attend(qa, &want, k_a, v_a, PagedDecodeRotary{});
 
   std::vector<uint16_t> k_b = k_pool, v_b = v_pool;
   std::vector<float> got(want.size(), NAN);
-  PagedDecodeRotary rotary;
-  rotary.k = qkv.data() + heads * head_dim;
-  rotary.k_stride = stride;
-  rotary.v = qkv.data() + (heads + kv_heads) * head_dim;
-  rotary.v_stride = stride;
-  rotary.cos = cos.data();
-  rotary.sin = sin.data();
-  rotary.slots = slots.data();
-  rotary.num_slots = num_slots;
-  rotary.k_pool = k_b.data();
-  rotary.v_pool = v_b.data();
-  attend(qkv.data(), &got, k_pool, v_pool, rotary);
+  attend(d.qkv.data(), &got, k_pool, v_pool,
+         d.Rotary(d.qkv.data(), d.cos.data(), d.sin.data(), d.slots.data(), k_b.data(), v_b.data()));
 
   testing::ExpectSameBits(k_b, k_a, "k pool");
   testing::ExpectSameBits(v_b, v_a, "v pool");
   EXPECT_NE(k_b, k_pool);
-  for (int r = 0; r < rows; ++r) {
-    if (r == pad_row) continue;  // its key is its qkv row's, not the pool's stale slot
-    const auto at = [&](const std::vector<float>& o) {
-      return std::vector<float>(o.begin() + r * c.row_stride(), o.begin() + (r + 1) * c.row_stride());
-    };
-    testing::ExpectSameBits(at(got), at(want), "attention output");
-  }
+  d.ExpectSameRowsButPadding(got, want);
 }
 
 TEST(PagedDecodeMmaOnSimtTest, WithTheRotaryAndKvWriteEqualsTheTwoLaunches) {
