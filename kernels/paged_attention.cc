@@ -184,12 +184,14 @@ void RotaryPagedAttention(Device& device, const PagedAttentionArgs& args, HeadsV
 #ifdef IRIS_HAVE_CUDA
   const PagedKvLayer& L = args.layer;
   const PagedMetadata& md = args.metadata;
+  // Where the rows go (the packed tensor-core kernel takes the rotary with key slices only: a kv
+  // head's q heads fit one warp's rows).
+  const bool packed = device.kind() == DeviceKind::kCuda && DecodeRowsOnTensorCores(cuda::AsCuda(device), args, rows);
   if (device.kind() == DeviceKind::kCuda && cuda::AsCuda(device).fused_decode_rotary() && md.num_seqs > 0 &&
       md.max_query_len == 1 && md.row_begin == 0 && md.row_end == rows && q.data == args.q &&
       q.row_stride == args.q_row_stride && q.num_heads == args.num_heads && q.bf16 == nullptr && k.bf16 == nullptr &&
       k.num_heads == L.num_kv_heads && head_dim == L.head_dim && head_dim % 2 == 0 &&
-      (!DecodeRowsOnTensorCores(cuda::AsCuda(device), args, rows) ||
-       cuda::PagedDecodeMmaKeySlices(args.num_heads, L.num_kv_heads) > 1)) {
+      (!packed || cuda::PagedDecodeMmaKeySlices(args.num_heads, L.num_kv_heads) > 1)) {
     cpu::CheckPagedAttentionArgs(args);
     cpu::CheckWritableKvLayer(L);
     cuda::PagedDecodeRotary rotary;
@@ -203,11 +205,7 @@ void RotaryPagedAttention(Device& device, const PagedAttentionArgs& args, HeadsV
     rotary.num_slots = L.num_blocks * L.block_size;
     rotary.k_pool = L.k;
     rotary.v_pool = L.v;
-    // The packed tensor-core kernel where the device sends these rows there (with key slices: a
-    // kv head's q heads fit one warp's rows), else the CUDA-core kernel.
-    if (DecodeRowsOnTensorCores(cuda::AsCuda(device), args, rows)) {
-      return DecodeRowsPacked(cuda::AsCuda(device), args, md.row_end, &rotary);
-    }
+    if (packed) return DecodeRowsPacked(cuda::AsCuda(device), args, md.row_end, &rotary);
     return DecodeRowsOnCudaCores(cuda::AsCuda(device), args, md.row_end, &rotary);
   }
 #endif

@@ -7,7 +7,8 @@
 # flush the caches before each kernel: the first H200 profile, with them, summed 5.4 ms of kernels
 # for a 3b batch-1 step that runs in 4.05 ms).
 #   scripts/gpu_profile_decode.sh --bundle .gpu/bundle.tar.xz [--preset small|3b] [--batch 1] [--context 512] [--out DIR]
-#     [--detail REGEX [--detail-skip N] [--detail-count M]] [-- decode_bench flags, e.g. --fold_inputs=false]
+#     [--model DIR] [--detail REGEX [--detail-skip N] [--detail-count M]] [-- decode_bench flags, e.g. --fold_inputs=false]
+# --model: a model folder made already (of --preset's shapes) instead of making one.
 # --detail: instead, why the kernels whose names match REGEX take their time (scripts/ncu_detail.sh)
 # for M of their launches after the first N (default 80 and 2: with the 3b's 36 layers, a launch a
 # layer and 2 warm-up steps first, layer 8 of the first timed step).
@@ -15,6 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=""
 PRESET=small
+MODEL=""
 BATCH=1
 CONTEXT=512
 OUT_DIR=$(mktemp -d)
@@ -26,6 +28,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
     --preset) PRESET=$2; shift 2 ;;
+    --model) MODEL=$2; shift 2 ;;
     --batch) BATCH=$2; shift 2 ;;
     --context) CONTEXT=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
@@ -47,21 +50,24 @@ else
   BIN=build/bench
   [ -x "$BIN/decode_bench" ] || BIN=build
 fi
-MAKE_MODEL=$(ls "$BIN/iris-make-model" build/tools/iris-make-model/iris-make-model 2>/dev/null | head -1)
-"$MAKE_MODEL" --preset "$PRESET" --out "$OUT_DIR/$PRESET" >"$OUT_DIR/make_model.log" 2>&1 || { echo "iris-make-model failed" >&2; exit 1; }
+if [ -z "$MODEL" ]; then
+  MODEL=$OUT_DIR/$PRESET
+  MAKE_MODEL=$(ls "$BIN/iris-make-model" build/tools/iris-make-model/iris-make-model 2>/dev/null | head -1)
+  "$MAKE_MODEL" --preset "$PRESET" --out "$MODEL" >"$OUT_DIR/make_model.log" 2>&1 || { echo "iris-make-model failed" >&2; exit 1; }
+fi
 # 2 warm-up + 2 timed steps, issued op by op (no graphs: each launch is then its own record);
 # nothing else timed.
 if [ -n "$DETAIL" ]; then
   . scripts/ncu_detail.sh
   ncu_detail "$NCU" "$OUT_DIR/ncu_detail.txt" "$DETAIL" "$DETAIL_SKIP" "$DETAIL_COUNT" \
-    "$BIN/decode_bench" --model "$OUT_DIR/$PRESET" --device cuda --batches "$BATCH" --context "$CONTEXT" --steps 2 \
+    "$BIN/decode_bench" --model "$MODEL" --device cuda --batches "$BATCH" --context "$CONTEXT" --steps 2 \
     --graphs=false --linears=false --kv_compare_contexts= --prompt 0 "${EXTRA[@]}" >"$OUT_DIR/decode_bench.log" 2>&1 \
     || { tail -20 "$OUT_DIR/decode_bench.log"; exit 1; }
   cat "$OUT_DIR/ncu_detail.txt"
   exit 0
 fi
 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT_DIR/ncu.csv" \
-  "$BIN/decode_bench" --model "$OUT_DIR/$PRESET" --device cuda --batches "$BATCH" --context "$CONTEXT" --steps 2 \
+  "$BIN/decode_bench" --model "$MODEL" --device cuda --batches "$BATCH" --context "$CONTEXT" --steps 2 \
   --graphs=false --linears=false --kv_compare_contexts= --prompt 16 --prompt_repeats 1 "${EXTRA[@]}" >"$OUT_DIR/decode_bench.log" 2>&1 \
   || { tail -20 "$OUT_DIR/decode_bench.log"; exit 1; }
 python3 - "$OUT_DIR/ncu.csv" <<'EOF'

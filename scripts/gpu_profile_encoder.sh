@@ -4,7 +4,9 @@
 # forward's launches are summed by kernel, with its first launches in order. The clocks and
 # caches are left as a run has them (see gpu_profile_decode.sh).
 #   scripts/gpu_profile_encoder.sh --bundle .gpu/bundle.tar.xz [--input "448x448 x8"] [--dtype bf16] [--out DIR]
-#     [--detail REGEX [--detail-skip N] [--detail-count M]]
+#     [--model DIR] [--detail REGEX [--detail-skip N] [--detail-count M]]
+# --model: a model folder with the 3b's vision tower made already (vision-only or whole) instead of
+# making one.
 # --detail: instead, why the kernels whose names match REGEX take their time: Nsight Compute's
 # sections (speed of light, occupancy, launch, warp stalls, scheduler, compute and memory
 # workloads) for M of their launches after the first N (default 39 and 2: with 32 layers a
@@ -17,6 +19,7 @@ INPUT="448x448 x8"
 DTYPE=bf16
 OUT_DIR=$(mktemp -d)
 DETAIL=""
+MODEL=""
 DETAIL_SKIP=39
 DETAIL_COUNT=2
 while [ $# -gt 0 ]; do
@@ -25,10 +28,11 @@ while [ $# -gt 0 ]; do
     --input) INPUT=$2; shift 2 ;;
     --dtype) DTYPE=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
+    --model) MODEL=$2; shift 2 ;;
     --detail) DETAIL=$2; shift 2 ;;
     --detail-skip) DETAIL_SKIP=$2; shift 2 ;;
     --detail-count) DETAIL_COUNT=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "gpu_profile_encoder: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -41,18 +45,21 @@ if [ -n "$BUNDLE" ]; then
 else
   BIN=build/bench
 fi
-MAKE_MODEL=$(ls "$BIN/iris-make-model" build/tools/iris-make-model/iris-make-model 2>/dev/null | head -1)
-"$MAKE_MODEL" --preset 3b --vision-only --out "$OUT_DIR/vision-3b" >"$OUT_DIR/make_model.log" 2>&1 \
-  || { echo "iris-make-model failed" >&2; exit 1; }
+if [ -z "$MODEL" ]; then
+  MODEL=$OUT_DIR/vision-3b
+  MAKE_MODEL=$(ls "$BIN/iris-make-model" build/tools/iris-make-model/iris-make-model 2>/dev/null | head -1)
+  "$MAKE_MODEL" --preset 3b --vision-only --out "$MODEL" >"$OUT_DIR/make_model.log" 2>&1 \
+    || { echo "iris-make-model failed" >&2; exit 1; }
+fi
 if [ -n "$DETAIL" ]; then
   . scripts/ncu_detail.sh
-  ncu_detail "$NCU" "$OUT_DIR/ncu_detail.txt" "$DETAIL" "$DETAIL_SKIP" "$DETAIL_COUNT" "$BIN/encoder_bench" --model "$OUT_DIR/vision-3b" --device cuda --dtype "$DTYPE" --profile_input "$INPUT" \
+  ncu_detail "$NCU" "$OUT_DIR/ncu_detail.txt" "$DETAIL" "$DETAIL_SKIP" "$DETAIL_COUNT" "$BIN/encoder_bench" --model "$MODEL" --device cuda --dtype "$DTYPE" --profile_input "$INPUT" \
     >"$OUT_DIR/encoder_bench.log" 2>&1 || { tail -20 "$OUT_DIR/encoder_bench.log"; exit 1; }
   cat "$OUT_DIR/ncu_detail.txt"
   exit 0
 fi
 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT_DIR/ncu.csv" \
-  "$BIN/encoder_bench" --model "$OUT_DIR/vision-3b" --device cuda --dtype "$DTYPE" --profile_input "$INPUT" \
+  "$BIN/encoder_bench" --model "$MODEL" --device cuda --dtype "$DTYPE" --profile_input "$INPUT" \
   >"$OUT_DIR/encoder_bench.log" 2>&1 || { tail -20 "$OUT_DIR/encoder_bench.log"; exit 1; }
 python3 - "$OUT_DIR/ncu.csv" "$INPUT" <<'PY'
 import csv, sys, collections

@@ -94,10 +94,12 @@ encoder() {
 }
 
 profile() {
+  make_model 3b || return 1
   local rc=0
-  bash scripts/gpu_profile_encoder.sh --bundle "$BUNDLE" --out "$OUT_DIR/profile_encoder" --detail FlashVarlenMma || rc=1
-  bash scripts/gpu_profile_decode.sh --bundle "$BUNDLE" --preset 3b --batch 1 --out "$OUT_DIR/profile_decode" \
-    --detail PagedAttentionKernel || rc=1
+  bash scripts/gpu_profile_encoder.sh --bundle "$BUNDLE" --model "$MODELS/3b" --out "$OUT_DIR/profile_encoder" \
+    --detail FlashVarlenMma || rc=1
+  bash scripts/gpu_profile_decode.sh --bundle "$BUNDLE" --model "$MODELS/3b" --preset 3b --batch 1 \
+    --out "$OUT_DIR/profile_decode" --detail PagedAttentionKernel || rc=1
   return $rc
 }
 export -f make_model decode decode_ab encoder profile

@@ -35,6 +35,13 @@ IRIS_DEVICE uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+// A value of f32 or bf16 rows (KV pools, the vision blocks' qkv rows held in bf16) as f32, and
+// stored back (bf16 rounded as core::FloatToBf16).
+IRIS_DEVICE float LoadAsF32(const float* p) { return *p; }
+IRIS_DEVICE float LoadAsF32(const uint16_t* p) { return Bf16ToFloat(*p); }
+IRIS_DEVICE void StoreRounded(float* p, float x) { *p = x; }
+IRIS_DEVICE void StoreRounded(uint16_t* p, float x) { *p = FloatToBf16(x); }
+
 // Two values as the 32-bit register a tensor-core fragment holds them in: `lo` (the lower column
 // or key) in the low half.
 IRIS_DEVICE uint32_t PackBf16x2(float lo, float hi) {

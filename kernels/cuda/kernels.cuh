@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "kernels/cuda/bf16_bits.cuh"
-#include "kernels/cuda/paged_decode_rotary.h"
+#include "kernels/cuda/decode_rotary.cuh"
 #include "kernels/cuda/row_math.cuh"
 #include "kernels/cuda/simt.h"
 #include "kernels/cuda/split_merge.cuh"
@@ -208,13 +208,6 @@ IRIS_GLOBAL void QuickGeluKernel(const float* x, int64_t n, float* y) {
 IRIS_GLOBAL void AddKernel(const float* a, const float* b, int64_t n, float* y) {
   for (int64_t i = GridStart(); i < n; i += GridStride()) y[i] = a[i] + b[i];
 }
-
-// A value of f32 or bf16 rows (KV pools, the vision blocks' qkv rows held in bf16) as f32, and
-// stored back (bf16 rounded as core::FloatToBf16).
-IRIS_DEVICE float LoadAsF32(const float* p) { return *p; }
-IRIS_DEVICE float LoadAsF32(const uint16_t* p) { return Bf16ToFloat(*p); }
-IRIS_DEVICE void StoreRounded(float* p, float x) { *p = x; }
-IRIS_DEVICE void StoreRounded(uint16_t* p, float x) { *p = FloatToBf16(x); }
 
 // The fused rotary: q's and k's heads of row blockIdx.x rotated in place in one launch
 // (rotate-half; cos/sin hold head_dim/2 values per row). With k_heads = 0 (k unused) it is the
@@ -644,36 +637,18 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     }
   }
   GridDependencyWait();
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
   if constexpr (kRotary) {
-    const int half = head_dim / 2;
-    const float* c = rotary.cos + row * half;
-    const float* sn = rotary.sin + row * half;
-    const float* kr = rotary.k + row * rotary.k_stride + static_cast<int64_t>(g) * head_dim;
-    const float* vr = rotary.v + row * rotary.v_stride + static_cast<int64_t>(g) * head_dim;
-    for (int i = static_cast<int>(threadIdx.x); i < half; i += static_cast<int>(blockDim.x)) {
-      RotatePair(qr[i], qr[i + half], c[i], sn[i], &q_shared[i], &q_shared[i + half]);
-      float y1, y2;
-      RotatePair(kr[i], kr[i + half], c[i], sn[i], &y1, &y2);
-      StoreRounded(cur_k + i, y1);
-      StoreRounded(cur_k + i + half, y2);
-    }
-    for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
-      StoreRounded(cur_v + d, vr[d]);
-    }
+    RotateDecodeHeads(rotary, row, qr, 1, head_dim, q_shared, tid, threads);
+    LoadOwnKv(rotary, row, g, head_dim, cur_k, cur_v, tid, threads);
   } else {
-    for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) q_shared[d] = qr[d];
+    for (int d = tid; d < head_dim; d += threads) q_shared[d] = qr[d];
   }
   SyncThreads();
   if constexpr (kRotary) {
-    // The kv head's first q head's first split stores the row's key and value (a padding row's
-    // slot, outside the pool, gets nothing, as RotaryQKWriteKvKernel skips it).
-    const int64_t slot = rotary.slots[row];
-    if (h % (num_heads / num_kv_heads) == 0 && blockIdx.z == 0 && slot >= 0 && slot < rotary.num_slots) {
-      const int64_t at = slot * row_elems + static_cast<int64_t>(g) * head_dim;
-      for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
-        static_cast<T*>(rotary.k_pool)[at + d] = cur_k[d];
-        static_cast<T*>(rotary.v_pool)[at + d] = cur_v[d];
-      }
+    // The kv head's first q head's first split stores the row's key and value.
+    if (h % (num_heads / num_kv_heads) == 0 && blockIdx.z == 0) {
+      StoreOwnKv(rotary, row, row_elems, g, head_dim, cur_k, cur_v, tid, threads);
     }
   }
   // Chunked V (PagedVChunks): lane = key group * chunks + chunk, the groups taking a tile's keys

@@ -20,8 +20,8 @@
 
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/bf16_bits.cuh"
+#include "kernels/cuda/decode_rotary.cuh"
 #include "kernels/cuda/flash_mma.cuh"
-#include "kernels/cuda/row_math.cuh"
 #include "kernels/cuda/simt.h"
 #include "kernels/cuda/split_merge.cuh"
 
@@ -277,37 +277,17 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, kDim <= 64 ? 3 : 2) PagedD
   if constexpr (kRotary) {
     // The group's q heads rotated, as f32 rows in vt's words (free until the first tile), where
     // the fragment loads below read them; the row's key and value into cur_kv.
-    const PagedDecodeRotary& r = pp.rotary;
-    const int hd = pp.head_dim, half = hd / 2;
-    const float* c = r.cos + row * half;
-    const float* sn = r.sin + row * half;
+    const int hd = pp.head_dim;
     float* q_rot = reinterpret_cast<float*>(vt);
-    for (int e = b.tid; e < group * half; e += kMmaFlashThreads) {
-      const int h = e / half, i = e % half;
-      const float* qr = p.q + static_cast<int64_t>(h) * hd;
-      RotatePair(qr[i], qr[i + half], c[i], sn[i], &q_rot[h * hd + i], &q_rot[h * hd + i + half]);
-    }
     uint16_t* ck = reinterpret_cast<uint16_t*>(cur_kv);
-    const float* kr = r.k + row * r.k_stride + static_cast<int64_t>(b.g) * hd;
-    const float* vr = r.v + row * r.v_stride + static_cast<int64_t>(b.g) * hd;
-    for (int i = b.tid; i < half; i += kMmaFlashThreads) {
-      float y1, y2;
-      RotatePair(kr[i], kr[i + half], c[i], sn[i], &y1, &y2);
-      ck[i] = FloatToBf16(y1);
-      ck[i + half] = FloatToBf16(y2);
-    }
-    for (int d = b.tid; d < hd; d += kMmaFlashThreads) ck[kDim + d] = FloatToBf16(vr[d]);
+    RotateDecodeHeads(pp.rotary, row, p.q, group, hd, q_rot, b.tid, kMmaFlashThreads);
+    LoadOwnKv(pp.rotary, row, b.g, hd, ck, ck + kDim, b.tid, kMmaFlashThreads);
     SyncThreads();
     p.q = q_rot;
-    // Split 0 stores the row's key and value for the steps after (a padding row's slot, outside
-    // the pool, gets nothing); no block of this launch reads that slot.
-    const int64_t slot = r.slots[row];
-    if (split == 0 && slot >= 0 && slot < r.num_slots) {
-      const int64_t at = slot * pp.num_kv_heads * hd + static_cast<int64_t>(b.g) * hd;
-      for (int d = b.tid; d < hd; d += kMmaFlashThreads) {
-        static_cast<uint16_t*>(r.k_pool)[at + d] = ck[d];
-        static_cast<uint16_t*>(r.v_pool)[at + d] = ck[kDim + d];
-      }
+    // Split 0 stores the row's key and value for the steps after; no block of this launch reads
+    // that slot.
+    if (split == 0) {
+      StoreOwnKv(pp.rotary, row, int64_t{pp.num_kv_heads} * hd, b.g, hd, ck, ck + kDim, b.tid, kMmaFlashThreads);
     }
   }
 
