@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/cpu_affinity.h"
+#include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "engine/warm_up.h"
 #include "llm/incremental_detokenizer.h"
@@ -373,11 +374,52 @@ bool Engine::Step() {
          (runner_.encoding() && !concurrent_encoder);
 }
 
+namespace {
+
+// The logits row of each work item that samples (-1: none): the rows go to the items that
+// sample, in order, skipping those whose image failed (the decoder ran none for them).
+std::vector<int64_t> LogitRows(const StepPlan& plan, const StepResult& result) {
+  std::vector<int64_t> rows(plan.work.size(), -1);
+  if (!result.decoder_status.ok()) return rows;
+  int64_t row = 0;
+  for (size_t i = 0; i < plan.work.size(); ++i) {
+    const ScheduledWork& w = plan.work[i];
+    if (result.image_errors.contains(w.seq) || !w.samples) continue;
+    rows[i] = row++;
+  }
+  return rows;
+}
+
+}  // namespace
+
 void Engine::ProcessOutputs(const StepPlan& plan, StepResult& result, Outbox& outbox, StepCounters& counters) {
   const int64_t vocab = model_->decoder->vocab_size();
   const absl::Time now = absl::Now();
-  int64_t row = 0;  // of the logits
-  for (const ScheduledWork& w : plan.work) {
+  const std::vector<int64_t> rows = LogitRows(plan, result);
+  // Rows sampled from f32 logits are picked first, in parallel: a sampled pick is a few passes
+  // over the vocabulary (~0.1-0.3 ms a row), which one thread would repeat for every row of a
+  // batch while the device waits for the next step. Each request's sampler is its own (its seed,
+  // its penalty set), so the picks are those of the rows one after another.
+  std::vector<int32_t> picked(plan.work.size(), -1);
+  if (result.decoder_status.ok() && result.logits.dtype() != core::DType::kI32) {
+    std::vector<size_t> sampled;
+    for (size_t i = 0; i < plan.work.size(); ++i) {
+      if (rows[i] < 0) continue;
+      RequestState& s = AsRequest(plan.work[i].seq);
+      const float* lg = result.logits.data<float>() + rows[i] * vocab;
+      if (s.req.capture_prompt_logits && !s.logits_captured) {  // before the pick changes them
+        outbox.For(s).prompt_logits.assign(lg, lg + vocab);
+        s.logits_captured = true;
+      }
+      sampled.push_back(i);
+    }
+    core::ParallelFor(static_cast<int>(sampled.size()), [&](int k, int /*worker*/) {
+      const size_t i = sampled[static_cast<size_t>(k)];
+      picked[i] = AsRequest(plan.work[i].seq).sampler->Sample(result.logits.data<float>() + rows[i] * vocab, vocab);
+    });
+  }
+  for (size_t i = 0; i < plan.work.size(); ++i) {
+    const ScheduledWork& w = plan.work[i];
     RequestState& s = AsRequest(w.seq);
     if (auto e = result.image_errors.find(w.seq); e != result.image_errors.end()) {
       Finish(s, llm::FinishReason::kError, e->second, outbox);
@@ -396,15 +438,10 @@ void Engine::ProcessOutputs(const StepPlan& plan, StepResult& result, Outbox& ou
     RequestOutput& out = outbox.For(s);
     int32_t id;
     if (result.logits.dtype() == core::DType::kI32) {  // the decoder's greedy picks
-      id = result.logits.data<int32_t>()[row++];
+      id = result.logits.data<int32_t>()[rows[i]];
       s.sampler->Accept(id);
     } else {
-      float* lg = result.logits.data<float>() + (row++) * vocab;
-      if (s.req.capture_prompt_logits && !s.logits_captured) {
-        out.prompt_logits.assign(lg, lg + vocab);
-        s.logits_captured = true;
-      }
-      id = s.sampler->Sample(lg, vocab);
+      id = picked[i];
     }
     s.tokens.push_back(id);
     ++s.num_generated;

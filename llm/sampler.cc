@@ -9,9 +9,16 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/device.h"
 #include "kernels/rows.h"
+#include "kernels/logit_scan.h"
 
 namespace iris::llm {
 namespace {
+
+using kernels::Exp;
+using kernels::ExpShiftedRow;
+using kernels::kLogitChunk;
+using kernels::NanAsNegInf;
+using kernels::RowMax;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
@@ -35,12 +42,12 @@ int32_t Argmax(const float* logits, int64_t vocab) {
   return id;
 }
 
-float NanToNegInf(float v) { return std::isnan(v) ? kNegInf : v; }
-
 // A float's bits mapped so that unsigned order is value order (-inf lowest, +inf highest).
 uint32_t OrderedKey(float v) {
   const auto u = std::bit_cast<uint32_t>(v);
-  return (u >> 31) != 0 ? ~u : (u | 0x80000000u);
+  // Negative: every bit flipped; else the sign bit set. Without a branch: the signs of random
+  // logits would mispredict half the time.
+  return u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
 }
 
 // The largest 32-bit key v such that the weight of the items with key >= v reaches `need`
@@ -199,8 +206,7 @@ int32_t Sampler::Sample(float* logits, int64_t vocab) {
 }
 
 int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
-  float max_value = kNegInf;
-  for (int64_t i = 0; i < vocab; ++i) max_value = std::max(max_value, NanToNegInf(logits[i]));
+  const float max_value = RowMax(logits, vocab);
   // Degenerate rows: all -inf/NaN (nothing to draw from) or some +inf (all the mass there).
   if (max_value == kNegInf || max_value == kPosInf) return Argmax(logits, vocab);
 
@@ -214,9 +220,13 @@ int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
     // The k-th largest logit, exactly, in O(vocab). HF and vLLM mask only values below it, so
     // ties with it stay.
     const float kth = KthLargest(logits, vocab, k);
-    for (int64_t i = 0; i < vocab; ++i) {
-      const float v = NanToNegInf(logits[i]);
-      if (v >= kth) scratch_.emplace_back(std::exp(v - max_value), static_cast<int32_t>(i));
+    for (int64_t begin = 0; begin < vocab; begin += kLogitChunk) {
+      const int64_t end = std::min(begin + kLogitChunk, vocab);
+      if (RowMax(logits + begin, end - begin) < kth) continue;  // no candidate in this chunk
+      for (int64_t i = begin; i < end; ++i) {
+        const float v = NanAsNegInf(logits[i]);
+        if (v >= kth) scratch_.emplace_back(Exp(v - max_value), static_cast<int32_t>(i));
+      }
     }
     if (use_top_p) {
       std::sort(scratch_.begin(), scratch_.end(), Before);
@@ -224,25 +234,8 @@ int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
     }
   } else {
     probs_.resize(static_cast<size_t>(vocab));
-    double total = 0.0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      const float p = std::exp(NanToNegInf(logits[i]) - max_value);
-      probs_[i] = p;
-      total += p;
-    }
-    if (!use_top_p) {
-      // Plain softmax draw over the whole vocabulary, in id order: no candidate list needed.
-      const double target = Uniform() * total;
-      double cum = 0.0;
-      int64_t last_nonzero = 0;
-      for (int64_t i = 0; i < vocab; ++i) {
-        if (probs_[i] == 0.f) continue;
-        cum += probs_[i];
-        last_nonzero = i;
-        if (target < cum) return static_cast<int32_t>(i);
-      }
-      return static_cast<int32_t>(last_nonzero);
-    }
+    const double total = ExpShiftedRow(logits, vocab, max_value, probs_.data(), chunk_mass_);
+    if (!use_top_p) return DrawInIdOrder(vocab, total);
     const double need = NucleusMass(total);
     // Usually the nucleus is a few likely tokens: those with p >= 2^-10 (relative to the most
     // likely) are a prefix of the descending order, so once they carry the mass, sorting them
@@ -250,10 +243,14 @@ int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
     constexpr float kLikely = 0x1.0p-10f;
     constexpr size_t kMaxLikely = 4096;
     double likely_mass = 0.0;
-    for (int64_t i = 0; i < vocab && scratch_.size() <= kMaxLikely; ++i) {
-      if (probs_[i] >= kLikely) {
-        scratch_.emplace_back(probs_[i], static_cast<int32_t>(i));
-        likely_mass += probs_[i];
+    for (int64_t begin = 0; begin < vocab && scratch_.size() <= kMaxLikely; begin += kLogitChunk) {
+      const int64_t end = std::min(begin + kLogitChunk, vocab);
+      if (RowMax(probs_.data() + begin, end - begin) < kLikely) continue;
+      for (int64_t i = begin; i < end && scratch_.size() <= kMaxLikely; ++i) {
+        if (probs_[i] >= kLikely) {
+          scratch_.emplace_back(probs_[i], static_cast<int32_t>(i));
+          likely_mass += probs_[i];
+        }
       }
     }
     if (scratch_.size() <= kMaxLikely && likely_mass >= need) {
@@ -292,20 +289,48 @@ int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
   return last_nonzero;  // only when rounding put the target at the very end
 }
 
+int32_t Sampler::DrawInIdOrder(int64_t vocab, double total) {
+  // The draw walks the cumulative mass in id order; whole chunks whose mass the target lies past
+  // are stepped over by their sums (ExpShiftedRow's total is those sums' sum, so the target,
+  // below it, lies within some chunk).
+  const double target = Uniform() * total;
+  double cum = 0.0;
+  const int64_t chunks = static_cast<int64_t>(chunk_mass_.size());
+  int64_t c = 0;
+  for (; c + 1 < chunks && cum + chunk_mass_[static_cast<size_t>(c)] <= target; ++c) cum += chunk_mass_[static_cast<size_t>(c)];
+  for (int64_t i = c * kLogitChunk; i < vocab; ++i) {
+    if (probs_[i] == 0.f) continue;
+    cum += probs_[i];
+    if (target < cum) return static_cast<int32_t>(i);
+  }
+  // Only when rounding put the target at the very end: the last token that can be drawn.
+  for (int64_t i = vocab - 1; i > 0; --i) {
+    if (probs_[i] != 0.f) return static_cast<int32_t>(i);
+  }
+  return 0;
+}
+
 float Sampler::KthLargest(const float* logits, int64_t vocab, int64_t k) {
   if (k <= kMaxHeapTopK) {
     // One pass with a heap of the best k so far (worst on top): for logits in no particular
     // order only a few hundred tokens ever enter it.
     scratch_.clear();
-    for (int64_t i = 0; i < vocab; ++i) {
-      const float v = NanToNegInf(logits[i]);
-      if (static_cast<int64_t>(scratch_.size()) < k) {
-        scratch_.emplace_back(v, static_cast<int32_t>(i));
-        std::push_heap(scratch_.begin(), scratch_.end(), Before);
-      } else if (v > scratch_.front().first) {
-        std::pop_heap(scratch_.begin(), scratch_.end(), Before);
-        scratch_.back() = {v, static_cast<int32_t>(i)};
-        std::push_heap(scratch_.begin(), scratch_.end(), Before);
+    for (int64_t begin = 0; begin < vocab; begin += kLogitChunk) {
+      const int64_t end = std::min(begin + kLogitChunk, vocab);
+      // A full heap takes only values above its worst: a chunk whose largest is not skips whole.
+      if (static_cast<int64_t>(scratch_.size()) == k && !(RowMax(logits + begin, end - begin) > scratch_.front().first)) {
+        continue;
+      }
+      for (int64_t i = begin; i < end; ++i) {
+        const float v = NanAsNegInf(logits[i]);
+        if (static_cast<int64_t>(scratch_.size()) < k) {
+          scratch_.emplace_back(v, static_cast<int32_t>(i));
+          std::push_heap(scratch_.begin(), scratch_.end(), Before);
+        } else if (v > scratch_.front().first) {
+          std::pop_heap(scratch_.begin(), scratch_.end(), Before);
+          scratch_.back() = {v, static_cast<int32_t>(i)};
+          std::push_heap(scratch_.begin(), scratch_.end(), Before);
+        }
       }
     }
     const float kth = scratch_.front().first;
@@ -313,7 +338,7 @@ float Sampler::KthLargest(const float* logits, int64_t vocab, int64_t k) {
     return kth;
   }
   const uint32_t key = RadixSelect<int64_t>(
-      vocab, [logits](int64_t i) { return OrderedKey(NanToNegInf(logits[i])); },
+      vocab, [logits](int64_t i) { return OrderedKey(NanAsNegInf(logits[i])); },
       [](int64_t) { return int64_t{1}; }, k, counts_);
   return FromOrderedKey(key);
 }

@@ -74,6 +74,9 @@ class Sampler {
 
  private:
   int32_t SampleFiltered(const float* logits, int64_t vocab);
+  // The softmax draw over the whole row in id order, from probs_ and chunk_mass_ (ExpShiftedRow;
+  // `total` its result).
+  int32_t DrawInIdOrder(int64_t vocab, double total);
   // Cuts `scratch_` to the top-p nucleus: its first `always` entries are kept, the rest are in
   // descending order; `total` is the candidates' mass (<= 0: the sum of `scratch_`).
   void KeepNucleus(size_t always, double total);
@@ -90,6 +93,7 @@ class Sampler {
   std::vector<float> probs_;                        // unnormalized probabilities, reused per call
   std::vector<int64_t> counts_;                     // top-k histograms of logit bits
   std::vector<double> mass_;                        // top-p histograms of probability mass
+  std::vector<double> chunk_mass_;                  // probs_'s chunk sums (kernels/logit_scan.h)
 };
 
 // Decides when a generation ends. Fed each generated id and the text it completed (from the

@@ -63,6 +63,9 @@ inline ChatInputPart Image(const std::string& file) {
 struct Spec {
   std::vector<ChatInputPart> parts;
   int64_t max_tokens;
+  // Greedy either way; with a penalty the engine picks from f32 logits (Sampler::Sample), not on
+  // the decoder (ArgmaxRows).
+  float repetition_penalty = 1.f;
 };
 
 inline std::vector<Spec> MixedWorkload(int n) {
@@ -95,6 +98,7 @@ inline Request MakeRequest(const Engine& engine, const Spec& spec, int i) {
   r.prompt = std::move(*prompt);
   r.sampling.max_tokens = spec.max_tokens;
   r.sampling.ignore_eos = true;
+  r.sampling.repetition_penalty = spec.repetition_penalty;
   return r;
 }
 

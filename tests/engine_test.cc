@@ -126,6 +126,17 @@ TEST_F(EngineMixedTest, ConcurrentWithTheEncoderSharingTheCoresEqualsAlone) {
 }
 
 // Sharing needs an encoder device of its own, of the decoder's size.
+// Rows that pick from f32 logits (here greedy with a repetition penalty, each request its own
+// penalty set) are picked in parallel after the step: each must still give what it gives alone.
+TEST(EngineTest, RowsPickedFromLogitsInParallelEqualAlone) {
+  std::vector<Spec> specs = MixedWorkload(12);
+  for (size_t i = 0; i < specs.size(); ++i) specs[i].repetition_penalty = i % 3 == 2 ? 1.f : 1.3f + 0.1f * static_cast<float>(i % 4);
+  const auto alone = RunAlone(specs);
+  EngineStats stats;
+  RunConcurrent(specs, EngineOptions{}, alone, &stats);
+  EXPECT_EQ(stats.requests_finished, 12);
+}
+
 TEST(EngineTest, SharingTheCoresNeedsAnEncoderDeviceOfTheDecodersSize) {
   EngineOptions o;
   o.share_encoder_cores = true;

@@ -106,6 +106,27 @@ TEST(RowsTest, ArgmaxRowsPicksTheFirstLargestAndSkipsNan) {
   std::vector<int32_t> out(rows, -1);
   ArgmaxRows(dev, logits.data(), rows, vocab, out.data());
   EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 0, 0, 3, 4}));
+  // Rows longer than the kernel's 16-value vector body: ties, NaN and the largest value placed in
+  // the body, across its blocks, and in the tail.
+  for (const int64_t n : {16, 17, 31, 37, 64, 100}) {
+    for (const int64_t first : {int64_t{0}, int64_t{5}, int64_t{15}, n / 2, n - 1}) {
+      std::vector<float> row = Random(static_cast<size_t>(n), static_cast<uint32_t>(n * 131 + first));
+      for (int64_t i = 3; i < n; i += 7) row[i] = nan;
+      row[first] = 9.f;
+      if (first + 16 < n) row[first + 16] = 9.f;  // a tie in a later block: the first still wins
+      if (first + 1 < n) row[first + 1] = 9.f;    // and right after it
+      int32_t got = -1;
+      ArgmaxRows(dev, row.data(), 1, n, &got);
+      EXPECT_EQ(got, first) << "n " << n;
+    }
+    std::vector<float> all_nan(static_cast<size_t>(n), nan), all_neg_inf(static_cast<size_t>(n), -inf);
+    int32_t got = -1;
+    ArgmaxRows(dev, all_nan.data(), 1, n, &got);
+    EXPECT_EQ(got, 0) << "n " << n;
+    all_neg_inf[n - 1] = nan;
+    ArgmaxRows(dev, all_neg_inf.data(), 1, n, &got);
+    EXPECT_EQ(got, 0) << "n " << n;
+  }
   // Large rows (the parallel path): against std::max_element, which keeps the first maximum.
   const int64_t big_vocab = 151936;
   const std::vector<float> big = Random(static_cast<size_t>(4 * big_vocab), 9);

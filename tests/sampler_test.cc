@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/logit_scan.h"
 #include "tests/test_util.h"
 
 namespace iris::llm {
@@ -314,6 +315,38 @@ TEST(SamplerTest, LargeVocabDrawsStayInReferenceSet) {
       EXPECT_GT(drawn.size(), 1u);
     }
   }
+}
+
+// Without top-k and top-p, a draw is the token where the cumulative mass in id order passes
+// u * total: the sampler steps over whole chunks by their sums (kernels/logit_scan.h), and must land on
+// the token a walk of every value lands on.
+TEST(SamplerTest, FullVocabDrawIsTheCumulativeWalkOfItsUniform) {
+  const int64_t vocab = 151936;
+  auto logits = testing::RandomFloats(vocab, 91, -8.f, 8.f);
+  logits[300] = 12.f;
+  logits[140000] = 11.f;
+  logits[77] = std::numeric_limits<float>::quiet_NaN();
+  const uint64_t seed = 17;
+  Sampler s(Sampled(1.f, seed), {});
+  std::mt19937_64 rng(seed);
+  const float max_value = kernels::RowMax(logits.data(), vocab);
+  std::vector<double> probs(vocab);
+  double total = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) total += probs[i] = kernels::Exp(kernels::NanAsNegInf(logits[i]) - max_value);
+  std::set<int32_t> distinct;
+  for (int draw = 0; draw < 300; ++draw) {
+    const double target = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+    double cum = 0.0;
+    int32_t want = -1;
+    for (int64_t i = 0; i < vocab && want < 0; ++i) {
+      cum += probs[i];
+      if (probs[i] != 0.0 && target < cum) want = static_cast<int32_t>(i);
+    }
+    std::vector<float> copy = logits;
+    ASSERT_EQ(s.Sample(copy.data(), vocab), want) << "draw " << draw;
+    distinct.insert(want);
+  }
+  EXPECT_GT(distinct.size(), 100u);  // draws spread over the vocabulary, not only the peaks
 }
 
 TEST(SamplerTest, TopPOnTiesTakesLowestIdsFirst) {

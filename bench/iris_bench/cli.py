@@ -42,6 +42,27 @@ def _nonneg_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _nonneg_float(text: str) -> float:
+    v = _float(text)
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return v
+
+
+def _unit_interval(text: str) -> float:
+    v = _float(text)
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return v
+
+
 def _positive_float(text: str) -> float:
     try:
         v = float(text)
@@ -120,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset-path", help="the JSONL file: {\"image\": path|null, \"prompt\": str, \"output_len\": int} per line")
     p.add_argument("--output-len", type=_positive_int, default=128,
                    help="output tokens per request (synthetic, and JSONL lines without output_len; default 128)")
+    p.add_argument("--temperature", type=_nonneg_float, default=0.0,
+                   help="sampling temperature of every request (default 0: greedy, picked on the device)")
+    p.add_argument("--top-p", type=_unit_interval, default=1.0, help="nucleus sampling (default 1: off)")
+    p.add_argument("--top-k", type=_nonneg_int, default=0, help="top-k sampling (default 0: off)")
     p.add_argument("--text-only-input-tokens", action="store_true",
                    help="count input tokens without the image tokens (default: all prompt tokens)")
     p.add_argument("--image-max-pixels", type=_nonneg_int, default=0,
@@ -220,13 +245,25 @@ def _make_backend(args, token: Optional[str]):
             with open(args.tls_ca, "rb") as f:
                 ca = f.read()
         return GrpcBackend(args.target, token=token, tls_ca=ca, timeout_s=args.timeout_s,
-                           image_max_pixels=args.image_max_pixels)
+                           image_max_pixels=args.image_max_pixels, sampling=_sampling(args))
     from .openai_backend import OpenAIChatBackend
     if args.image_max_pixels:
         _note("iris-bench: note: --image-max-pixels applies to the grpc backend only (the OpenAI API has no "
               "per-image pixel bound); to compare the two, bound the server instead (iris-server --max-pixels)")
     return OpenAIChatBackend(args.target, endpoint=args.endpoint, model=args.model, token=token,
-                             tls_ca=args.tls_ca, timeout_s=args.timeout_s)
+                             tls_ca=args.tls_ca, timeout_s=args.timeout_s, sampling=_sampling(args))
+
+
+def _sampling(args) -> dict:
+    """The sampling fields every request carries beside max_tokens and ignore_eos: temperature
+    always (0 is greedy), top_p and top_k where they are on (with ignore_eos, a reply's length does
+    not depend on what is drawn)."""
+    out = {"temperature": args.temperature}
+    if args.top_p < 1.0:
+        out["top_p"] = args.top_p
+    if args.top_k > 0:
+        out["top_k"] = args.top_k
+    return out
 
 
 def _note(text: str) -> None:

@@ -21,7 +21,7 @@ class GrpcBackend:
 
     def __init__(self, target: str, token: Optional[str] = None, tls_ca: Optional[bytes] = None,
                  timeout_s: Optional[float] = None, image_max_pixels: int = 0,
-                 image_min_pixels: int = 0):
+                 image_min_pixels: int = 0, sampling: Optional[dict] = None):
         self.pb2, self.pb2_grpc = load_stubs()
         import grpc  # noqa: F401  (after the stubs: they import it too)
         self.target = target
@@ -30,6 +30,7 @@ class GrpcBackend:
         self.timeout_s = timeout_s
         self.image_max_pixels = image_max_pixels
         self.image_min_pixels = image_min_pixels
+        self.sampling = dict(sampling or {"temperature": 0.0})  # SamplingParams fields
         self.channel = None
         self.stub = None
 
@@ -44,7 +45,7 @@ class GrpcBackend:
 
     def _request(self, request_id: str, messages, output_len: int):
         pb2 = self.pb2
-        sampling = pb2.SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True)
+        sampling = pb2.SamplingParams(max_tokens=output_len, ignore_eos=True, **self.sampling)
         return pb2.GenerateRequest(request_id=request_id, messages=messages, sampling=sampling)
 
     def prepare(self, req: SampleRequest, request_id: str):

@@ -55,12 +55,14 @@ class OpenAIChatBackend:
 
     def __init__(self, target: str, endpoint: str = "/v1/chat/completions",
                  model: Optional[str] = None, token: Optional[str] = None,
-                 tls_ca: Optional[str] = None, timeout_s: Optional[float] = None):
+                 tls_ca: Optional[str] = None, timeout_s: Optional[float] = None,
+                 sampling: Optional[dict] = None):
         self.host, self.port = split_target(target)
         self.endpoint = endpoint if endpoint.startswith("/") else "/" + endpoint
         self.model = model
         self.token = token
         self.timeout_s = timeout_s
+        self.sampling = dict(sampling or {"temperature": 0.0})  # body fields (top_k: vLLM's extension)
         self.ssl = None
         if tls_ca:
             self.ssl = ssl_module.create_default_context(cafile=tls_ca)
@@ -114,14 +116,13 @@ class OpenAIChatBackend:
                     {"role": "user", "content": [{"type": "text", "text": req.follow_up}]}]
         return self._payload(req, request_id, messages)
 
-    @staticmethod
-    def _payload(req: SampleRequest, request_id: str, messages: list) -> dict:
+    def _payload(self, req: SampleRequest, request_id: str, messages: list) -> dict:
         body = {
             "model": None,  # filled in at send time (the model may come from /v1/models)
             "messages": messages,
             "max_tokens": req.output_len,
             "max_completion_tokens": req.output_len,
-            "temperature": 0.0,
+            **self.sampling,
             "stream": True,
             "stream_options": {"include_usage": True},
             "ignore_eos": True,

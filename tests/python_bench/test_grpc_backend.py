@@ -63,6 +63,29 @@ class GrpcFakeTest(NoThreadLeak, unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(int(report_values(r.stdout)["Total input tokens:"]), text_tokens)
 
+    def test_sampling_flags_reach_every_request(self):
+        with FakeIrisServer(token_gap_s=0.001) as srv:
+            r = run_bench(["--target", srv.target, "--num-prompts", "3", "--output-len", "2", "--no-progress",
+                           "--temperature", "0.7", "--top-p", "0.9", "--top-k", "40"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(len(srv.requests), 4)
+            for q in srv.requests:
+                self.assertAlmostEqual(q.sampling.temperature, 0.7, places=6)
+                self.assertAlmostEqual(q.sampling.top_p, 0.9, places=6)
+                self.assertEqual(q.sampling.top_k, 40)
+                self.assertTrue(q.sampling.ignore_eos)
+            # off by default: no top_p / top_k field sent at all
+            srv.requests.clear()
+            r = run_bench(["--target", srv.target, "--num-prompts", "1", "--output-len", "2", "--no-progress"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for q in srv.requests:
+                self.assertFalse(q.sampling.HasField("top_p"))
+                self.assertFalse(q.sampling.HasField("top_k"))
+        for bad in (["--top-p", "0"], ["--top-p", "1.5"], ["--temperature", "-1"], ["--top-k", "-2"]):
+            r = run_bench(["--target", "127.0.0.1:1", "--num-prompts", "1"] + bad)
+            self.assertEqual(r.returncode, 2, bad)
+            self.assertIn(bad[0], r.stderr)
+
     def test_failures_are_counted_and_summarised(self):
         with FakeIrisServer(token_gap_s=0.0, fail_every=3) as srv:
             r = run_bench(["--target", srv.target, "--num-prompts", "9", "--output-len", "3",

@@ -160,6 +160,17 @@ class OpenAIEndToEndTest(NoThreadLeak, unittest.TestCase):
                 self.assertEqual(rec["image_tokens_source"], "estimated")
                 self.assertEqual(rec["generated_text"], "".join(f"w{i} " for i in range(out_len)))
 
+    def test_sampling_flags_reach_the_body(self):
+        with FakeOpenAIServer(chunk_gap_s=0.001) as srv:
+            r = run_bench(["--backend", "openai-chat", "--target", srv.target, "--num-prompts", "2",
+                           "--output-len", "2", "--no-progress", "--temperature", "1", "--top-k", "50"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for req in srv.requests:
+                self.assertEqual(req["temperature"], 1.0)
+                self.assertEqual(req["top_k"], 50)
+                self.assertNotIn("top_p", req)
+                self.assertEqual(next(iter(req)), "model")  # still the body's first key
+
     def test_latency_mode_and_failures(self):
         n, marker, seed = 24, "image", 2
         reqs = datasets.synthetic_dataset(n, seed, 4)
