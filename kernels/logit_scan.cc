@@ -74,4 +74,37 @@ double ExpShiftedRow(const float* logits, int64_t n, float shift, float* probs, 
   return total;
 }
 
+double MassAbove(const float* probs, int64_t n, float threshold, std::vector<double>& chunk_sums, int64_t* ties) {
+  const int64_t chunks = (n + kLogitChunk - 1) / kLogitChunk;
+  chunk_sums.resize(static_cast<size_t>(chunks));
+  const __m256 vt = _mm256_set1_ps(threshold);
+  int64_t equal = 0;
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kLogitChunk, end = begin + kLogitChunk < n ? begin + kLogitChunk : n;
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8) {
+      const __m256 p = _mm256_loadu_ps(probs + i);
+      const __m256 above = _mm256_and_ps(p, _mm256_cmp_ps(p, vt, _CMP_GT_OQ));
+      s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(above)));
+      s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(above, 1)));
+      equal += __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(p, vt, _CMP_EQ_OQ))));
+    }
+    double lanes[8];
+    _mm256_storeu_pd(lanes, s0);
+    _mm256_storeu_pd(lanes + 4, s1);
+    for (; i < end; ++i) {
+      if (probs[i] > threshold) lanes[0] += probs[i];
+      if (probs[i] == threshold) ++equal;
+    }
+    double sum = 0.0;
+    for (const double v : lanes) sum += v;
+    chunk_sums[static_cast<size_t>(c)] = sum;
+    total += sum;
+  }
+  *ties = equal;
+  return total;
+}
+
 }  // namespace iris::kernels

@@ -32,4 +32,9 @@ float Exp(float x);
 // total a walk over the chunk sums reaches at the end.
 double ExpShiftedRow(const float* logits, int64_t n, float shift, float* probs, std::vector<double>& chunk_sums);
 
+// For probabilities (values >= 0, no NaN): chunk_sums[c] = the sum, in double, of chunk c's values
+// above `threshold`; *ties = how many values equal it. Returns the sum of the chunk sums in chunk
+// order.
+double MassAbove(const float* probs, int64_t n, float threshold, std::vector<double>& chunk_sums, int64_t* ties);
+
 }  // namespace iris::kernels

@@ -260,18 +260,10 @@ int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
       // A flat distribution: find the probability of the nucleus's last token by mass, without
       // sorting. Tokens above it are in the nucleus whatever their order; tokens equal to it
       // follow in id order (the descending order's tie rule) until the mass reaches top_p.
-      scratch_.clear();
       const auto key = [this](int64_t i) { return std::bit_cast<uint32_t>(probs_[i]); };
       const uint32_t last = RadixSelect<double>(
           vocab, key, [this](int64_t i) { return static_cast<double>(probs_[i]); }, need, mass_);
-      for (int64_t i = 0; i < vocab; ++i) {
-        if (key(i) > last) scratch_.emplace_back(probs_[i], static_cast<int32_t>(i));
-      }
-      const size_t above = scratch_.size();
-      for (int64_t i = 0; i < vocab; ++i) {
-        if (key(i) == last) scratch_.emplace_back(probs_[i], static_cast<int32_t>(i));
-      }
-      KeepNucleus(above, total);
+      return DrawAboveAndTies(vocab, std::bit_cast<float>(last), need);
     }
   }
 
@@ -287,6 +279,44 @@ int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
     if (target < cum) return c.second;
   }
   return last_nonzero;  // only when rounding put the target at the very end
+}
+
+int32_t Sampler::DrawAboveAndTies(int64_t vocab, float last, double need) {
+  // The nucleus: every token above `last`, then the tokens equal to it in id order until the
+  // mass reaches `need` (KeepNucleus's rule; all of them if it never does). The draw walks it in
+  // that order without listing it: the tokens above by chunks, stepping over a chunk by its sum.
+  int64_t tie_count = 0;
+  double nucleus = kernels::MassAbove(probs_.data(), vocab, last, chunk_mass_, &tie_count);
+  int64_t ties = 0;
+  for (; ties < tie_count && nucleus < need; ++ties) nucleus += last;
+  const double target = Uniform() * nucleus;
+  double cum = 0.0;
+  for (size_t c = 0; c < chunk_mass_.size(); ++c) {
+    if (cum + chunk_mass_[c] <= target) {
+      cum += chunk_mass_[c];
+      continue;
+    }
+    const int64_t begin = static_cast<int64_t>(c) * kLogitChunk;
+    for (int64_t i = begin; i < std::min(vocab, begin + kLogitChunk); ++i) {
+      if (!(probs_[i] > last)) continue;
+      cum += probs_[i];
+      if (target < cum) return static_cast<int32_t>(i);
+    }
+  }
+  int64_t last_tie = -1;
+  for (int64_t i = 0, seen = 0; i < vocab && seen < ties && last > 0.f; ++i) {
+    if (probs_[i] != last) continue;
+    ++seen;
+    cum += last;
+    last_tie = i;
+    if (target < cum) return static_cast<int32_t>(i);
+  }
+  // Only when rounding put the target at the very end: the walk's last token that can be drawn.
+  if (last_tie >= 0) return static_cast<int32_t>(last_tie);
+  for (int64_t i = vocab - 1; i > 0; --i) {
+    if (probs_[i] > last) return static_cast<int32_t>(i);
+  }
+  return 0;
 }
 
 int32_t Sampler::DrawInIdOrder(int64_t vocab, double total) {

@@ -77,6 +77,9 @@ class Sampler {
   // The softmax draw over the whole row in id order, from probs_ and chunk_mass_ (ExpShiftedRow;
   // `total` its result).
   int32_t DrawInIdOrder(int64_t vocab, double total);
+  // top-p's draw from a flat row: the nucleus is every token of probs_ above `last` and as many
+  // tokens equal to it, in id order, as the mass `need` takes (chunk_mass_ is overwritten).
+  int32_t DrawAboveAndTies(int64_t vocab, float last, double need);
   // Cuts `scratch_` to the top-p nucleus: its first `always` entries are kept, the rest are in
   // descending order; `total` is the candidates' mass (<= 0: the sum of `scratch_`).
   void KeepNucleus(size_t always, double total);

@@ -1,5 +1,6 @@
 // The sampler's row passes (kernels/logit_scan.h) against libm and plain loops: the exp's error
-// bound (the portable CPU kernels' exp, which they share) and edge values, the vector body against the scalar tail, the chunk sums and the total.
+// bound (the portable CPU kernels' exp, which they share) and edge values, the vector body
+// against the scalar tail, the chunk sums and the total; the mass above a threshold and its ties.
 #include "kernels/logit_scan.h"
 
 #include <algorithm>
@@ -99,6 +100,35 @@ TEST(LogitScanTest, ExpShiftedRowMatchesTheScalarExpAndSumsByChunk) {
       double s = 0.0;
       for (int64_t i = static_cast<int64_t>(c) * kLogitChunk; i < std::min(n, (static_cast<int64_t>(c) + 1) * kLogitChunk); ++i) s += probs[i];
       ASSERT_NEAR(chunk_sums[c], s, s * 1e-12 + 1e-300) << "n " << n << " chunk " << c;
+    }
+  }
+}
+
+TEST(LogitScanTest, MassAboveSumsByChunkAndCountsTheTies) {
+  for (const int64_t n : {1, 9, 256, 300, 151936}) {
+    std::vector<float> probs = testing::RandomFloats(n, 17 + static_cast<uint32_t>(n), 0.f, 1.f);
+    for (int64_t i = 0; i < n; i += 5) probs[i] = 0.25f;  // ties, in the vector body and the tails
+    for (int64_t i = 2; i < n; i += 11) probs[i] = 0.f;
+    for (const float threshold : {0.f, 0.25f, 0.9f}) {
+      std::vector<double> chunk_sums;
+      int64_t ties = -1;
+      const double total = MassAbove(probs.data(), n, threshold, chunk_sums, &ties);
+      ASSERT_EQ(static_cast<int64_t>(chunk_sums.size()), (n + kLogitChunk - 1) / kLogitChunk);
+      int64_t want_ties = 0;
+      double want_total = 0.0, sum_of_chunks = 0.0;
+      for (size_t c = 0; c < chunk_sums.size(); ++c) {
+        double s = 0.0;
+        for (int64_t i = static_cast<int64_t>(c) * kLogitChunk; i < std::min(n, (static_cast<int64_t>(c) + 1) * kLogitChunk); ++i) {
+          if (probs[i] > threshold) s += probs[i];
+          want_ties += probs[i] == threshold ? 1 : 0;
+        }
+        ASSERT_NEAR(chunk_sums[c], s, s * 1e-12) << "n " << n << " threshold " << threshold << " chunk " << c;
+        want_total += s;
+        sum_of_chunks += chunk_sums[c];
+      }
+      EXPECT_EQ(ties, want_ties) << "n " << n << " threshold " << threshold;
+      EXPECT_EQ(total, sum_of_chunks);
+      EXPECT_NEAR(total, want_total, want_total * 1e-12);
     }
   }
 }

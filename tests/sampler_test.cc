@@ -349,6 +349,62 @@ TEST(SamplerTest, FullVocabDrawIsTheCumulativeWalkOfItsUniform) {
   EXPECT_GT(distinct.size(), 100u);  // draws spread over the vocabulary, not only the peaks
 }
 
+// Top-p on a flat row (its likely tokens do not carry the mass): the nucleus is every token above
+// the last one the mass needs, then that value's ties in id order; the draw walks them in that
+// order. Against the nucleus listed the slow way (a full sort) and walked value by value.
+TEST(SamplerTest, FlatTopPDrawIsTheWalkOfTheSortedNucleus) {
+  const int64_t vocab = 151936;
+  // A flat spread, and the same row quantized to 64 levels (ties straddle the nucleus's edge).
+  std::vector<float> flat = testing::RandomFloats(vocab, 93, -1.5f, 1.5f);
+  std::vector<float> levels = flat;
+  for (float& v : levels) v = std::round(v * 20.f) / 20.f;
+  for (const auto& [logits, top_p] : {std::pair{flat, 0.9f}, std::pair{levels, 0.5f}, std::pair{levels, 0.97f}}) {
+    const uint64_t seed = 23;
+    SamplingParams p = Sampled(1.f, seed);
+    p.top_p = top_p;
+    Sampler s(p, {});
+    std::mt19937_64 rng(seed);
+    std::vector<float> probs(vocab);
+    std::vector<double> chunks;
+    const double total = kernels::ExpShiftedRow(logits.data(), vocab, kernels::RowMax(logits.data(), vocab),
+                                                probs.data(), chunks);
+    std::vector<std::pair<float, int32_t>> sorted;
+    for (int64_t i = 0; i < vocab; ++i) sorted.emplace_back(probs[i], static_cast<int32_t>(i));
+    std::sort(sorted.begin(), sorted.end(),
+              [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    const double need = (static_cast<double>(top_p) - 1e-6) * total;
+    size_t kept = 0;
+    for (double cum = 0.0; kept < sorted.size() && cum < need; ++kept) cum += sorted[kept].first;
+    const float edge = sorted[kept - 1].first;
+    // The walk's order: above the edge in id order, then the kept ties in id order.
+    std::vector<int32_t> order;
+    for (size_t k = 0; k < kept; ++k) {
+      if (sorted[k].first > edge) order.push_back(sorted[k].second);
+    }
+    std::sort(order.begin(), order.end());
+    for (size_t k = 0; k < kept; ++k) {
+      if (sorted[k].first == edge) order.push_back(sorted[k].second);
+    }
+    double mass = 0.0;
+    for (const int32_t id : order) mass += probs[id];
+    ASSERT_GT(order.size(), 5000u) << "a flat row's nucleus";
+    for (int draw = 0; draw < 200; ++draw) {
+      const double target = static_cast<double>(rng() >> 11) * 0x1.0p-53 * mass;
+      double cum = 0.0;
+      int32_t want = order.back();
+      for (const int32_t id : order) {
+        cum += probs[id];
+        if (target < cum) {
+          want = id;
+          break;
+        }
+      }
+      std::vector<float> copy = logits;
+      ASSERT_EQ(s.Sample(copy.data(), vocab), want) << "top_p " << top_p << " draw " << draw;
+    }
+  }
+}
+
 TEST(SamplerTest, TopPOnTiesTakesLowestIdsFirst) {
   // A flat distribution: the descending order breaks ties by id, so top_p 0.25 keeps the first
   // quarter of the vocabulary (ids < 37984) and top_k 1000 the first 1000.
