@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <bit>
 #include <cassert>
-#include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/device.h"
-#include "kernels/rows.h"
 #include "kernels/logit_scan.h"
+#include "kernels/rows.h"
 
 namespace iris::llm {
 namespace {
