@@ -41,7 +41,7 @@ struct RequestState : Sequence {
   // Its next token is the argmax of its logits and nobody asked for the logits themselves, so the
   // decoder may pick it where the logits are (DecoderBatch::argmax_only).
   bool PicksGreedily() const {
-    return sampler->ArgmaxSuffices() && !(req.capture_prompt_logits && !logits_captured);
+    return sampler->PicksByArgmax() && !(req.capture_prompt_logits && !logits_captured);
   }
 };
 

@@ -301,11 +301,15 @@ absl::StatusOr<Tensor> StepRunner::RunDecoder(const std::vector<ScheduledWork>& 
       }
     }
     IRIS_RETURN_IF_ERROR(batch.AddSequence(s.table, block_size, w.num_tokens, w.samples));
-    if (w.samples) sampled_rows_pick_greedily = sampled_rows_pick_greedily && s.PicksGreedily();
+    if (w.samples) {
+      sampled_rows_pick_greedily = sampled_rows_pick_greedily && s.PicksGreedily();
+      if (sampled_rows_pick_greedily) s.sampler->AddEdits(batch.logit_edits);
+    }
   }
   // Every sampled row greedy: the decoder picks the ids where the logits are (on a GPU, one int
-  // per row comes back instead of the vocabulary's floats).
+  // per row comes back instead of the vocabulary's floats), after the rows' penalties and masks.
   batch.argmax_only = sampled_rows_pick_greedily && !batch.logit_rows.empty();
+  if (!batch.argmax_only) batch.logit_edits.Clear();
   return dec.Forward(batch, cache_);
 }
 

@@ -49,6 +49,10 @@ struct Decoder::Activations {
   Tensor picks;        // I32 [R] the greedy picks of an argmax_only step
   Tensor host_logits;  // [R, vocab] pinned host copy of logits, where the device's memory is not the host's
   Tensor host_picks;   // I32 [R] pinned host copy of picks (likewise)
+  // The packed logit edits of an argmax_only step (kernels::LogitEdits::Pack): staged on the
+  // host, copied to the device. Grown when a step's edits do not fit (a few KB per penalized row).
+  Tensor edits_host;
+  Tensor edits_device;
   std::unique_ptr<kernels::StagedUpload> upload;  // the step's ids, metadata and rotary tables
   bool logits_to_host = false;
 };
@@ -65,6 +69,7 @@ void DecoderBatch::Clear(int max_blocks) {
   embed_rows.clear();
   embeds.clear();
   argmax_only = false;
+  logit_edits.Clear();
 }
 
 absl::Status DecoderBatch::AddSequence(const BlockTable& table, int block_size, int64_t num_new, bool want_logits) {
@@ -252,6 +257,11 @@ absl::Status Decoder::Validate(const DecoderBatch& b, const KvCache& cache) cons
   if (T > act_->max_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: ", T, " rows exceed the decoder's capacity of ",
                                                    act_->max_tokens, " (max_tokens)"));
+  }
+  if (!b.logit_edits.empty() && (!b.argmax_only || b.logit_edits.rows() != static_cast<int64_t>(b.logit_rows.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: ", b.logit_edits.rows(), " rows of logit edits for ",
+                                                   b.logit_rows.size(), " logit rows",
+                                                   b.argmax_only ? "" : " (edits need argmax_only)"));
   }
   if (static_cast<int64_t>(b.logit_rows.size()) > act_->max_logit_rows) {
     return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: ", b.logit_rows.size(), " logit rows exceed ",
@@ -443,12 +453,24 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
   }
 }
 
-absl::StatusOr<Tensor> Decoder::Results(int64_t logit_rows, bool argmax_only) {
+absl::StatusOr<Tensor> Decoder::Results(int64_t logit_rows, bool argmax_only, const kernels::LogitEdits& edits) {
   const int64_t vocab = config_.vocab_size;
   Activations& A = *act_;
   Tensor logits = A.logits.Reshaped({A.max_logit_rows, vocab}).Rows(0, logit_rows);
   if (argmax_only) {
-    // Greedy rows are picked where the logits are: only the ids come back.
+    // Greedy rows are picked where the logits are: only the ids come back. A penalty or masked
+    // end ids are applied there first.
+    if (logit_rows > 0 && !edits.empty()) {
+      const int64_t n = edits.PackedSize();
+      if (A.edits_host.numel() < n) {
+        const int64_t capacity = std::max<int64_t>(n, 2 * A.edits_host.numel());
+        IRIS_ASSIGN_OR_RETURN(A.edits_host, device_.AllocateStaging(DType::kI32, {capacity}));
+        IRIS_ASSIGN_OR_RETURN(A.edits_device, device_.Allocate(DType::kI32, {capacity}));
+      }
+      edits.Pack(A.edits_host.data<int32_t>());
+      device_.CopyToDevice(A.edits_host.data<int32_t>(), A.edits_device.data<int32_t>(), static_cast<size_t>(n) * 4);
+      kernels::EditLogitRows(device_, logits.data<float>(), logit_rows, vocab, A.edits_device.data<int32_t>());
+    }
     Tensor picks = A.picks.Rows(0, logit_rows);
     if (logit_rows > 0) kernels::ArgmaxRows(device_, logits.data<float>(), logit_rows, vocab, picks.data<int32_t>());
     if (A.logits_to_host) {
@@ -472,7 +494,7 @@ absl::StatusOr<Tensor> Decoder::Results(int64_t logit_rows, bool argmax_only) {
 
 absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cache) {
   IRIS_RETURN_IF_ERROR(Validate(batch, *cache));
-  if (batch.num_rows() == 0) return Results(0, batch.argmax_only);
+  if (batch.num_rows() == 0) return Results(0, batch.argmax_only, batch.logit_edits);
   if (graphs_ != nullptr && !graphs_->paused && !observer_ && IsGraphableDecode(batch, graphs_->options.max_blocks_per_seq)) {
     if (const int size = DecodeGraphSize(graphs_->options.batch_sizes, batch.num_seqs()); size > 0) {
       return ForwardPadded(batch, size, cache);
@@ -480,7 +502,7 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
   }
   IRIS_ASSIGN_OR_RETURN(StepInputs in, Stage(batch, *act_->upload));
   Run(in, cache);
-  return Results(in.logit_rows, batch.argmax_only);
+  return Results(in.logit_rows, batch.argmax_only, batch.logit_edits);
 }
 
 absl::StatusOr<Tensor> Decoder::ForwardPadded(const DecoderBatch& batch, int size, KvCache* cache) {
@@ -507,7 +529,7 @@ absl::StatusOr<Tensor> Decoder::ForwardPadded(const DecoderBatch& batch, int siz
       rec.inputs = inputs;
     }
   }
-  return Results(batch.num_seqs(), batch.argmax_only);
+  return Results(batch.num_seqs(), batch.argmax_only, batch.logit_edits);
 }
 
 absl::Status Decoder::EnableDecodeGraphs(const DecodeGraphOptions& options) {

@@ -17,6 +17,7 @@
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "kernels/linear.h"
+#include "kernels/logit_edits.h"
 #include "kernels/staged_upload.h"
 #include "llm/kv_cache.h"
 
@@ -47,9 +48,11 @@ struct DecoderBatch {
   // Rows whose input embedding is given here (image tokens) instead of looked up by token id.
   std::vector<int32_t> embed_rows;
   std::vector<float> embeds;           // [embed_rows.size(), hidden]
-  // Every logit row is picked greedily (llm::Sampler::ArgmaxSuffices): Forward returns the picks,
-  // int32 [logit_rows.size()], instead of the logits, which then never leave the device.
+  // Every logit row is picked greedily (llm::Sampler::PicksByArgmax): Forward returns the picks,
+  // int32 [logit_rows.size()], instead of the logits, which then never leave the device. Before
+  // the argmax, logit_edits (empty, or a row per logit row: llm::Sampler::AddEdits) are applied.
   bool argmax_only = false;
+  kernels::LogitEdits logit_edits;
 
   int64_t num_rows() const { return static_cast<int64_t>(token_ids.size()); }
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
@@ -150,7 +153,7 @@ class Decoder {
   // of device memory (what a graph records).
   void Run(const StepInputs& in, KvCache* cache);
   // The first `logit_rows` rows' logits (or greedy picks), where the caller reads them.
-  absl::StatusOr<core::Tensor> Results(int64_t logit_rows, bool argmax_only);
+  absl::StatusOr<core::Tensor> Results(int64_t logit_rows, bool argmax_only, const kernels::LogitEdits& edits);
   absl::StatusOr<core::Tensor> ForwardPadded(const DecoderBatch& batch, int size, KvCache* cache);
 
   kernels::Device& device_;

@@ -166,9 +166,12 @@ Sampler::Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt_
 
 double Sampler::Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
-bool Sampler::ArgmaxSuffices() const {
-  return params_.greedy() && params_.repetition_penalty == 1.f &&
-         (masked_before_min_.empty() || generated_ >= params_.min_tokens);
+void Sampler::AddEdits(kernels::LogitEdits& edits) const {
+  std::vector<int32_t> seen;
+  if (params_.repetition_penalty != 1.f) seen.assign(seen_.begin(), seen_.end());
+  const bool masking = generated_ < params_.min_tokens;
+  edits.AddRow(params_.repetition_penalty, seen, masking ? absl::Span<const int32_t>(masked_before_min_)
+                                                         : absl::Span<const int32_t>());
 }
 
 void Sampler::Accept(int32_t id) {

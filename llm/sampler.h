@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "kernels/logit_edits.h"
 
 namespace iris::llm {
 
@@ -63,11 +64,15 @@ class Sampler {
   // u = (rng() >> 11) * 2^-53 from the request's generator. NaN logits count as -inf.
   int32_t Sample(float* logits, int64_t vocab);
 
-  // True when Sample's next pick is the plain argmax of the logits as they come (greedy, no
-  // repetition penalty, no end id masked for min_tokens), so a device can pick it
-  // (kernels::ArgmaxRows) without the logits leaving it.
-  bool ArgmaxSuffices() const;
-  // Records `id`, the argmax picked elsewhere while ArgmaxSuffices(), as Sample would have.
+  // True when Sample's next pick is the argmax of the logits once AddEdits' edits are applied
+  // (greedy; with a repetition penalty or end ids masked for min_tokens, those are the edits), so
+  // a device can pick it (kernels::EditLogitRows, kernels::ArgmaxRows) without the logits
+  // leaving it.
+  bool PicksByArgmax() const { return params_.greedy(); }
+  // Appends this request's row of edits for its next pick to `edits`: the penalty on every id
+  // seen so far, the end ids while fewer than min_tokens are generated (Sample's order and rule).
+  void AddEdits(kernels::LogitEdits& edits) const;
+  // Records `id`, the argmax picked elsewhere while PicksByArgmax(), as Sample would have.
   void Accept(int32_t id);
 
   const SamplingParams& params() const { return params_; }

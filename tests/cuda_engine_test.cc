@@ -75,6 +75,25 @@ TEST_F(CudaEngineTest, AloneMatchesTheCpu) {
   EXPECT_LE(parted, 2) << "requests whose GPU tokens differ from the CPU's";
 }
 
+// Greedy requests with a repetition penalty, now picked on the GPU after their edits (the logits
+// stay there): concurrent equals alone, and alone on the GPU matches the CPU as above.
+TEST(CudaEngineTest, PenalizedGreedyPicksOnTheGpuMatchTheCpu) {
+  std::vector<Spec> specs = MixedWorkload(8);
+  for (size_t i = 0; i < specs.size(); ++i) specs[i].repetition_penalty = 1.5f + 0.5f * static_cast<float>(i % 3);
+  const auto gpu_alone = RunAlone(specs, kGpu);
+  EngineStats stats;
+  RunConcurrent(specs, EngineOptions{}, gpu_alone, &stats, kGpu);
+  const auto cpu = RunAlone(specs);
+  int parted = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (cpu[i] == gpu_alone[i]) continue;
+    ++parted;
+    ASSERT_FALSE(cpu[i].empty());
+    EXPECT_EQ(cpu[i][0], gpu_alone[i][0]) << "request " << i << " parts at its first token";
+  }
+  EXPECT_LE(parted, 1) << "requests whose GPU tokens differ from the CPU's";
+}
+
 #else
 TEST(CudaEngineTest, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
 #endif

@@ -11,6 +11,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/paged_attention.h"
 #include "kernels/qkv_pad.h"
+#include "kernels/logit_edits.h"
 #include "kernels/rotary.h"
 #include "kernels/rows.h"
 #ifdef IRIS_HAVE_CUDA
@@ -276,6 +277,36 @@ TEST(CudaKernelsTest, ArgmaxPicksTheCpuSamplersToken) {
   }
 }
 
+
+// A greedy pick's edits on the GPU (a penalty on 2000 seen ids, masked end ids) through the device
+// op, then the argmax: the CPU op's rows bit for bit, and the CPU's picks.
+TEST(CudaKernelsTest, EditedLogitsPickTheCpusToken) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  const int64_t vocab = 151936;
+  const int rows = 3;
+  std::vector<float> logits = RandomNormal(static_cast<size_t>(rows) * vocab, 12);
+  kernels::LogitEdits edits;
+  std::vector<int32_t> seen;
+  for (int32_t id = 0; id < 2000; ++id) seen.push_back(id * 71 % static_cast<int32_t>(vocab));
+  logits[seen[5]] = 40.f;  // row 0's favourite is seen: the penalty moves the pick unless masked
+  edits.AddRow(1.5f, seen, std::vector<int32_t>{151643, 151645});
+  edits.AddRow(1.f, {}, {});
+  edits.AddRow(0.9f, seen, std::vector<int32_t>{seen[7]});
+  std::vector<int32_t> packed(static_cast<size_t>(edits.PackedSize()));
+  edits.Pack(packed.data());
+  std::vector<float> want = logits;
+  kernels::EditLogitRows(kernels::DefaultCpuDevice(), want.data(), rows, vocab, packed.data());
+  float* dl = g->Up(logits);
+  const int32_t* dp = g->Up(packed);
+  kernels::EditLogitRows(*g->dev, dl, rows, vocab, dp);
+  int32_t* out = g->Up(std::vector<int32_t>(rows, -1));
+  kernels::ArgmaxRows(*g->dev, dl, rows, vocab, out);
+  ASSERT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+  EXPECT_EQ(g->Down(dl, want.size()), want);
+  const std::vector<int32_t> got = g->Down(out, rows);
+  for (int r = 0; r < rows; ++r) EXPECT_EQ(got[r], testing::CpuGreedyToken(want.data() + r * vocab, vocab)) << "row " << r;
+}
 
 // Decodes and a prefill chunk over shuffled pages, f32 and bf16 pools, GQA, head_dim 80 and 128
 // (16-byte K loads) and 77 (element loads); whole and with each row's keys split over 5 and 16

@@ -12,6 +12,7 @@
 #include "core/model_config.h"
 #include "core/safetensors.h"
 #include "gtest/gtest.h"
+#include "kernels/logit_edits.h"
 #include "llm/kv_cache.h"
 #include "tests/test_util.h"
 
@@ -70,7 +71,8 @@ std::vector<int64_t> TextPositions(int64_t pos, int64_t n) {
 // embedding is given (as the reference's inputs_embeds), positions axis-major [3, rows]. Returns
 // a copy of the logits (the decoder's own buffer is reused by the next step).
 absl::StatusOr<Tensor> Step(Decoder& dec, KvCache& cache, const std::vector<std::pair<BlockTable*, int64_t>>& seqs,
-                            const float* embeds, const std::vector<int64_t>& pos, bool argmax_only = false) {
+                            const float* embeds, const std::vector<int64_t>& pos, bool argmax_only = false,
+                            const kernels::LogitEdits* edits = nullptr) {
   DecoderBatch batch;
   size_t max_blocks = 0;
   for (const auto& [t, n] : seqs) max_blocks = std::max(max_blocks, t->blocks.size());
@@ -89,6 +91,7 @@ absl::StatusOr<Tensor> Step(Decoder& dec, KvCache& cache, const std::vector<std:
   for (int64_t r = 0; r < rows; ++r) batch.embed_rows.push_back(static_cast<int32_t>(r));
   batch.embeds.assign(embeds, embeds + rows * dec.hidden_size());
   batch.argmax_only = argmax_only;
+  if (edits != nullptr) batch.logit_edits = *edits;
   auto logits = dec.Forward(batch, &cache);
   if (!logits.ok()) return logits.status();
   return logits->Clone();
@@ -312,6 +315,35 @@ TEST(DecoderTest, BatchedStepEqualsSequential) {
     const float* row = logits->data<float>() + s * vocab;
     EXPECT_EQ(picks->data<int32_t>()[s], std::max_element(row, row + vocab) - row) << kCases[s];
   }
+  // And with each row's edits (llm::Sampler::AddEdits: a penalty on its argmax and others, an end
+  // id masked): the argmax of that row edited, row by row in the step's order.
+  kernels::LogitEdits edits;
+  std::vector<float> edited(logits->data<float>(), logits->data<float>() + 3 * vocab);
+  for (int s = 0; s < 3; ++s) {
+    const int32_t top = picks->data<int32_t>()[s];
+    const std::vector<int32_t> seen = {top, (top + 1) % static_cast<int32_t>(vocab), 3};
+    edits.AddRow(s == 1 ? 1.f : 10.f, seen, s == 2 ? std::vector<int32_t>{(top + 7) % static_cast<int32_t>(vocab)}
+                                                  : std::vector<int32_t>{});
+  }
+  std::vector<int32_t> packed_edits(static_cast<size_t>(edits.PackedSize()));
+  edits.Pack(packed_edits.data());
+  kernels::EditLogitRows(kernels::DefaultCpuDevice(), edited.data(), 3, vocab, packed_edits.data());
+  auto edited_picks = Step(*m.decoder, cache, seqs, packed.data(), pos, /*argmax_only=*/true, &edits);
+  ASSERT_TRUE(edited_picks.ok()) << edited_picks.status();
+  for (int s = 0; s < 3; ++s) {
+    const float* row = edited.data() + s * vocab;
+    EXPECT_EQ(edited_picks->data<int32_t>()[s], std::max_element(row, row + vocab) - row) << kCases[s];
+  }
+  EXPECT_NE(edited_picks->data<int32_t>()[0], picks->data<int32_t>()[0]) << "a penalty of 10 moves the pick";
+  EXPECT_EQ(edited_picks->data<int32_t>()[1], picks->data<int32_t>()[1]) << "a row without edits keeps it";
+  // Edits for another number of rows than the logit rows: refused.
+  kernels::LogitEdits two = edits;
+  two.Clear();
+  two.AddRow(2.f, std::vector<int32_t>{1}, {});
+  two.AddRow(2.f, std::vector<int32_t>{1}, {});
+  auto refused = Step(*m.decoder, cache, seqs, packed.data(), pos, /*argmax_only=*/true, &two);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("logit edits"), std::string::npos) << refused.status();
 }
 
 // The activations are allocated for a row capacity: a step over it is refused (never grown), one

@@ -6,6 +6,7 @@
 #include "engine/engine.h"
 
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -572,6 +573,30 @@ TEST(EngineTest, RepetitionPenaltyGolden) {
     const std::vector<int64_t> want = Int64Values(LoadGolden("model/tiny-" + name + ".safetensors", "reppen105_tokens"));
     EXPECT_EQ(std::vector<int64_t>(out->token_ids.begin(), out->token_ids.end()), want) << name;
   }
+}
+
+// Greedy with a strong penalty is picked where the logits are, after the penalty (the tiny model
+// repeats one token without it): the penalty must reach the pick, and min_tokens' masked end id
+// must never come out early.
+TEST(EngineTest, GreedyPicksWithAPenaltyMoveOffRepeatedTokens) {
+  auto engine = MakeEngine(EngineOptions{});
+  std::vector<ChatInputMessage> messages = {{"user", {Text("Hello! Can you tell me a short story?")}}};
+  auto run = [&](float penalty, const std::string& id) {
+    auto prompt = BuildPrompt(engine->model(), messages);
+    Request r;
+    r.id = id;
+    r.prompt = std::move(*prompt);
+    r.sampling.max_tokens = 12;
+    r.sampling.repetition_penalty = penalty;
+    r.sampling.ignore_eos = true;
+    auto out = GenerateBlocking(*engine, std::move(r));
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? out->token_ids : std::vector<int32_t>{};
+  };
+  const std::vector<int32_t> plain = run(1.f, "plain"), penalized = run(10.f, "penalized");
+  EXPECT_EQ(std::set<int32_t>(plain.begin(), plain.end()).size(), 1u) << "the tiny model repeats its token";
+  const std::set<int32_t> distinct(penalized.begin(), penalized.end());
+  EXPECT_GE(distinct.size(), 6u) << "a penalty of 10 moves each pick off the tokens already seen";
 }
 
 TEST(EngineTest, SeededSamplingIsReproducible) {

@@ -12,7 +12,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/device.h"
+#include "kernels/logit_edits.h"
 #include "kernels/logit_scan.h"
+#include "kernels/rows.h"
 #include "tests/test_util.h"
 
 namespace iris::llm {
@@ -675,31 +678,69 @@ TEST(SamplerTest, MinTokensMasksEndIdsUntilReached) {
   EXPECT_EQ(with_min.Sample(a.data(), 5), 1);  // the third token may end
 }
 
-// When the plain argmax is the whole pick, a device may make it (Accept records it); a penalty, a
-// temperature, or end ids still masked by min_tokens need the logits.
-TEST(SamplerTest, ArgmaxSufficesOnlyForPlainGreedyPicks) {
-  EXPECT_TRUE(Sampler(SamplingParams{}, {}).ArgmaxSuffices());
+// A greedy pick, with or without a penalty or masked end ids, is an argmax a device may make once
+// the row's edits are applied (Accept records it); a temperature needs the logits.
+TEST(SamplerTest, PicksByArgmaxWheneverGreedy) {
+  EXPECT_TRUE(Sampler(SamplingParams{}, {}).PicksByArgmax());
   SamplingParams warm;
   warm.temperature = 0.7f;
-  EXPECT_FALSE(Sampler(warm, {}).ArgmaxSuffices());
+  EXPECT_FALSE(Sampler(warm, {}).PicksByArgmax());
   warm.top_k = 1;
-  EXPECT_TRUE(Sampler(warm, {}).ArgmaxSuffices());
+  EXPECT_TRUE(Sampler(warm, {}).PicksByArgmax());
   SamplingParams penalty;
   penalty.repetition_penalty = 1.2f;
-  EXPECT_FALSE(Sampler(penalty, {}).ArgmaxSuffices());
-  SamplingParams min;
-  min.min_tokens = 2;
-  Sampler s(min, {}, std::vector<int32_t>{1});
-  EXPECT_FALSE(s.ArgmaxSuffices());
-  s.Accept(4);
-  EXPECT_FALSE(s.ArgmaxSuffices());
-  std::vector<float> logits = {0.f, 9.f, 1.f, 8.f, 2.f};
-  EXPECT_EQ(s.Sample(logits.data(), 5), 3);  // the second token: EOS still masked, so Accept counted
-  EXPECT_TRUE(s.ArgmaxSuffices());
-  SamplingParams min_ignore_eos;  // nothing to mask: the argmax is the pick from the start
-  min_ignore_eos.min_tokens = 2;
-  min_ignore_eos.ignore_eos = true;
-  EXPECT_TRUE(Sampler(min_ignore_eos, {}, std::vector<int32_t>{1}).ArgmaxSuffices());
+  EXPECT_TRUE(Sampler(penalty, {}).PicksByArgmax());
+  kernels::LogitEdits edits;
+  Sampler(SamplingParams{}, {1, 2}).AddEdits(edits);
+  EXPECT_TRUE(edits.empty()) << "plain greedy: nothing to edit";
+  EXPECT_EQ(edits.rows(), 1);
+}
+
+// Two samplers in lockstep over many steps: one picks on the host (Sample), the other as a device
+// would (AddEdits, EditLogitRows, ArgmaxRows, then Accept). Penalties either side of 1, the prompt
+// and every generated id penalized, end ids masked until min_tokens: the same tokens.
+TEST(SamplerTest, DeviceEditsAndArgmaxPickWhatSamplePicks) {
+  kernels::Device& cpu = kernels::DefaultCpuDevice();
+  const int64_t vocab = 997;
+  const std::vector<int32_t> prompt = {5, 17, 17, 400, 996, 3};
+  const std::vector<int32_t> eos = {7, 11};
+  for (const float penalty : {1.f, 1.05f, 1.5f, 0.8f}) {
+    for (const int64_t min_tokens : {0, 6}) {
+      SamplingParams p;
+      p.repetition_penalty = penalty;
+      p.min_tokens = min_tokens;
+      p.max_tokens = 64;
+      p.stop_token_ids = {13};
+      Sampler host(p, prompt, eos), device(p, prompt, eos);
+      int changed = 0;
+      for (int step = 0; step < 40; ++step) {
+        std::vector<float> logits = testing::RandomFloats(vocab, 1000 + static_cast<uint32_t>(step), -3.f, 3.f);
+        // Favourites that the penalty and masks must move off: an end id, then a prompt id.
+        logits[7] = 3.6f;
+        logits[17] = 3.5f;
+        logits[13] = 3.4f;
+        logits[static_cast<size_t>(step * 31 % vocab)] = -3.6f;  // a negative seen id later
+        std::vector<float> a = logits, b = logits;
+        const int32_t want = host.Sample(a.data(), vocab);
+        changed += want != 7 ? 1 : 0;  // the unedited argmax
+        kernels::LogitEdits edits;
+        device.AddEdits(edits);
+        std::vector<int32_t> packed(static_cast<size_t>(edits.PackedSize()));
+        edits.Pack(packed.data());
+        kernels::EditLogitRows(cpu, b.data(), 1, vocab, packed.data());
+        EXPECT_EQ(b, a) << "penalty " << penalty << " step " << step;  // the same edited row, bit for bit
+        int32_t got = -1;
+        kernels::ArgmaxRows(cpu, b.data(), 1, vocab, &got);
+        device.Accept(got);
+        ASSERT_EQ(got, want) << "penalty " << penalty << " min_tokens " << min_tokens << " step " << step;
+      }
+      // The masks (the end id 7 while min_tokens is not reached) and a strong penalty (7 once
+      // seen) move the pick; 1.05 alone and 0.8 (which favours seen ids) leave it.
+      if (penalty >= 1.5f || min_tokens > 0) {
+        EXPECT_GT(changed, 0) << "penalty " << penalty << " min_tokens " << min_tokens;
+      }
+    }
+  }
 }
 
 TEST(SamplerTest, MinTokensKeepsEosWhenIgnoreEos) {

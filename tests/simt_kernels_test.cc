@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "kernels/device.h"
 #include "kernels/elementwise.h"
+#include "kernels/logit_edits.h"
 #include "kernels/paged_attention.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
@@ -519,6 +520,33 @@ TEST(CudaKernelsOnSimtTest, PadQkvMatchesTheCpuKernelExactly) {
   EXPECT_EQ(gq, q);
   EXPECT_EQ(gk, k);
   EXPECT_EQ(gv, v);
+}
+
+// The greedy pick's edits (a penalty on seen ids, masked end ids) on the harness against the CPU
+// op: more ids than threads, an id both masked and penalized, ids outside the vocabulary, a row
+// with no edits, negative and positive scores.
+TEST(CudaKernelsOnSimtTest, EditLogitRowsIsTheCpuOp) {
+  const int64_t vocab = 301;
+  LogitEdits edits;
+  std::vector<int32_t> many;
+  for (int32_t id = 0; id < vocab; id += 2) many.push_back(id);
+  edits.AddRow(1.3f, many, std::vector<int32_t>{4, 7, 7, 300});
+  edits.AddRow(1.f, {}, {});
+  edits.AddRow(0.7f, std::vector<int32_t>{-1, 0, 150, 301, 299}, std::vector<int32_t>{-5, 150, 1000});
+  edits.AddRow(2.f, std::vector<int32_t>{9}, {});
+  const int64_t rows = edits.rows();
+  std::vector<int32_t> packed(static_cast<size_t>(edits.PackedSize()));
+  edits.Pack(packed.data());
+  const std::vector<float> logits = RandomNormal(rows * vocab, 41);
+  std::vector<float> want = logits;
+  EditLogitRows(DefaultCpuDevice(), want.data(), rows, vocab, packed.data());
+  EXPECT_EQ(want[4], -std::numeric_limits<float>::infinity());  // masked (and penalized)
+  EXPECT_NE(want[2 * vocab], logits[2 * vocab]);
+  for (const int threads : {32, 256}) {
+    std::vector<float> got = logits;
+    Launch(Dim3(static_cast<unsigned>(rows)), Dim3(threads), EditLogitRowsKernel, got.data(), vocab, packed.data());
+    ExpectSameBits(got, want, "edited logits");
+  }
 }
 
 TEST(CudaKernelsOnSimtTest, ArgmaxPicksTheSameIdAsTheCpuSamplerWithTiesNansAndInfinities) {

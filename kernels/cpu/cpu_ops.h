@@ -37,6 +37,8 @@ bool OneDnnUsesBrgemm();
 // Plain C++, any ISA: row copies (the paged KV cache's writes among them) and the embedding lookup.
 void GatherRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst);
 void ArgmaxRows(CpuDevice& dev, const float* logits, int64_t rows, int64_t vocab, int32_t* out);
+// kernels::EditLogitRows (kernels/logit_edits.h) on host memory.
+void EditLogitRows(float* logits, int64_t rows, int64_t vocab, const int32_t* packed);
 void ScatterRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst);
 void EmbeddingLookup(CpuDevice& dev, const core::Tensor& table, std::span<const int32_t> ids, float* out);
 void UnpadHeads(CpuDevice& dev, const float* padded, int64_t rows, int num_heads, int head_dim, int padded_dim,

@@ -11,6 +11,7 @@
 #include "core/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/paged_sequences.h"
+#include "kernels/logit_scan.h"
 
 namespace iris::kernels::cpu {
 namespace {
@@ -19,21 +20,14 @@ namespace {
 constexpr int64_t kParallelBytes = 1 << 16;
 
 // The first index of the largest value (NaN never wins; 0 when every value is NaN or -inf), in
-// two passes the compiler vectorizes, the largest value then its first place, where one pass
-// that tracked both branched on every value (~0.1 ms over a 152k vocabulary).
+// two passes the compiler vectorizes, the largest value (kernels::RowMax) then its first place,
+// where one pass that tracked both branched on every value (~0.1 ms over a 152k vocabulary).
 int32_t RowArgmax(const float* row, int64_t n) {
   constexpr int kLanes = 16;
-  float m[kLanes];
-  for (float& v : m) v = -std::numeric_limits<float>::infinity();
+  const float best = RowMax(row, n);
+  if (best == -std::numeric_limits<float>::infinity()) return 0;  // nothing beats -inf: index 0
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) m[j] = row[i + j] > m[j] ? row[i + j] : m[j];  // NaN: false
-  }
-  for (; i < n; ++i) m[0] = row[i] > m[0] ? row[i] : m[0];
-  float best = m[0];
-  for (int j = 1; j < kLanes; ++j) best = m[j] > best ? m[j] : best;
-  if (best == -std::numeric_limits<float>::infinity()) return 0;  // nothing beats -inf: index 0
-  for (i = 0; i + kLanes <= n; i += kLanes) {
     bool any = false;
     for (int j = 0; j < kLanes; ++j) any |= row[i + j] == best;
     if (any) break;
@@ -57,6 +51,30 @@ void ArgmaxRows(CpuDevice& dev, const float* logits, int64_t rows, int64_t vocab
 // Parallel over rows only: one row (a batch-1 pick) would wake the team for nothing.
 #pragma omp parallel for num_threads(dev.threads()) schedule(static) if (rows > 1 && rows * vocab * 4 > kParallelBytes)
   for (int64_t r = 0; r < rows; ++r) out[r] = RowArgmax(logits + r * vocab, vocab);
+}
+
+void EditLogitRows(float* logits, int64_t rows, int64_t vocab, const int32_t* packed) {
+  if (rows == 0) return;
+  const int64_t n = packed[0];
+  const int32_t* penalty_bits = packed + 1;
+  const int32_t* penalized_begin = penalty_bits + n;
+  const int32_t* masked_begin = penalized_begin + n + 1;
+  const int32_t* penalized = masked_begin + n + 1;
+  const int32_t* masked = penalized + penalized_begin[n];
+  for (int64_t r = 0; r < rows && r < n; ++r) {
+    float* row = logits + r * vocab;
+    // The sampler's order: the masks, then the penalty (on a masked id: -inf either way).
+    for (int32_t k = masked_begin[r]; k < masked_begin[r + 1]; ++k) {
+      if (masked[k] >= 0 && masked[k] < vocab) row[masked[k]] = -std::numeric_limits<float>::infinity();
+    }
+    float penalty;
+    std::memcpy(&penalty, &penalty_bits[r], sizeof penalty);
+    for (int32_t k = penalized_begin[r]; k < penalized_begin[r + 1]; ++k) {
+      if (penalized[k] < 0 || penalized[k] >= vocab) continue;
+      float& s = row[penalized[k]];
+      s = s < 0.f ? s * penalty : s / penalty;
+    }
+  }
 }
 
 void ScatterRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst) {

@@ -214,6 +214,13 @@ int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t
   return LastLaunchError();
 }
 
+int LaunchEditLogitRows(CUstream_st* stream, float* logits, int64_t rows, int64_t vocab, const int32_t* packed) {
+  if (rows == 0) return 0;
+  if (rows > 65535 * 1024LL) return static_cast<int>(cudaErrorInvalidValue);
+  EditLogitRowsKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(logits, vocab, packed);
+  return LastLaunchError();
+}
+
 int ArgmaxSlices(int64_t rows, int64_t vocab, int sm_count) {
   // About 2048 logits a block (8 loads per thread), at most what fills the GPU twice over.
   if (rows <= 0 || rows > sm_count) return 1;

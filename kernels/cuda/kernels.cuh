@@ -323,6 +323,31 @@ IRIS_DEVICE int32_t ArgmaxToken(const ArgmaxPair& p) {
   return p.index == INT32_MAX || p.value == -INFINITY ? 0 : p.index;
 }
 
+// kernels::EditLogitRows, block r on row r: the row's masked ids set to -inf, then (after a
+// barrier, so that a masked and penalized id ends -inf whatever the thread order) HF's penalty on
+// its penalized ids, which are distinct (no two threads write one value). The packed layout of
+// kernels/logit_edits.h; ids outside [0, vocab) are skipped.
+IRIS_GLOBAL void EditLogitRowsKernel(float* logits, int64_t vocab, const int32_t* packed) {
+  const int64_t n = packed[0], r = blockIdx.x;
+  const int32_t* penalty_bits = packed + 1;
+  const int32_t* penalized_begin = penalty_bits + n;
+  const int32_t* masked_begin = penalized_begin + n + 1;
+  const int32_t* penalized = masked_begin + n + 1;
+  const int32_t* masked = penalized + penalized_begin[n];
+  float* row = logits + r * vocab;
+  for (int32_t k = masked_begin[r] + static_cast<int32_t>(threadIdx.x); k < masked_begin[r + 1]; k += static_cast<int32_t>(blockDim.x)) {
+    if (masked[k] >= 0 && masked[k] < vocab) row[masked[k]] = -INFINITY;
+  }
+  SyncThreads();
+  const float penalty = BitsToFloat(static_cast<uint32_t>(penalty_bits[r]));
+  for (int32_t k = penalized_begin[r] + static_cast<int32_t>(threadIdx.x); k < penalized_begin[r + 1];
+       k += static_cast<int32_t>(blockDim.x)) {
+    if (penalized[k] < 0 || penalized[k] >= vocab) continue;
+    const float s = row[penalized[k]];
+    row[penalized[k]] = s < 0.f ? s * penalty : s / penalty;
+  }
+}
+
 IRIS_GLOBAL void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) {
   IRIS_SHARED float warp_v[kMaxWarpsPerBlock];
   IRIS_SHARED int32_t warp_i[kMaxWarpsPerBlock];

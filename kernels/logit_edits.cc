@@ -1,0 +1,61 @@
+// LogitEdits' packing, and the dispatch point of EditLogitRows.
+#include "kernels/logit_edits.h"
+
+#include <bit>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/device.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_kernels.h"
+#endif
+
+namespace iris::kernels {
+
+void LogitEdits::Clear() {
+  penalty.clear();
+  penalized_begin.assign(1, 0);
+  masked_begin.assign(1, 0);
+  penalized.clear();
+  masked.clear();
+}
+
+void LogitEdits::AddRow(float row_penalty, std::span<const int32_t> row_penalized, std::span<const int32_t> row_masked) {
+  penalty.push_back(row_penalty);
+  if (row_penalty != 1.f) penalized.insert(penalized.end(), row_penalized.begin(), row_penalized.end());
+  masked.insert(masked.end(), row_masked.begin(), row_masked.end());
+  penalized_begin.push_back(static_cast<int32_t>(penalized.size()));
+  masked_begin.push_back(static_cast<int32_t>(masked.size()));
+}
+
+int64_t LogitEdits::PackedSize() const {
+  return 1 + 3 * rows() + 2 + static_cast<int64_t>(penalized.size() + masked.size());
+}
+
+void LogitEdits::Pack(int32_t* out) const {
+  const int64_t n = rows();
+  *out++ = static_cast<int32_t>(n);
+  for (const float p : penalty) *out++ = std::bit_cast<int32_t>(p);
+  for (const int32_t b : penalized_begin) *out++ = b;
+  for (const int32_t b : masked_begin) *out++ = b;
+  for (const int32_t id : penalized) *out++ = id;
+  for (const int32_t id : masked) *out++ = id;
+}
+
+void EditLogitRows(Device& device, float* logits, int64_t rows, int64_t vocab, const int32_t* packed) {
+  switch (device.kind()) {
+    case DeviceKind::kCpu:
+      return cpu::EditLogitRows(logits, rows, vocab, packed);
+    case DeviceKind::kCuda: {
+#ifdef IRIS_HAVE_CUDA
+      cuda::CudaDevice& gpu = cuda::AsCuda(device);
+      return gpu.Check(cuda::LaunchEditLogitRows(gpu.stream(), logits, rows, vocab, packed), "EditLogitRows");
+#else
+      break;
+#endif
+    }
+  }
+  NoKernelFor(device, "EditLogitRows");
+}
+
+}  // namespace iris::kernels
