@@ -29,12 +29,10 @@ void LogitEdits::AddRow(float row_penalty, std::span<const int32_t> row_penalize
 }
 
 int64_t LogitEdits::PackedSize() const {
-  return 1 + 3 * rows() + 2 + static_cast<int64_t>(penalized.size() + masked.size());
+  return 3 * rows() + 2 + static_cast<int64_t>(penalized.size() + masked.size());
 }
 
 void LogitEdits::Pack(int32_t* out) const {
-  const int64_t n = rows();
-  *out++ = static_cast<int32_t>(n);
   for (const float p : penalty) *out++ = std::bit_cast<int32_t>(p);
   for (const int32_t b : penalized_begin) *out++ = b;
   for (const int32_t b : masked_begin) *out++ = b;
@@ -42,14 +40,25 @@ void LogitEdits::Pack(int32_t* out) const {
   for (const int32_t id : masked) *out++ = id;
 }
 
-void EditLogitRows(Device& device, float* logits, int64_t rows, int64_t vocab, const int32_t* packed) {
+PackedLogitEdits LogitEdits::View(const int32_t* packed) const {
+  PackedLogitEdits v;
+  v.rows = rows();
+  v.penalty_bits = packed;
+  v.penalized_begin = v.penalty_bits + v.rows;
+  v.masked_begin = v.penalized_begin + v.rows + 1;
+  v.penalized = v.masked_begin + v.rows + 1;
+  v.masked = v.penalized + penalized.size();
+  return v;
+}
+
+void EditLogitRows(Device& device, float* logits, int64_t rows, int64_t vocab, const PackedLogitEdits& edits) {
   switch (device.kind()) {
     case DeviceKind::kCpu:
-      return cpu::EditLogitRows(logits, rows, vocab, packed);
+      return cpu::EditLogitRows(logits, rows, vocab, edits);
     case DeviceKind::kCuda: {
 #ifdef IRIS_HAVE_CUDA
       cuda::CudaDevice& gpu = cuda::AsCuda(device);
-      return gpu.Check(cuda::LaunchEditLogitRows(gpu.stream(), logits, rows, vocab, packed), "EditLogitRows");
+      return gpu.Check(cuda::LaunchEditLogitRows(gpu.stream(), logits, rows, vocab, edits), "EditLogitRows");
 #else
       break;
 #endif

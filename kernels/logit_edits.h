@@ -9,6 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/packed_logit_edits.h"
+
 namespace iris::kernels {
 
 class Device;
@@ -27,14 +29,16 @@ struct LogitEdits {
   // No row changes anything.
   bool empty() const { return penalized.empty() && masked.empty(); }
 
-  // The packed form EditLogitRows reads: [rows, penalty bits per row, penalized_begin (rows + 1),
-  // masked_begin (rows + 1), penalized ids, masked ids]; PackedSize() int32s.
+  // The packed form EditLogitRows reads: [penalty bits per row, penalized_begin (rows + 1),
+  // masked_begin (rows + 1), penalized ids, masked ids]; PackedSize() int32s. View gives the
+  // pointers into such a buffer (Pack's output, or its copy in a device's memory).
   int64_t PackedSize() const;
   void Pack(int32_t* out) const;
+  PackedLogitEdits View(const int32_t* packed) const;
 };
 
-// Applies the packed edits (LogitEdits::Pack, in the device's memory) to logits [rows, vocab] in
+// Applies the packed edits (LogitEdits::View of a buffer in the device's memory) to logits [rows, vocab] in
 // place; ids outside [0, vocab) are ignored, as the sampler ignores them.
-void EditLogitRows(Device& device, float* logits, int64_t rows, int64_t vocab, const int32_t* packed);
+void EditLogitRows(Device& device, float* logits, int64_t rows, int64_t vocab, const PackedLogitEdits& edits);
 
 }  // namespace iris::kernels

@@ -469,7 +469,7 @@ absl::StatusOr<Tensor> Decoder::Results(int64_t logit_rows, bool argmax_only, co
       }
       edits.Pack(A.edits_host.data<int32_t>());
       device_.CopyToDevice(A.edits_host.data<int32_t>(), A.edits_device.data<int32_t>(), static_cast<size_t>(n) * 4);
-      kernels::EditLogitRows(device_, logits.data<float>(), logit_rows, vocab, A.edits_device.data<int32_t>());
+      kernels::EditLogitRows(device_, logits.data<float>(), logit_rows, vocab, edits.View(A.edits_device.data<int32_t>()));
     }
     Tensor picks = A.picks.Rows(0, logit_rows);
     if (logit_rows > 0) kernels::ArgmaxRows(device_, logits.data<float>(), logit_rows, vocab, picks.data<int32_t>());

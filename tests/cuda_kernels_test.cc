@@ -296,10 +296,10 @@ TEST(CudaKernelsTest, EditedLogitsPickTheCpusToken) {
   std::vector<int32_t> packed(static_cast<size_t>(edits.PackedSize()));
   edits.Pack(packed.data());
   std::vector<float> want = logits;
-  kernels::EditLogitRows(kernels::DefaultCpuDevice(), want.data(), rows, vocab, packed.data());
+  kernels::EditLogitRows(kernels::DefaultCpuDevice(), want.data(), rows, vocab, edits.View(packed.data()));
   float* dl = g->Up(logits);
   const int32_t* dp = g->Up(packed);
-  kernels::EditLogitRows(*g->dev, dl, rows, vocab, dp);
+  kernels::EditLogitRows(*g->dev, dl, rows, vocab, edits.View(dp));
   int32_t* out = g->Up(std::vector<int32_t>(rows, -1));
   kernels::ArgmaxRows(*g->dev, dl, rows, vocab, out);
   ASSERT_TRUE(g->cuda().status().ok()) << g->cuda().status();

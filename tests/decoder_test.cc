@@ -327,7 +327,7 @@ TEST(DecoderTest, BatchedStepEqualsSequential) {
   }
   std::vector<int32_t> packed_edits(static_cast<size_t>(edits.PackedSize()));
   edits.Pack(packed_edits.data());
-  kernels::EditLogitRows(kernels::DefaultCpuDevice(), edited.data(), 3, vocab, packed_edits.data());
+  kernels::EditLogitRows(kernels::DefaultCpuDevice(), edited.data(), 3, vocab, edits.View(packed_edits.data()));
   auto edited_picks = Step(*m.decoder, cache, seqs, packed.data(), pos, /*argmax_only=*/true, &edits);
   ASSERT_TRUE(edited_picks.ok()) << edited_picks.status();
   for (int s = 0; s < 3; ++s) {

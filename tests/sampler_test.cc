@@ -727,7 +727,7 @@ TEST(SamplerTest, DeviceEditsAndArgmaxPickWhatSamplePicks) {
         device.AddEdits(edits);
         std::vector<int32_t> packed(static_cast<size_t>(edits.PackedSize()));
         edits.Pack(packed.data());
-        kernels::EditLogitRows(cpu, b.data(), 1, vocab, packed.data());
+        kernels::EditLogitRows(cpu, b.data(), 1, vocab, edits.View(packed.data()));
         EXPECT_EQ(b, a) << "penalty " << penalty << " step " << step;  // the same edited row, bit for bit
         int32_t got = -1;
         kernels::ArgmaxRows(cpu, b.data(), 1, vocab, &got);

@@ -539,12 +539,12 @@ TEST(CudaKernelsOnSimtTest, EditLogitRowsIsTheCpuOp) {
   edits.Pack(packed.data());
   const std::vector<float> logits = RandomNormal(rows * vocab, 41);
   std::vector<float> want = logits;
-  EditLogitRows(DefaultCpuDevice(), want.data(), rows, vocab, packed.data());
+  EditLogitRows(DefaultCpuDevice(), want.data(), rows, vocab, edits.View(packed.data()));
   EXPECT_EQ(want[4], -std::numeric_limits<float>::infinity());  // masked (and penalized)
   EXPECT_NE(want[2 * vocab], logits[2 * vocab]);
   for (const int threads : {32, 256}) {
     std::vector<float> got = logits;
-    Launch(Dim3(static_cast<unsigned>(rows)), Dim3(threads), EditLogitRowsKernel, got.data(), vocab, packed.data());
+    Launch(Dim3(static_cast<unsigned>(rows)), Dim3(threads), EditLogitRowsKernel, got.data(), vocab, edits.View(packed.data()));
     ExpectSameBits(got, want, "edited logits");
   }
 }

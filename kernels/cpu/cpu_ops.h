@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/linear.h"
+#include "kernels/packed_logit_edits.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rotary.h"
 
@@ -38,7 +39,7 @@ bool OneDnnUsesBrgemm();
 void GatherRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst);
 void ArgmaxRows(CpuDevice& dev, const float* logits, int64_t rows, int64_t vocab, int32_t* out);
 // kernels::EditLogitRows (kernels/logit_edits.h) on host memory.
-void EditLogitRows(float* logits, int64_t rows, int64_t vocab, const int32_t* packed);
+void EditLogitRows(float* logits, int64_t rows, int64_t vocab, const PackedLogitEdits& edits);
 void ScatterRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst);
 void EmbeddingLookup(CpuDevice& dev, const core::Tensor& table, std::span<const int32_t> ids, float* out);
 void UnpadHeads(CpuDevice& dev, const float* padded, int64_t rows, int num_heads, int head_dim, int padded_dim,

@@ -53,25 +53,18 @@ void ArgmaxRows(CpuDevice& dev, const float* logits, int64_t rows, int64_t vocab
   for (int64_t r = 0; r < rows; ++r) out[r] = RowArgmax(logits + r * vocab, vocab);
 }
 
-void EditLogitRows(float* logits, int64_t rows, int64_t vocab, const int32_t* packed) {
-  if (rows == 0) return;
-  const int64_t n = packed[0];
-  const int32_t* penalty_bits = packed + 1;
-  const int32_t* penalized_begin = penalty_bits + n;
-  const int32_t* masked_begin = penalized_begin + n + 1;
-  const int32_t* penalized = masked_begin + n + 1;
-  const int32_t* masked = penalized + penalized_begin[n];
-  for (int64_t r = 0; r < rows && r < n; ++r) {
+void EditLogitRows(float* logits, int64_t rows, int64_t vocab, const PackedLogitEdits& e) {
+  for (int64_t r = 0; r < rows && r < e.rows; ++r) {
     float* row = logits + r * vocab;
     // The sampler's order: the masks, then the penalty (on a masked id: -inf either way).
-    for (int32_t k = masked_begin[r]; k < masked_begin[r + 1]; ++k) {
-      if (masked[k] >= 0 && masked[k] < vocab) row[masked[k]] = -std::numeric_limits<float>::infinity();
+    for (int32_t k = e.masked_begin[r]; k < e.masked_begin[r + 1]; ++k) {
+      if (e.masked[k] >= 0 && e.masked[k] < vocab) row[e.masked[k]] = -std::numeric_limits<float>::infinity();
     }
     float penalty;
-    std::memcpy(&penalty, &penalty_bits[r], sizeof penalty);
-    for (int32_t k = penalized_begin[r]; k < penalized_begin[r + 1]; ++k) {
-      if (penalized[k] < 0 || penalized[k] >= vocab) continue;
-      float& s = row[penalized[k]];
+    std::memcpy(&penalty, &e.penalty_bits[r], sizeof penalty);
+    for (int32_t k = e.penalized_begin[r]; k < e.penalized_begin[r + 1]; ++k) {
+      if (e.penalized[k] < 0 || e.penalized[k] >= vocab) continue;
+      float& s = row[e.penalized[k]];
       s = s < 0.f ? s * penalty : s / penalty;
     }
   }

@@ -214,10 +214,10 @@ int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t
   return LastLaunchError();
 }
 
-int LaunchEditLogitRows(CUstream_st* stream, float* logits, int64_t rows, int64_t vocab, const int32_t* packed) {
+int LaunchEditLogitRows(CUstream_st* stream, float* logits, int64_t rows, int64_t vocab, const PackedLogitEdits& edits) {
   if (rows == 0) return 0;
-  if (rows > 65535 * 1024LL) return static_cast<int>(cudaErrorInvalidValue);
-  EditLogitRowsKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(logits, vocab, packed);
+  if (rows > edits.rows || rows > 65535 * 1024LL) return static_cast<int>(cudaErrorInvalidValue);
+  EditLogitRowsKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(logits, vocab, edits);
   return LastLaunchError();
 }
 

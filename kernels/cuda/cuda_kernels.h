@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/paged_decode_rotary.h"
+#include "kernels/packed_logit_edits.h"
 
 struct CUstream_st;
 
@@ -73,9 +74,8 @@ int LaunchArgmax(CUstream_st* stream, const float* logits, int64_t rows, int64_t
                  float* part_v = nullptr, int32_t* part_i = nullptr, int* counters = nullptr);
 int ArgmaxSlices(int64_t rows, int64_t vocab, int sm_count);
 
-// kernels::EditLogitRows: a block per row, the packed edits (kernels/logit_edits.h) in device
-// memory.
-int LaunchEditLogitRows(CUstream_st* stream, float* logits, int64_t rows, int64_t vocab, const int32_t* packed);
+// kernels::EditLogitRows: a block per row, the packed edits' buffer in device memory.
+int LaunchEditLogitRows(CUstream_st* stream, float* logits, int64_t rows, int64_t vocab, const PackedLogitEdits& edits);
 
 // Writes n tokens' k and v rows (row_elems = num_kv_heads * head_dim floats each) into pool slots
 // slots[r] (n device int64s) of f32 or bf16 pools (rounded to nearest even, as the CPU op). A slot

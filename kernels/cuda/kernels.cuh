@@ -17,6 +17,7 @@
 #include "kernels/cuda/row_math.cuh"
 #include "kernels/cuda/simt.h"
 #include "kernels/cuda/split_merge.cuh"
+#include "kernels/packed_logit_edits.h"
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace iris::kernels::cuda {
@@ -325,26 +326,21 @@ IRIS_DEVICE int32_t ArgmaxToken(const ArgmaxPair& p) {
 
 // kernels::EditLogitRows, block r on row r: the row's masked ids set to -inf, then (after a
 // barrier, so that a masked and penalized id ends -inf whatever the thread order) HF's penalty on
-// its penalized ids, which are distinct (no two threads write one value). The packed layout of
-// kernels/logit_edits.h; ids outside [0, vocab) are skipped.
-IRIS_GLOBAL void EditLogitRowsKernel(float* logits, int64_t vocab, const int32_t* packed) {
-  const int64_t n = packed[0], r = blockIdx.x;
-  const int32_t* penalty_bits = packed + 1;
-  const int32_t* penalized_begin = penalty_bits + n;
-  const int32_t* masked_begin = penalized_begin + n + 1;
-  const int32_t* penalized = masked_begin + n + 1;
-  const int32_t* masked = penalized + penalized_begin[n];
+// its penalized ids, which are distinct (no two threads write one value). Ids outside [0, vocab)
+// are skipped.
+IRIS_GLOBAL void EditLogitRowsKernel(float* logits, int64_t vocab, PackedLogitEdits e) {
+  const int64_t r = blockIdx.x;
+  const int32_t tid = static_cast<int32_t>(threadIdx.x), threads = static_cast<int32_t>(blockDim.x);
   float* row = logits + r * vocab;
-  for (int32_t k = masked_begin[r] + static_cast<int32_t>(threadIdx.x); k < masked_begin[r + 1]; k += static_cast<int32_t>(blockDim.x)) {
-    if (masked[k] >= 0 && masked[k] < vocab) row[masked[k]] = -INFINITY;
+  for (int32_t k = e.masked_begin[r] + tid; k < e.masked_begin[r + 1]; k += threads) {
+    if (e.masked[k] >= 0 && e.masked[k] < vocab) row[e.masked[k]] = -INFINITY;
   }
   SyncThreads();
-  const float penalty = BitsToFloat(static_cast<uint32_t>(penalty_bits[r]));
-  for (int32_t k = penalized_begin[r] + static_cast<int32_t>(threadIdx.x); k < penalized_begin[r + 1];
-       k += static_cast<int32_t>(blockDim.x)) {
-    if (penalized[k] < 0 || penalized[k] >= vocab) continue;
-    const float s = row[penalized[k]];
-    row[penalized[k]] = s < 0.f ? s * penalty : s / penalty;
+  const float penalty = BitsToFloat(static_cast<uint32_t>(e.penalty_bits[r]));
+  for (int32_t k = e.penalized_begin[r] + tid; k < e.penalized_begin[r + 1]; k += threads) {
+    if (e.penalized[k] < 0 || e.penalized[k] >= vocab) continue;
+    const float s = row[e.penalized[k]];
+    row[e.penalized[k]] = s < 0.f ? s * penalty : s / penalty;
   }
 }
 
