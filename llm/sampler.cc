@@ -283,28 +283,40 @@ int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
   return last_nonzero;  // only when rounding put the target at the very end
 }
 
+int64_t Sampler::WalkAbove(int64_t vocab, float floor, double target, double& cum) const {
+  for (size_t c = 0; c < chunk_mass_.size(); ++c) {
+    if (cum + chunk_mass_[c] <= target) {  // the target lies past this chunk: step over it
+      cum += chunk_mass_[c];
+      continue;
+    }
+    const int64_t begin = static_cast<int64_t>(c) * kLogitChunk;
+    for (int64_t i = begin; i < std::min(vocab, begin + kLogitChunk); ++i) {
+      if (!(probs_[i] > floor)) continue;
+      cum += probs_[i];
+      if (target < cum) return i;
+    }
+  }
+  return -1;
+}
+
+int32_t Sampler::LastAbove(int64_t vocab, float floor) const {
+  for (int64_t i = vocab - 1; i > 0; --i) {
+    if (probs_[i] > floor) return static_cast<int32_t>(i);
+  }
+  return 0;
+}
+
 int32_t Sampler::DrawAboveAndTies(int64_t vocab, float last, double need) {
   // The nucleus: every token above `last`, then the tokens equal to it in id order until the
   // mass reaches `need` (KeepNucleus's rule; all of them if it never does). The draw walks it in
-  // that order without listing it: the tokens above by chunks, stepping over a chunk by its sum.
+  // that order without listing it: the tokens above by chunks, then the ties.
   int64_t tie_count = 0;
   double nucleus = kernels::MassAbove(probs_.data(), vocab, last, chunk_mass_, &tie_count);
   int64_t ties = 0;
   for (; ties < tie_count && nucleus < need; ++ties) nucleus += last;
   const double target = Uniform() * nucleus;
   double cum = 0.0;
-  for (size_t c = 0; c < chunk_mass_.size(); ++c) {
-    if (cum + chunk_mass_[c] <= target) {
-      cum += chunk_mass_[c];
-      continue;
-    }
-    const int64_t begin = static_cast<int64_t>(c) * kLogitChunk;
-    for (int64_t i = begin; i < std::min(vocab, begin + kLogitChunk); ++i) {
-      if (!(probs_[i] > last)) continue;
-      cum += probs_[i];
-      if (target < cum) return static_cast<int32_t>(i);
-    }
-  }
+  if (const int64_t i = WalkAbove(vocab, last, target, cum); i >= 0) return static_cast<int32_t>(i);
   int64_t last_tie = -1;
   for (int64_t i = 0, seen = 0; i < vocab && seen < ties && last > 0.f; ++i) {
     if (probs_[i] != last) continue;
@@ -314,32 +326,16 @@ int32_t Sampler::DrawAboveAndTies(int64_t vocab, float last, double need) {
     if (target < cum) return static_cast<int32_t>(i);
   }
   // Only when rounding put the target at the very end: the walk's last token that can be drawn.
-  if (last_tie >= 0) return static_cast<int32_t>(last_tie);
-  for (int64_t i = vocab - 1; i > 0; --i) {
-    if (probs_[i] > last) return static_cast<int32_t>(i);
-  }
-  return 0;
+  return last_tie >= 0 ? static_cast<int32_t>(last_tie) : LastAbove(vocab, last);
 }
 
 int32_t Sampler::DrawInIdOrder(int64_t vocab, double total) {
-  // The draw walks the cumulative mass in id order; whole chunks whose mass the target lies past
-  // are stepped over by their sums (ExpShiftedRow's total is those sums' sum, so the target,
-  // below it, lies within some chunk).
+  // The tokens that can be drawn are those above 0, and ExpShiftedRow's chunk sums are their
+  // mass by chunk: the walk of DrawAboveAndTies with no ties.
   const double target = Uniform() * total;
   double cum = 0.0;
-  const int64_t chunks = static_cast<int64_t>(chunk_mass_.size());
-  int64_t c = 0;
-  for (; c + 1 < chunks && cum + chunk_mass_[static_cast<size_t>(c)] <= target; ++c) cum += chunk_mass_[static_cast<size_t>(c)];
-  for (int64_t i = c * kLogitChunk; i < vocab; ++i) {
-    if (probs_[i] == 0.f) continue;
-    cum += probs_[i];
-    if (target < cum) return static_cast<int32_t>(i);
-  }
-  // Only when rounding put the target at the very end: the last token that can be drawn.
-  for (int64_t i = vocab - 1; i > 0; --i) {
-    if (probs_[i] != 0.f) return static_cast<int32_t>(i);
-  }
-  return 0;
+  const int64_t i = WalkAbove(vocab, 0.f, target, cum);
+  return i >= 0 ? static_cast<int32_t>(i) : LastAbove(vocab, 0.f);
 }
 
 float Sampler::KthLargest(const float* logits, int64_t vocab, int64_t k) {

@@ -85,6 +85,11 @@ class Sampler {
   // top-p's draw from a flat row: the nucleus is every token of probs_ above `last` and as many
   // tokens equal to it, in id order, as the mass `need` takes (chunk_mass_ is overwritten).
   int32_t DrawAboveAndTies(int64_t vocab, float last, double need);
+  // The draws' walk over the tokens of probs_ above `floor` in id order, adding their mass to cum
+  // and stepping over a chunk by its chunk_mass_ (which must be that chunk's mass above floor):
+  // the first token at which cum passes `target`, or -1.
+  int64_t WalkAbove(int64_t vocab, float floor, double target, double& cum) const;
+  int32_t LastAbove(int64_t vocab, float floor) const;  // the last token above floor, else 0
   // Cuts `scratch_` to the top-p nucleus: its first `always` entries are kept, the rest are in
   // descending order; `total` is the candidates' mass (<= 0: the sum of `scratch_`).
   void KeepNucleus(size_t always, double total);
