@@ -1,9 +1,10 @@
 // The passes llm::Sampler makes over a whole row of logits (152k values for Qwen2) to pick a
 // sampled token: host code on host memory (the sampler runs on the host whatever the device),
-// vectorized (AVX2, the build's baseline, and the portable CPU kernels' exp): the row's maximum, e^(x - max) with its sums, and the
-// largest value of a chunk (so a scan for the few values above a threshold can skip the chunks
-// that hold none). A pick made one value at a time with libm's exp and one running double sum
-// took 0.4-0.8 ms a row, which for a batch of 64 sampled rows is longer than a GPU decode step.
+// vectorized (AVX2, the build's baseline, and the portable CPU kernels' exp). The row's maximum,
+// e^(x - max) with its sums by chunk, the mass above a threshold, and the largest value of a chunk
+// (so a scan for the few values above a threshold can skip the chunks that hold none). A pick made
+// one value at a time with libm's exp and one running double sum took 0.4-0.8 ms a row, which for
+// a batch of 64 sampled rows is longer than a GPU decode step.
 #pragma once
 
 #include <cstddef>
