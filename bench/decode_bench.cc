@@ -162,7 +162,7 @@ double RunStep(llm::Decoder& dec, llm::KvCache& cache, const std::vector<llm::Bl
   size_t max_blocks = 0;
   for (const llm::BlockTable* t : tables) max_blocks = std::max(max_blocks, t->blocks.size());
   batch.Clear(static_cast<int>(max_blocks));
-  batch.argmax_only = true;
+  batch.picks_only = true;
   for (size_t i = 0; i < tables.size(); ++i) {
     for (int64_t j = 0; j < num_new[i]; ++j) {
       const int64_t pos = tables[i]->num_tokens - num_new[i] + j;

@@ -140,7 +140,8 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, llm::
                                   options.interleave_encoder || encoder_worker_ != nullptr,
                                   options.enable_prefix_caching},
                  &cache_, &encoder_cache_),
-      runner_(model_.get(), &cache_, &encoder_cache_, &scheduler_, options.interleave_encoder, encoder_worker_.get()),
+      runner_(model_.get(), &cache_, &encoder_cache_, &scheduler_, options.interleave_encoder, encoder_worker_.get(),
+              options.sample_on_device.value_or(model_->device->kind() != kernels::DeviceKind::kCpu)),
       budget_(StepBudgetOptions{.step_budget_ms = options.step_budget_ms}),
       shared_budget_(StepBudgetOptions{.step_budget_ms = options.step_budget_ms, .min_prefill_tokens = 8}) {
   max_model_len_ = MaxModelLen(options, model_->config.text);

@@ -65,6 +65,11 @@ struct EngineOptions {
   // (llm/decode_graph.h). Unset: on where the device records graphs (a GPU), off on the CPU; set
   // on a device without graphs, the padded steps run directly (what a graph would compute).
   std::optional<bool> decode_graphs;
+  // Sampled picks (temperature, top-k, top-p) drawn where the logits are (kernels::SampleRows):
+  // on a GPU one int per row comes back instead of the vocabulary's floats. Unset: on where the
+  // decoder's logits are not in host memory (a GPU), off on the CPU (the host sampler picks the
+  // rows in parallel). The same tokens either way, up to the rounding of sums.
+  std::optional<bool> sample_on_device;
   // The longest sequence (tokens) a decode graph serves: its block tables are this wide and every
   // graph step uploads them. A step with a longer sequence runs without a graph.
   int64_t max_graph_context = 8192;

@@ -38,10 +38,11 @@ struct RequestState : Sequence {
   // cancel), usage and timings.
   void SetFinal(llm::FinishReason reason, const absl::Status& status);
 
-  // Its next token is the argmax of its logits and nobody asked for the logits themselves, so the
-  // decoder may pick it where the logits are (DecoderBatch::argmax_only).
-  bool PicksGreedily() const {
-    return sampler->PicksByArgmax() && !(req.capture_prompt_logits && !logits_captured);
+  // Nobody asked for its logits themselves, and its next token is their argmax or (with
+  // `device_draws`) a draw a device can make: the decoder may pick it where the logits are
+  // (DecoderBatch::picks_only).
+  bool PicksWhereLogitsAre(bool device_draws) const {
+    return (sampler->PicksByArgmax() || device_draws) && !(req.capture_prompt_logits && !logits_captured);
   }
 };
 

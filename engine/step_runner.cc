@@ -34,9 +34,9 @@ struct StepRunner::EncodeJob {
 };
 
 StepRunner::StepRunner(Model* model, llm::KvCache* cache, EncoderCache* encoder_cache, const Scheduler* scheduler,
-                       bool interleave_encoder, EncoderWorker* worker)
+                       bool interleave_encoder, EncoderWorker* worker, bool sample_on_device)
     : model_(model), cache_(cache), encoder_cache_(encoder_cache), scheduler_(scheduler),
-      interleave_encoder_(interleave_encoder), worker_(worker) {}
+      interleave_encoder_(interleave_encoder), sample_on_device_(sample_on_device), worker_(worker) {}
 
 StepRunner::~StepRunner() {
   if (job_ != nullptr) StopJobWork();
@@ -275,7 +275,8 @@ absl::StatusOr<Tensor> StepRunner::RunDecoder(const std::vector<ScheduledWork>& 
   for (const ScheduledWork& w : work) max_blocks = std::max(max_blocks, w.seq->table.blocks.size());
   llm::DecoderBatch& batch = batch_;
   batch.Clear(static_cast<int>(max_blocks));
-  bool sampled_rows_pick_greedily = true;
+  std::vector<RequestState*> sampling;  // the work that samples, in row order
+  bool picks_where_logits_are = true;
   for (const ScheduledWork& w : work) {
     const RequestState& s = AsRequest(w.seq);
     const int64_t row = batch.num_rows();
@@ -302,14 +303,25 @@ absl::StatusOr<Tensor> StepRunner::RunDecoder(const std::vector<ScheduledWork>& 
     }
     IRIS_RETURN_IF_ERROR(batch.AddSequence(s.table, block_size, w.num_tokens, w.samples));
     if (w.samples) {
-      sampled_rows_pick_greedily = sampled_rows_pick_greedily && s.PicksGreedily();
-      if (sampled_rows_pick_greedily) s.sampler->AddEdits(batch.logit_edits);
+      sampling.push_back(&AsRequest(w.seq));
+      picks_where_logits_are = picks_where_logits_are && s.PicksWhereLogitsAre(sample_on_device_);
     }
   }
-  // Every sampled row greedy: the decoder picks the ids where the logits are (on a GPU, one int
-  // per row comes back instead of the vocabulary's floats), after the rows' penalties and masks.
-  batch.argmax_only = sampled_rows_pick_greedily && !batch.logit_rows.empty();
-  if (!batch.argmax_only) batch.logit_edits.Clear();
+  // Every row picked where the logits are (on a GPU, one int per row comes back instead of the
+  // vocabulary's floats): the rows' penalties and masks, then the argmax, or with a sampled row
+  // among them every row's draw (a greedy row's is its argmax). Only then do the samplers give
+  // their draws: each draw takes a uniform from its request's generator.
+  batch.picks_only = picks_where_logits_are && !sampling.empty();
+  if (batch.picks_only) {
+    bool any_sampled = false;
+    for (RequestState* s : sampling) {
+      s->sampler->AddEdits(batch.logit_edits);
+      any_sampled = any_sampled || !s->sampler->PicksByArgmax();
+    }
+    if (any_sampled) {
+      for (RequestState* s : sampling) batch.draws.push_back(s->sampler->NextDraw());
+    }
+  }
   return dec.Forward(batch, cache_);
 }
 

@@ -37,8 +37,8 @@ struct StepResult {
   // The decoder forward failed: every sequence in it ends with this.
   absl::Status decoder_status;
   // float32 [rows that sample, vocab]: one row per sampling work item that ran, in plan order; or,
-  // when every one of them picks greedily (RequestState::PicksGreedily), int32 [rows that sample]:
-  // the picks themselves.
+  // when every one of them is picked where the logits are (RequestState::PicksWhereLogitsAre),
+  // int32 [rows that sample]: the picks themselves.
   core::Tensor logits;
 
   // Interleaved: waiting sequences (by id) whose encode job failed, with why.
@@ -64,9 +64,10 @@ class StepRunner {
   // The model, caches and plans' sequences (RequestStates) outlive the runner.
   // `scheduler` finds the sequences an encode job is for (they may finish while it runs).
   // `interleave_encoder` as the scheduler's option of that name. `worker` (may be null; outlives
-  // the runner): encode jobs run there instead of in slices on this thread.
+  // the runner): encode jobs run there instead of in slices on this thread. `sample_on_device`:
+  // EngineOptions::sample_on_device, resolved.
   StepRunner(Model* model, llm::KvCache* cache, EncoderCache* encoder_cache, const Scheduler* scheduler,
-             bool interleave_encoder, EncoderWorker* worker = nullptr);
+             bool interleave_encoder, EncoderWorker* worker = nullptr, bool sample_on_device = false);
   ~StepRunner();
 
   // `encoder_flops`: how much of the encode job in flight this step may run here (at least one
@@ -118,6 +119,7 @@ class StepRunner {
   EncoderCache* encoder_cache_;
   const Scheduler* scheduler_;
   bool interleave_encoder_;
+  bool sample_on_device_;
   EncoderWorker* worker_;
   llm::DecoderBatch batch_;  // refilled every step; its vectors keep their capacity
   std::unique_ptr<EncodeJob> job_;  // the encode job in flight (interleaved)

@@ -2,7 +2,7 @@
 
 #include <immintrin.h>
 
-#include "kernels/cpu/portable/math.h"
+#include "kernels/exp_lane.h"
 #include "kernels/cpu/portable/vec8.h"
 
 namespace iris::kernels {
@@ -21,7 +21,7 @@ __m256 Exp8Shifted(__m256 x, __m256 shift) {
 
 }  // namespace
 
-float Exp(float x) { return cpu::portable::Exp(x); }
+float Exp(float x) { return ExpLane(x); }
 
 float RowMax(const float* x, int64_t n) {
   float m[kLanes];

@@ -23,8 +23,9 @@ inline float NanAsNegInf(float x) { return x == x ? x : -std::numeric_limits<flo
 // The largest value of x[0, n), NaN as -inf; -inf for n == 0.
 float RowMax(const float* x, int64_t n);
 
-// e^x as the portable CPU kernels compute it (kernels/cpu/portable/math.h: about 1 ulp, exactly 0
-// below -88 and for -inf, e^0 = 1), in a loop that vectorizes.
+// e^x as each lane of the portable CPU kernels' Exp8 computes it (kernels/exp_lane.h: about 1
+// ulp, exactly 0 below -88 and for -inf, e^0 = 1): bit for bit ExpShiftedRow's values, and a
+// device's (kernels::SampleRows).
 float Exp(float x);
 
 // probs[i] = Exp(NanAsNegInf(logits[i]) - shift) for i < n (8 values at a time by the portable

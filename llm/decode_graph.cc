@@ -37,7 +37,7 @@ void PadDecodeBatch(const DecoderBatch& batch, int size, int max_blocks_per_seq,
   const int seqs = batch.num_seqs();
   const int width = batch.max_blocks_per_seq;
   padded->Clear(max_blocks_per_seq);
-  padded->argmax_only = batch.argmax_only;
+  padded->picks_only = batch.picks_only;
   padded->token_ids = batch.token_ids;
   padded->token_ids.resize(size, 0);
   for (int a = 0; a < 3; ++a) {

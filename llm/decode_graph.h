@@ -30,7 +30,7 @@ bool IsGraphableDecode(const DecoderBatch& batch, int max_blocks_per_seq);
 // in *padded (its vectors reused). The padding sequences after the real ones are one token each:
 // id 0 at position 0, written to kernels::kPadSlot (nowhere), attending to the token in slot 0 of
 // block 0 (whatever it holds: padding rows are independent of the real ones in every op), their
-// logits computed and not returned. argmax_only is carried over.
+// logits computed and not returned. picks_only is carried over.
 void PadDecodeBatch(const DecoderBatch& batch, int size, int max_blocks_per_seq, DecoderBatch* padded);
 
 }  // namespace iris::llm

@@ -13,6 +13,7 @@
 #include "kernels/paged_attention.h"
 #include "kernels/rotary.h"
 #include "kernels/rows.h"
+#include "kernels/sample_rows.h"
 #include "kernels/staged_upload.h"
 #include "llm/decode_graph.h"
 #include "llm/mrope.h"
@@ -46,13 +47,16 @@ struct Decoder::Activations {
   Tensor logit_hidden; // [R, hidden]
   Tensor logits;       // [R, vocab]
   Tensor embeds;       // [T, hidden] given input embeddings (image rows), device copy
-  Tensor picks;        // I32 [R] the greedy picks of an argmax_only step
+  Tensor picks;        // I32 [R] the picks of a picks_only step
   Tensor host_logits;  // [R, vocab] pinned host copy of logits, where the device's memory is not the host's
   Tensor host_picks;   // I32 [R] pinned host copy of picks (likewise)
-  // The packed logit edits of an argmax_only step (kernels::LogitEdits::Pack): staged on the
+  // The packed logit edits of a picks_only step (kernels::LogitEdits::Pack): staged on the
   // host, copied to the device. Grown when a step's edits do not fit (a few KB per penalized row).
   Tensor edits_host;
   Tensor edits_device;
+  // A sampled picks_only step's draws (kernels::RowDraw [R] as bytes), staged and on the device.
+  Tensor draws_host;
+  Tensor draws_device;
   std::unique_ptr<kernels::StagedUpload> upload;  // the step's ids, metadata and rotary tables
   bool logits_to_host = false;
 };
@@ -68,8 +72,9 @@ void DecoderBatch::Clear(int max_blocks) {
   logit_rows.clear();
   embed_rows.clear();
   embeds.clear();
-  argmax_only = false;
+  picks_only = false;
   logit_edits.Clear();
+  draws.clear();
 }
 
 absl::Status DecoderBatch::AddSequence(const BlockTable& table, int block_size, int64_t num_new, bool want_logits) {
@@ -222,6 +227,9 @@ absl::Status Decoder::ReserveActivations(int64_t max_tokens, int64_t max_logit_r
   IRIS_RETURN_IF_ERROR(alloc(&act->logits, R * c.vocab_size));
   IRIS_RETURN_IF_ERROR(alloc(&act->embeds, T * h));
   IRIS_ASSIGN_OR_RETURN(act->picks, device_.Allocate(DType::kI32, {R}));
+  const int64_t draw_words = R * static_cast<int64_t>(sizeof(kernels::RowDraw) / sizeof(int32_t));
+  IRIS_ASSIGN_OR_RETURN(act->draws_host, device_.AllocateStaging(DType::kI32, {draw_words}));
+  IRIS_ASSIGN_OR_RETURN(act->draws_device, device_.Allocate(DType::kI32, {draw_words}));
   act->upload = std::make_unique<kernels::StagedUpload>(device_);
   if (device_.kind() != kernels::DeviceKind::kCpu) {
     IRIS_ASSIGN_OR_RETURN(act->host_logits, device_.AllocateStaging(DType::kF32, {R * c.vocab_size}));
@@ -258,10 +266,24 @@ absl::Status Decoder::Validate(const DecoderBatch& b, const KvCache& cache) cons
     return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: ", T, " rows exceed the decoder's capacity of ",
                                                    act_->max_tokens, " (max_tokens)"));
   }
-  if (!b.logit_edits.empty() && (!b.argmax_only || b.logit_edits.rows() != static_cast<int64_t>(b.logit_rows.size()))) {
+  if (!b.logit_edits.empty() && (!b.picks_only || b.logit_edits.rows() != static_cast<int64_t>(b.logit_rows.size()))) {
     return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: ", b.logit_edits.rows(), " rows of logit edits for ",
                                                    b.logit_rows.size(), " logit rows",
-                                                   b.argmax_only ? "" : " (edits need argmax_only)"));
+                                                   b.picks_only ? "" : " (edits need picks_only)"));
+  }
+  if (!b.draws.empty() && (!b.picks_only || b.draws.size() != b.logit_rows.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: ", b.draws.size(), " draws for ",
+                                                   b.logit_rows.size(), " logit rows",
+                                                   b.picks_only ? "" : " (draws need picks_only)"));
+  }
+  for (size_t i = 0; i < b.draws.size(); ++i) {
+    const kernels::RowDraw& d = b.draws[i];
+    if (!(d.temperature >= 0.f && d.temperature <= 100.f) || d.top_k < 0 || !(d.top_p > 0.f && d.top_p <= 1.f) ||
+        !(d.uniform >= 0.0 && d.uniform < 1.0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Decoder::Forward: draws[", i, "] out of range (temperature ", d.temperature, " in [0, 100], top_k ", d.top_k,
+          " >= 0, top_p ", d.top_p, " in (0, 1], uniform ", d.uniform, " in [0, 1))"));
+    }
   }
   if (static_cast<int64_t>(b.logit_rows.size()) > act_->max_logit_rows) {
     return absl::InvalidArgumentError(absl::StrCat("Decoder::Forward: ", b.logit_rows.size(), " logit rows exceed ",
@@ -453,13 +475,14 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
   }
 }
 
-absl::StatusOr<Tensor> Decoder::Results(int64_t logit_rows, bool argmax_only, const kernels::LogitEdits& edits) {
+absl::StatusOr<Tensor> Decoder::Results(int64_t logit_rows, const DecoderBatch& batch) {
   const int64_t vocab = config_.vocab_size;
   Activations& A = *act_;
   Tensor logits = A.logits.Reshaped({A.max_logit_rows, vocab}).Rows(0, logit_rows);
-  if (argmax_only) {
-    // Greedy rows are picked where the logits are: only the ids come back. A penalty or masked
-    // end ids are applied there first.
+  const kernels::LogitEdits& edits = batch.logit_edits;
+  if (batch.picks_only) {
+    // The rows are picked where the logits are: only the ids come back. A penalty or masked end
+    // ids are applied there first.
     if (logit_rows > 0 && !edits.empty()) {
       const int64_t n = edits.PackedSize();
       if (A.edits_host.numel() < n) {
@@ -472,7 +495,17 @@ absl::StatusOr<Tensor> Decoder::Results(int64_t logit_rows, bool argmax_only, co
       kernels::EditLogitRows(device_, logits.data<float>(), logit_rows, vocab, edits.View(A.edits_device.data<int32_t>()));
     }
     Tensor picks = A.picks.Rows(0, logit_rows);
-    if (logit_rows > 0) kernels::ArgmaxRows(device_, logits.data<float>(), logit_rows, vocab, picks.data<int32_t>());
+    if (logit_rows > 0 && batch.draws.empty()) {
+      kernels::ArgmaxRows(device_, logits.data<float>(), logit_rows, vocab, picks.data<int32_t>());
+    } else if (logit_rows > 0) {
+      auto* staged = reinterpret_cast<kernels::RowDraw*>(A.draws_host.data<int32_t>());
+      std::copy(batch.draws.begin(), batch.draws.end(), staged);
+      const size_t bytes = batch.draws.size() * sizeof(kernels::RowDraw);
+      device_.CopyToDevice(staged, A.draws_device.data<int32_t>(), bytes);
+      kernels::SampleRows(device_, logits.data<float>(), logit_rows, vocab,
+                          reinterpret_cast<const kernels::RowDraw*>(A.draws_device.data<int32_t>()),
+                          picks.data<int32_t>());
+    }
     if (A.logits_to_host) {
       Tensor host = A.host_picks.Rows(0, logit_rows);
       if (logit_rows > 0) device_.CopyToHost(picks.data<int32_t>(), host.data<int32_t>(), host.nbytes());
@@ -494,7 +527,7 @@ absl::StatusOr<Tensor> Decoder::Results(int64_t logit_rows, bool argmax_only, co
 
 absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cache) {
   IRIS_RETURN_IF_ERROR(Validate(batch, *cache));
-  if (batch.num_rows() == 0) return Results(0, batch.argmax_only, batch.logit_edits);
+  if (batch.num_rows() == 0) return Results(0, batch);
   if (graphs_ != nullptr && !graphs_->paused && !observer_ && IsGraphableDecode(batch, graphs_->options.max_blocks_per_seq)) {
     if (const int size = DecodeGraphSize(graphs_->options.batch_sizes, batch.num_seqs()); size > 0) {
       return ForwardPadded(batch, size, cache);
@@ -502,7 +535,7 @@ absl::StatusOr<Tensor> Decoder::Forward(const DecoderBatch& batch, KvCache* cach
   }
   IRIS_ASSIGN_OR_RETURN(StepInputs in, Stage(batch, *act_->upload));
   Run(in, cache);
-  return Results(in.logit_rows, batch.argmax_only, batch.logit_edits);
+  return Results(in.logit_rows, batch);
 }
 
 absl::StatusOr<Tensor> Decoder::ForwardPadded(const DecoderBatch& batch, int size, KvCache* cache) {
@@ -529,7 +562,7 @@ absl::StatusOr<Tensor> Decoder::ForwardPadded(const DecoderBatch& batch, int siz
       rec.inputs = inputs;
     }
   }
-  return Results(batch.num_seqs(), batch.argmax_only, batch.logit_edits);
+  return Results(batch.num_seqs(), batch);
 }
 
 absl::Status Decoder::EnableDecodeGraphs(const DecodeGraphOptions& options) {

@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "kernels/linear.h"
 #include "kernels/logit_edits.h"
+#include "kernels/row_draw.h"
 #include "kernels/staged_upload.h"
 #include "llm/kv_cache.h"
 
@@ -48,11 +49,14 @@ struct DecoderBatch {
   // Rows whose input embedding is given here (image tokens) instead of looked up by token id.
   std::vector<int32_t> embed_rows;
   std::vector<float> embeds;           // [embed_rows.size(), hidden]
-  // Every logit row is picked greedily (llm::Sampler::PicksByArgmax): Forward returns the picks,
-  // int32 [logit_rows.size()], instead of the logits, which then never leave the device. Before
-  // the argmax, logit_edits (empty, or a row per logit row: llm::Sampler::AddEdits) are applied.
-  bool argmax_only = false;
+  // Every logit row is picked where the logits are: Forward returns the picks, int32
+  // [logit_rows.size()], instead of the logits, which then never leave the device. First
+  // logit_edits (empty, or a row per logit row: llm::Sampler::AddEdits) are applied; then with
+  // `draws` empty each row's pick is its argmax (every row greedy: llm::Sampler::PicksByArgmax),
+  // else draws (a row per logit row: llm::Sampler::NextDraw) are drawn by kernels::SampleRows.
+  bool picks_only = false;
   kernels::LogitEdits logit_edits;
+  std::vector<kernels::RowDraw> draws;
 
   int64_t num_rows() const { return static_cast<int64_t>(token_ids.size()); }
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
@@ -109,7 +113,7 @@ class Decoder {
   KvCacheShape CacheShape(int64_t num_blocks, int block_size, core::DType dtype = core::DType::kF32) const;
 
   // Runs one step: writes the new tokens' k/v into `cache` and returns float32
-  // [logit_rows.size(), vocab] logits in the batch's logit_rows order (with argmax_only: int32
+  // [logit_rows.size(), vocab] logits in the batch's logit_rows order (with picks_only: int32
   // [logit_rows.size()] greedy picks), in the decoder's own host buffer (a GPU's come back into
   // pinned memory): valid until the next Forward. INVALID_ARGUMENT
   // for an inconsistent batch or one over capacity; a device's failed op (status()) is returned.
@@ -153,7 +157,7 @@ class Decoder {
   // of device memory (what a graph records).
   void Run(const StepInputs& in, KvCache* cache);
   // The first `logit_rows` rows' logits (or greedy picks), where the caller reads them.
-  absl::StatusOr<core::Tensor> Results(int64_t logit_rows, bool argmax_only, const kernels::LogitEdits& edits);
+  absl::StatusOr<core::Tensor> Results(int64_t logit_rows, const DecoderBatch& batch);
   absl::StatusOr<core::Tensor> ForwardPadded(const DecoderBatch& batch, int size, KvCache* cache);
 
   kernels::Device& device_;

@@ -22,11 +22,6 @@ using kernels::RowMax;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
 
-// Top-p compares a cumulative sum with top_p * total. Both come from float logits, so a nucleus
-// that is exactly top_p on paper (0.5 + 0.3 for top_p 0.8) may sum to 0.79999995; this slack
-// (relative to the total) keeps such a boundary token out, as the exact arithmetic would.
-constexpr double kTopPSlack = 1e-6;
-
 // Larger value first; the lower id first among equal values (a total order, so results do not
 // depend on the sort algorithm).
 bool Before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
@@ -34,7 +29,7 @@ bool Before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>&
 }
 
 // The first index of the largest value; NaN never wins. 0 when every value is NaN or -inf. The
-// op a device runs for greedy picks (DecoderBatch::argmax_only), so both paths pick by one rule.
+// op a device runs for greedy picks (DecoderBatch::picks_only), so both paths pick by one rule.
 int32_t Argmax(const float* logits, int64_t vocab) {
   int32_t id = 0;
   kernels::ArgmaxRows(kernels::DefaultCpuDevice(), logits, 1, vocab, &id);
@@ -174,6 +169,17 @@ void Sampler::AddEdits(kernels::LogitEdits& edits) const {
                                                          : absl::Span<const int32_t>());
 }
 
+kernels::RowDraw Sampler::NextDraw() {
+  kernels::RowDraw d;  // greedy: temperature 0, and no uniform drawn (Sample draws none either)
+  if (!params_.greedy()) {
+    d.temperature = params_.temperature;
+    d.top_k = params_.top_k;
+    d.top_p = params_.top_p;
+    d.uniform = Uniform();
+  }
+  return d;
+}
+
 void Sampler::Accept(int32_t id) {
   ++generated_;
   if (params_.repetition_penalty != 1.f) seen_.insert(id);
@@ -199,15 +205,18 @@ int32_t Sampler::Sample(float* logits, int64_t vocab) {
   if (params_.greedy()) {
     token = Argmax(logits, vocab);
   } else {
+    // Drawn first, whatever the row holds: the generator advances by one per sampled pick, as
+    // where a device draws it (NextDraw).
+    const double u = Uniform();
     const float t = params_.temperature;
     for (int64_t i = 0; i < vocab; ++i) logits[i] /= t;
-    token = SampleFiltered(logits, vocab);
+    token = SampleFiltered(logits, vocab, u);
   }
   if (penalty != 1.f) seen_.insert(token);
   return token;
 }
 
-int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
+int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab, double u) {
   const float max_value = RowMax(logits, vocab);
   // Degenerate rows: all -inf/NaN (nothing to draw from) or some +inf (all the mass there).
   if (max_value == kNegInf || max_value == kPosInf) return Argmax(logits, vocab);
@@ -237,7 +246,7 @@ int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
   } else {
     probs_.resize(static_cast<size_t>(vocab));
     const double total = ExpShiftedRow(logits, vocab, max_value, probs_.data(), chunk_mass_);
-    if (!use_top_p) return DrawInIdOrder(vocab, total);
+    if (!use_top_p) return DrawInIdOrder(vocab, total, u);
     const double need = NucleusMass(total);
     // Usually the nucleus is a few likely tokens: those with p >= 2^-10 (relative to the most
     // likely) are a prefix of the descending order, so once they carry the mass, sorting them
@@ -265,13 +274,21 @@ int32_t Sampler::SampleFiltered(const float* logits, int64_t vocab) {
       const auto key = [this](int64_t i) { return std::bit_cast<uint32_t>(probs_[i]); };
       const uint32_t last = RadixSelect<double>(
           vocab, key, [this](int64_t i) { return static_cast<double>(probs_[i]); }, need, mass_);
-      return DrawAboveAndTies(vocab, std::bit_cast<float>(last), need);
+      return DrawAboveAndTies(vocab, std::bit_cast<float>(last), need, u);
     }
   }
 
+  if (use_top_p) {
+    // The draw's order (kernels/sample_rows.h): the nucleus's tokens above its last value in id
+    // order, then those equal to it in id order.
+    const float last = scratch_.back().first;
+    std::sort(scratch_.begin(), scratch_.end(), [last](const auto& a, const auto& b) {
+      return (a.first == last) < (b.first == last) || ((a.first == last) == (b.first == last) && a.second < b.second);
+    });
+  }
   double total = 0.0;
   for (const auto& c : scratch_) total += c.first;
-  const double target = Uniform() * total;
+  const double target = u * total;
   double cum = 0.0;
   int32_t last_nonzero = scratch_.front().second;
   for (const auto& c : scratch_) {
@@ -306,7 +323,7 @@ int32_t Sampler::LastAbove(int64_t vocab, float floor) const {
   return 0;
 }
 
-int32_t Sampler::DrawAboveAndTies(int64_t vocab, float last, double need) {
+int32_t Sampler::DrawAboveAndTies(int64_t vocab, float last, double need, double u) {
   // The nucleus: every token above `last`, then the tokens equal to it in id order until the
   // mass reaches `need` (KeepNucleus's rule; all of them if it never does). The draw walks it in
   // that order without listing it: the tokens above by chunks, then the ties.
@@ -314,7 +331,7 @@ int32_t Sampler::DrawAboveAndTies(int64_t vocab, float last, double need) {
   double nucleus = kernels::MassAbove(probs_.data(), vocab, last, chunk_mass_, &tie_count);
   int64_t ties = 0;
   for (; ties < tie_count && nucleus < need; ++ties) nucleus += last;
-  const double target = Uniform() * nucleus;
+  const double target = u * nucleus;
   double cum = 0.0;
   if (const int64_t i = WalkAbove(vocab, last, target, cum); i >= 0) return static_cast<int32_t>(i);
   int64_t last_tie = -1;
@@ -329,10 +346,10 @@ int32_t Sampler::DrawAboveAndTies(int64_t vocab, float last, double need) {
   return last_tie >= 0 ? static_cast<int32_t>(last_tie) : LastAbove(vocab, last);
 }
 
-int32_t Sampler::DrawInIdOrder(int64_t vocab, double total) {
+int32_t Sampler::DrawInIdOrder(int64_t vocab, double total, double u) {
   // The tokens that can be drawn are those above 0, and ExpShiftedRow's chunk sums are their
   // mass by chunk: the walk of DrawAboveAndTies with no ties.
-  const double target = Uniform() * total;
+  const double target = u * total;
   double cum = 0.0;
   const int64_t i = WalkAbove(vocab, 0.f, target, cum);
   return i >= 0 ? static_cast<int32_t>(i) : LastAbove(vocab, 0.f);
@@ -372,7 +389,7 @@ float Sampler::KthLargest(const float* logits, int64_t vocab, int64_t k) {
 }
 
 double Sampler::NucleusMass(double total) const {
-  return (static_cast<double>(params_.top_p) - kTopPSlack) * total;
+  return kernels::NucleusNeed(params_.top_p, total);
 }
 
 void Sampler::KeepNucleus(size_t always, double total) {

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "kernels/logit_edits.h"
+#include "kernels/row_draw.h"
 
 namespace iris::llm {
 
@@ -61,7 +62,8 @@ class Sampler {
   // temperature) and records it as generated. Order as HF generate: repetition penalty, then
   // argmax if greedy (lowest id wins ties), else temperature, top-k (ties with the k-th value are
   // kept, as HF and vLLM do), top-p (on the softmax of what top-k kept), softmax, one draw
-  // u = (rng() >> 11) * 2^-53 from the request's generator. NaN logits count as -inf.
+  // u = (rng() >> 11) * 2^-53 from the request's generator, walking the kept tokens in
+  // kernels/sample_rows.h's order. NaN logits count as -inf.
   int32_t Sample(float* logits, int64_t vocab);
 
   // True when Sample's next pick is the argmax of the logits once AddEdits' edits are applied
@@ -72,19 +74,25 @@ class Sampler {
   // Appends this request's row of edits for its next pick to `edits`: the penalty on every id
   // seen so far, the end ids while fewer than min_tokens are generated (Sample's order and rule).
   void AddEdits(kernels::LogitEdits& edits) const;
-  // Records `id`, the argmax picked elsewhere while PicksByArgmax(), as Sample would have.
+  // The next pick's settings and uniform for a device to draw it where the logits are
+  // (kernels::SampleRows, after AddEdits' edits): the generator advances as Sample's would, and
+  // the device's pick is the one Sample makes from the same logits (up to the rounding of sums).
+  // Follow it with Accept.
+  kernels::RowDraw NextDraw();
+  // Records `id`, picked elsewhere (the argmax while PicksByArgmax(), or NextDraw's draw), as
+  // Sample would have.
   void Accept(int32_t id);
 
   const SamplingParams& params() const { return params_; }
 
  private:
-  int32_t SampleFiltered(const float* logits, int64_t vocab);
+  int32_t SampleFiltered(const float* logits, int64_t vocab, double u);  // u: the draw's uniform
   // The softmax draw over the whole row in id order, from probs_ and chunk_mass_ (ExpShiftedRow;
   // `total` its result).
-  int32_t DrawInIdOrder(int64_t vocab, double total);
+  int32_t DrawInIdOrder(int64_t vocab, double total, double u);
   // top-p's draw from a flat row: the nucleus is every token of probs_ above `last` and as many
   // tokens equal to it, in id order, as the mass `need` takes (chunk_mass_ is overwritten).
-  int32_t DrawAboveAndTies(int64_t vocab, float last, double need);
+  int32_t DrawAboveAndTies(int64_t vocab, float last, double need, double u);
   // The draws' walk over the tokens of probs_ above `floor` in id order, adding their mass to cum
   // and stepping over a chunk by its chunk_mass_ (which must be that chunk's mass above floor):
   // the first token at which cum passes `target`, or -1.

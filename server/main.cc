@@ -86,6 +86,9 @@ ABSL_FLAG(double, step_budget_ms, 0, "with --interleave-encoder: target time of 
 ABSL_FLAG(bool, enforce_eager, false,
           "run every decoder step as issued: no decode-only steps replayed from CUDA graphs (on a GPU they "
           "are recorded at start, one per padded batch size)");
+ABSL_FLAG(std::string, sample_on_device, "auto",
+          "draw sampled requests' tokens (temperature, top-k, top-p) where the logits are, so only ids leave the "
+          "device: auto (on a GPU, not on the CPU), true or false");
 ABSL_FLAG(int64_t, max_graph_context, 8192,
           "longest sequence (tokens) a decode graph serves; longer ones decode without one");
 ABSL_FLAG(std::string, step_trace, "", "write one JSON line per engine step here (what it ran, how long each part took)");
@@ -212,6 +215,14 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags() {
   if (!(e.step_budget_ms >= 0)) return absl::InvalidArgumentError("--step-budget-ms must be >= 0");
   e.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   if (absl::GetFlag(FLAGS_enforce_eager)) e.decode_graphs = false;
+  if (const std::string on_device = absl::GetFlag(FLAGS_sample_on_device); on_device == "true") {
+    e.sample_on_device = true;
+  } else if (on_device == "false") {
+    e.sample_on_device = false;
+  } else if (on_device != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sample-on-device must be auto, true or false, got \"", on_device, "\""));
+  }
   e.max_graph_context = absl::GetFlag(FLAGS_max_graph_context);
   IRIS_RETURN_IF_ERROR(CheckPositive(e.max_graph_context, "--max-graph-context"));
   IRIS_RETURN_IF_ERROR(CheckPositive(e.kv_cache_bytes, "--kv-cache-bytes"));

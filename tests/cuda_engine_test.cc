@@ -94,6 +94,20 @@ TEST(CudaEngineTest, PenalizedGreedyPicksOnTheGpuMatchTheCpu) {
   EXPECT_LE(parted, 1) << "requests whose GPU tokens differ from the CPU's";
 }
 
+// Sampled requests on the GPU: drawn on the device (the default there, kernels::SampleRows) and
+// drawn by the host samplers from the logits copied back, one by one on the same GPU (the same
+// logits bit for bit), pick the same tokens; and all at once, drawn on the device.
+TEST(CudaEngineTest, SampledDrawsOnTheGpuEqualTheHostSamplers) {
+  const std::vector<Spec> specs = SampledWorkload(12);
+  EngineOptions host_draws;
+  host_draws.sample_on_device = false;
+  const auto host = RunAlone(specs, kGpu, host_draws);
+  EXPECT_EQ(RunAlone(specs, kGpu), host);
+  EngineStats stats;
+  RunConcurrent(specs, EngineOptions{}, host, &stats, kGpu);
+  EXPECT_EQ(stats.requests_finished, 12);
+}
+
 #else
 TEST(CudaEngineTest, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
 #endif

@@ -2,6 +2,7 @@
 // works), against the CPU kernels on odd sizes — the same device code simt_kernels_test runs on
 // the host harness in CI.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -14,10 +15,13 @@
 #include "kernels/logit_edits.h"
 #include "kernels/rotary.h"
 #include "kernels/rows.h"
+#include "kernels/row_draw.h"
+#include "kernels/sample_rows.h"
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
 #endif
+#include "tests/draw_cases.h"
 #include "tests/kernel_cases.h"
 
 namespace iris::kernels {
@@ -306,6 +310,38 @@ TEST(CudaKernelsTest, EditedLogitsPickTheCpusToken) {
   EXPECT_EQ(g->Down(dl, want.size()), want);
   const std::vector<int32_t> got = g->Down(out, rows);
   for (int r = 0; r < rows; ++r) EXPECT_EQ(got[r], testing::CpuGreedyToken(want.data() + r * vocab, vocab)) << "row " << r;
+}
+
+// Sampled draws on the GPU pick the CPU op's tokens: every row kind and setting of
+// tests/draw_cases.h on Qwen's vocabulary, 48 rows in one launch (one block each).
+TEST(CudaKernelsTest, SampledDrawsPickTheCpuOpsToken) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  const int64_t vocab = 151936;
+  std::vector<float> logits;
+  std::vector<kernels::RowDraw> draws;
+  int n = 0;
+  for (int kind = 0; kind < testing::kDrawRowKinds; ++kind) {
+    for (kernels::RowDraw d : testing::DrawCaseSettings()) {
+      const std::vector<float> row = testing::DrawCaseRow(kind, vocab, 300 + static_cast<uint32_t>(n));
+      logits.insert(logits.end(), row.begin(), row.end());
+      d.uniform = (n * 0.37) - static_cast<int>(n * 0.37);
+      draws.push_back(d);
+      ++n;
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(draws.size());
+  std::vector<float> cpu_rows = logits;
+  std::vector<int32_t> want(static_cast<size_t>(rows));
+  kernels::SampleRows(kernels::DefaultCpuDevice(), cpu_rows.data(), rows, vocab, draws.data(), want.data());
+  float* dl = g->Up(logits);
+  std::vector<int32_t> draw_words(draws.size() * sizeof(kernels::RowDraw) / sizeof(int32_t));
+  std::memcpy(draw_words.data(), draws.data(), draws.size() * sizeof(kernels::RowDraw));
+  const auto* dd = reinterpret_cast<const kernels::RowDraw*>(g->Up(draw_words));
+  int32_t* out = g->Up(std::vector<int32_t>(static_cast<size_t>(rows), -1));
+  kernels::SampleRows(*g->dev, dl, rows, vocab, dd, out);
+  ASSERT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+  EXPECT_EQ(g->Down(out, rows), want);
 }
 
 // Decodes and a prefill chunk over shuffled pages, f32 and bf16 pools, GQA, head_dim 80 and 128

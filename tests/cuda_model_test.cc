@@ -199,25 +199,25 @@ struct DecoderOn {
   // One step of `n` rows of one sequence; rows given as embeddings (prefill) or ids (decode).
   std::vector<float> Step(int64_t n, const float* embeds, const std::vector<int32_t>& ids,
                           const std::vector<int64_t>& positions_axis_major) {
-    auto logits = Forward(n, embeds, ids, positions_axis_major, /*argmax_only=*/false);
+    auto logits = Forward(n, embeds, ids, positions_axis_major, /*picks_only=*/false);
     if (!logits.ok()) return {};
     return std::vector<float>(logits->data<float>(), logits->data<float>() + logits->numel());
   }
-  // The same step with the greedy pick made on the decoder's device (DecoderBatch::argmax_only).
+  // The same step with the greedy pick made on the decoder's device (DecoderBatch::picks_only).
   int32_t PickStep(int64_t n, const float* embeds, const std::vector<int32_t>& ids,
                    const std::vector<int64_t>& positions_axis_major) {
-    auto picks = Forward(n, embeds, ids, positions_axis_major, /*argmax_only=*/true);
+    auto picks = Forward(n, embeds, ids, positions_axis_major, /*picks_only=*/true);
     if (!picks.ok()) return -1;
     EXPECT_EQ(picks->dtype(), core::DType::kI32);
     EXPECT_EQ(picks->numel(), 1);
     return picks->data<int32_t>()[0];
   }
   absl::StatusOr<core::Tensor> Forward(int64_t n, const float* embeds, const std::vector<int32_t>& ids,
-                                       const std::vector<int64_t>& positions_axis_major, bool argmax_only) {
+                                       const std::vector<int64_t>& positions_axis_major, bool picks_only) {
     EXPECT_TRUE(cache->Reserve(&table, table.num_tokens + n).ok());
     llm::DecoderBatch batch;
     batch.Clear(static_cast<int>(table.blocks.size()));
-    batch.argmax_only = argmax_only;
+    batch.picks_only = picks_only;
     EXPECT_TRUE(batch.AddSequence(table, cache->shape().block_size, n, true).ok());
     batch.token_ids = ids.empty() ? std::vector<int32_t>(n, 0) : ids;
     for (int a = 0; a < 3; ++a) {

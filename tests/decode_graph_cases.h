@@ -1,7 +1,7 @@
 // The decode-graph suites' workload (CPU: the padded steps run directly; GPU: recorded once and
 // replayed): six sequences prefilled in one step, then decode steps whose batch shrinks and grows
 // across the graph sizes 1/2/4/8, with sequences crossing block boundaries, one outgrowing the
-// graphs' block-table width (its steps run without a graph) and a last greedy (argmax_only) step.
+// graphs' block-table width (its steps run without a graph) and a last greedy (picks_only) step.
 // Every step's results and the KV pools afterwards come back to the host, so two decoders (graphs
 // on and off, or recorded and direct) can be compared.
 #pragma once
@@ -95,7 +95,7 @@ inline DecodeRun RunDecodeWorkload(llm::Decoder& dec, kernels::Device& device, c
       width = std::max(width, tables[s].blocks.size());
     }
     batch.Clear(static_cast<int>(width));
-    batch.argmax_only = k + 1 == steps.size();
+    batch.picks_only = k + 1 == steps.size();
     for (int s : steps[k]) {
       EXPECT_TRUE(batch.AddSequence(tables[s], block_size, 1, true).ok());
       add_row(batch, static_cast<int32_t>((k * 13 + s * 7 + 1) % vocab), tables[s].num_tokens - 1);
@@ -103,7 +103,7 @@ inline DecodeRun RunDecodeWorkload(llm::Decoder& dec, kernels::Device& device, c
     out = dec.Forward(batch, &cache);
     EXPECT_TRUE(out.ok()) << "decode step " << k << ": " << out.status();
     if (!out.ok()) break;
-    if (batch.argmax_only) {
+    if (batch.picks_only) {
       run.picks.assign(out->data<int32_t>(), out->data<int32_t>() + out->numel());
     } else {
       run.logits.emplace_back(out->data<float>(), out->data<float>() + out->numel());

@@ -86,11 +86,11 @@ TEST(DecodeGraphBatchTest, PaddingSequencesWriteNowhereAndReadBlockZero) {
   EXPECT_EQ(p.max_blocks_per_seq, 5);
   EXPECT_EQ(p.block_tables, (std::vector<int32_t>{5, 2, 0, 0, 0, 7, 1, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
   EXPECT_EQ(p.logit_rows, (std::vector<int32_t>{0, 1, 2, 3}));
-  EXPECT_FALSE(p.argmax_only);
+  EXPECT_FALSE(p.picks_only);
   DecoderBatch greedy = b;
-  greedy.argmax_only = true;
+  greedy.picks_only = true;
   PadDecodeBatch(greedy, 2, 3, &p);
-  EXPECT_TRUE(p.argmax_only);
+  EXPECT_TRUE(p.picks_only);
   EXPECT_EQ(p.block_tables, b.block_tables);
 }
 

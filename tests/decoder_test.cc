@@ -13,6 +13,8 @@
 #include "core/safetensors.h"
 #include "gtest/gtest.h"
 #include "kernels/logit_edits.h"
+#include "kernels/row_draw.h"
+#include "kernels/sample_rows.h"
 #include "llm/kv_cache.h"
 #include "tests/test_util.h"
 
@@ -71,8 +73,9 @@ std::vector<int64_t> TextPositions(int64_t pos, int64_t n) {
 // embedding is given (as the reference's inputs_embeds), positions axis-major [3, rows]. Returns
 // a copy of the logits (the decoder's own buffer is reused by the next step).
 absl::StatusOr<Tensor> Step(Decoder& dec, KvCache& cache, const std::vector<std::pair<BlockTable*, int64_t>>& seqs,
-                            const float* embeds, const std::vector<int64_t>& pos, bool argmax_only = false,
-                            const kernels::LogitEdits* edits = nullptr) {
+                            const float* embeds, const std::vector<int64_t>& pos, bool picks_only = false,
+                            const kernels::LogitEdits* edits = nullptr,
+                            const std::vector<kernels::RowDraw>* draws = nullptr) {
   DecoderBatch batch;
   size_t max_blocks = 0;
   for (const auto& [t, n] : seqs) max_blocks = std::max(max_blocks, t->blocks.size());
@@ -90,8 +93,9 @@ absl::StatusOr<Tensor> Step(Decoder& dec, KvCache& cache, const std::vector<std:
   }
   for (int64_t r = 0; r < rows; ++r) batch.embed_rows.push_back(static_cast<int32_t>(r));
   batch.embeds.assign(embeds, embeds + rows * dec.hidden_size());
-  batch.argmax_only = argmax_only;
+  batch.picks_only = picks_only;
   if (edits != nullptr) batch.logit_edits = *edits;
+  if (draws != nullptr) batch.draws = *draws;
   auto logits = dec.Forward(batch, &cache);
   if (!logits.ok()) return logits.status();
   return logits->Clone();
@@ -307,7 +311,7 @@ TEST(DecoderTest, BatchedStepEqualsSequential) {
   }
   // The same step again (it writes the same k/v to the same slots) with the greedy picks made by
   // the decoder: each is the argmax of its row of logits.
-  auto picks = Step(*m.decoder, cache, seqs, packed.data(), pos, /*argmax_only=*/true);
+  auto picks = Step(*m.decoder, cache, seqs, packed.data(), pos, /*picks_only=*/true);
   ASSERT_TRUE(picks.ok()) << picks.status();
   ASSERT_EQ(picks->dtype(), core::DType::kI32);
   ASSERT_EQ(picks->numel(), 3);
@@ -328,7 +332,7 @@ TEST(DecoderTest, BatchedStepEqualsSequential) {
   std::vector<int32_t> packed_edits(static_cast<size_t>(edits.PackedSize()));
   edits.Pack(packed_edits.data());
   kernels::EditLogitRows(kernels::DefaultCpuDevice(), edited.data(), 3, vocab, edits.View(packed_edits.data()));
-  auto edited_picks = Step(*m.decoder, cache, seqs, packed.data(), pos, /*argmax_only=*/true, &edits);
+  auto edited_picks = Step(*m.decoder, cache, seqs, packed.data(), pos, /*picks_only=*/true, &edits);
   ASSERT_TRUE(edited_picks.ok()) << edited_picks.status();
   for (int s = 0; s < 3; ++s) {
     const float* row = edited.data() + s * vocab;
@@ -336,12 +340,39 @@ TEST(DecoderTest, BatchedStepEqualsSequential) {
   }
   EXPECT_NE(edited_picks->data<int32_t>()[0], picks->data<int32_t>()[0]) << "a penalty of 10 moves the pick";
   EXPECT_EQ(edited_picks->data<int32_t>()[1], picks->data<int32_t>()[1]) << "a row without edits keeps it";
+  // And drawn (llm::Sampler::NextDraw's settings and uniforms; a greedy row among them) after the
+  // same edits: each row's pick is the CPU op's draw from that row edited.
+  std::vector<kernels::RowDraw> draws(3);
+  draws[0].temperature = 0.8f;
+  draws[0].top_p = 0.9f;
+  draws[0].uniform = 0.3;
+  draws[2].temperature = 1.2f;
+  draws[2].top_k = 20;
+  draws[2].uniform = 0.7;
+  std::vector<int32_t> want_drawn(3);
+  std::vector<float> drawn_rows = edited;
+  kernels::SampleRows(kernels::DefaultCpuDevice(), drawn_rows.data(), 3, vocab, draws.data(), want_drawn.data());
+  auto drawn = Step(*m.decoder, cache, seqs, packed.data(), pos, /*picks_only=*/true, &edits, &draws);
+  ASSERT_TRUE(drawn.ok()) << drawn.status();
+  ASSERT_EQ(drawn->dtype(), core::DType::kI32);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(drawn->data<int32_t>()[s], want_drawn[s]) << kCases[s];
+  EXPECT_EQ(drawn->data<int32_t>()[1], edited_picks->data<int32_t>()[1]) << "a greedy row's draw is its argmax";
+  // Draws for another number of rows, or out of range: refused.
+  std::vector<kernels::RowDraw> short_draws(2);
+  auto refused_draws = Step(*m.decoder, cache, seqs, packed.data(), pos, /*picks_only=*/true, &edits, &short_draws);
+  ASSERT_FALSE(refused_draws.ok());
+  EXPECT_NE(refused_draws.status().message().find("2 draws for 3 logit rows"), std::string::npos) << refused_draws.status();
+  std::vector<kernels::RowDraw> bad = draws;
+  bad[2].uniform = 1.0;
+  auto refused_bad = Step(*m.decoder, cache, seqs, packed.data(), pos, /*picks_only=*/true, &edits, &bad);
+  ASSERT_FALSE(refused_bad.ok());
+  EXPECT_NE(refused_bad.status().message().find("draws[2]"), std::string::npos) << refused_bad.status();
   // Edits for another number of rows than the logit rows: refused.
   kernels::LogitEdits two = edits;
   two.Clear();
   two.AddRow(2.f, std::vector<int32_t>{1}, {});
   two.AddRow(2.f, std::vector<int32_t>{1}, {});
-  auto refused = Step(*m.decoder, cache, seqs, packed.data(), pos, /*argmax_only=*/true, &two);
+  auto refused = Step(*m.decoder, cache, seqs, packed.data(), pos, /*picks_only=*/true, &two);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("logit edits"), std::string::npos) << refused.status();
 }

@@ -66,6 +66,11 @@ struct Spec {
   // Greedy either way; with a penalty the engine picks from f32 logits (Sampler::Sample), not on
   // the decoder (ArgmaxRows).
   float repetition_penalty = 1.f;
+  // Sampled when temperature > 0 (seeded: the same tokens alone and in a batch).
+  float temperature = 0.f;
+  int top_k = 0;
+  float top_p = 1.f;
+  uint64_t seed = 0;
 };
 
 inline std::vector<Spec> MixedWorkload(int n) {
@@ -89,6 +94,25 @@ inline std::vector<Spec> MixedWorkload(int n) {
   return out;
 }
 
+// MixedWorkload's requests sampled: temperature with top-p, top-k, both, plain, a penalty, and a
+// greedy one among them (each seeded).
+inline std::vector<Spec> SampledWorkload(int n) {
+  std::vector<Spec> out = MixedWorkload(n);
+  for (int i = 0; i < n; ++i) {
+    Spec& s = out[static_cast<size_t>(i)];
+    s.seed = 100 + static_cast<uint64_t>(i);
+    switch (i % 6) {
+      case 0: s.temperature = 0.8f; s.top_p = 0.9f; break;
+      case 1: s.temperature = 1.f; s.top_k = 40; break;
+      case 2: s.temperature = 1.2f; s.top_k = 20; s.top_p = 0.8f; s.repetition_penalty = 1.1f; break;
+      case 3: s.temperature = 0.6f; break;
+      case 4: s.repetition_penalty = 1.3f; break;  // greedy
+      default: s.temperature = 1.5f; s.top_p = 0.5f; break;
+    }
+  }
+  return out;
+}
+
 inline Request MakeRequest(const Engine& engine, const Spec& spec, int i) {
   std::vector<ChatInputMessage> messages = {{"user", spec.parts}};
   auto prompt = BuildPrompt(engine.model(), messages);
@@ -99,6 +123,10 @@ inline Request MakeRequest(const Engine& engine, const Spec& spec, int i) {
   r.sampling.max_tokens = spec.max_tokens;
   r.sampling.ignore_eos = true;
   r.sampling.repetition_penalty = spec.repetition_penalty;
+  r.sampling.temperature = spec.temperature;
+  r.sampling.top_k = spec.top_k;
+  r.sampling.top_p = spec.top_p;
+  r.sampling.seed = spec.seed;
   return r;
 }
 
@@ -141,8 +169,9 @@ class Collector {
 
 // Each request alone, one after the other.
 inline std::vector<std::vector<int32_t>> RunAlone(const std::vector<Spec>& specs,
-                                                  const kernels::DeviceOptions& device = {}) {
-  auto engine = MakeEngine(EngineOptions{}, kernels::ComputeType::kF32, device);
+                                                  const kernels::DeviceOptions& device = {},
+                                                  const EngineOptions& options = {}) {
+  auto engine = MakeEngine(options, kernels::ComputeType::kF32, device);
   std::vector<std::vector<int32_t>> out;
   for (size_t i = 0; i < specs.size(); ++i) {
     auto r = GenerateBlocking(*engine, MakeRequest(*engine, specs[i], static_cast<int>(i)));

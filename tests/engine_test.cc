@@ -138,6 +138,23 @@ TEST(EngineTest, RowsPickedFromLogitsInParallelEqualAlone) {
   EXPECT_EQ(stats.requests_finished, 12);
 }
 
+// Sampled requests drawn where the logits are (EngineOptions::sample_on_device: the decoder's
+// kernels::SampleRows from each sampler's NextDraw, only ids coming back, as on a GPU) pick what
+// the host samplers pick: one by one (the same logits bit for bit) and all at once.
+TEST(EngineTest, SampledRowsDrawnWhereTheLogitsAreEqualTheHostSamplers) {
+  const std::vector<Spec> specs = SampledWorkload(12);
+  const auto host = RunAlone(specs);
+  EngineOptions o;
+  o.sample_on_device = true;
+  EXPECT_EQ(RunAlone(specs, {}, o), host);
+  std::set<int32_t> distinct;
+  for (const auto& tokens : host) distinct.insert(tokens.begin(), tokens.end());
+  EXPECT_GT(distinct.size(), 40u) << "sampled, not one repeated token";
+  EngineStats stats;
+  RunConcurrent(specs, o, host, &stats);
+  EXPECT_EQ(stats.requests_finished, 12);
+}
+
 TEST(EngineTest, SharingTheCoresNeedsAnEncoderDeviceOfTheDecodersSize) {
   EngineOptions o;
   o.share_encoder_cores = true;

@@ -16,6 +16,8 @@
 #include "kernels/logit_edits.h"
 #include "kernels/logit_scan.h"
 #include "kernels/rows.h"
+#include "kernels/sample_rows.h"
+#include "tests/draw_cases.h"
 #include "tests/test_util.h"
 
 namespace iris::llm {
@@ -741,6 +743,77 @@ TEST(SamplerTest, DeviceEditsAndArgmaxPickWhatSamplePicks) {
       }
     }
   }
+}
+
+// A device's draw (AddEdits' edits, NextDraw's settings and uniform, kernels::SampleRows, then
+// Accept) picks what Sample picks, step after step with one seed: the same uniforms, the same
+// candidates and nucleus, the same walk. Every row kind and setting, with and without a penalty
+// (whose seen set grows with the picks), on a small vocabulary and on Qwen's (whose flat rows
+// take Sample's radix-select path).
+TEST(SamplerTest, DeviceDrawsPickWhatSamplePicks) {
+  kernels::Device& cpu = kernels::DefaultCpuDevice();
+  const std::vector<int32_t> prompt = {5, 17, 400};
+  for (const int64_t vocab : {int64_t{997}, int64_t{151936}}) {
+    const int steps = vocab > 10000 ? 3 : 12;
+    for (const kernels::RowDraw& setting : testing::DrawCaseSettings()) {
+      for (const float penalty : {1.f, 1.3f}) {
+        SamplingParams p;
+        p.temperature = setting.temperature;
+        p.top_k = setting.top_k;
+        p.top_p = setting.top_p;
+        p.repetition_penalty = penalty;
+        p.seed = 77;
+        p.max_tokens = 100;
+        Sampler host(p, prompt), device(p, prompt);
+        std::set<int32_t> picked;
+        for (int step = 0; step < steps * testing::kDrawRowKinds; ++step) {
+          const std::vector<float> logits =
+              testing::DrawCaseRow(step % testing::kDrawRowKinds, vocab, 500 + static_cast<uint32_t>(step));
+          std::vector<float> a = logits, b = logits;
+          const int32_t want = host.Sample(a.data(), vocab);
+          kernels::LogitEdits edits;
+          device.AddEdits(edits);
+          std::vector<int32_t> packed(static_cast<size_t>(edits.PackedSize()));
+          edits.Pack(packed.data());
+          kernels::EditLogitRows(cpu, b.data(), 1, vocab, edits.View(packed.data()));
+          const kernels::RowDraw d = device.NextDraw();
+          int32_t got = -1;
+          kernels::SampleRows(cpu, b.data(), 1, vocab, &d, &got);
+          device.Accept(got);
+          ASSERT_EQ(got, want) << "vocab " << vocab << " t " << p.temperature << " k " << p.top_k << " p "
+                               << p.top_p << " penalty " << penalty << " step " << step;
+          picked.insert(got);
+        }
+        if (!setting.greedy() && setting.top_p > 0.01f) {  // a draw, not one certain token
+          EXPECT_GT(picked.size(), 2u) << "vocab " << vocab << " t " << p.temperature << " k " << p.top_k;
+        }
+      }
+    }
+  }
+}
+
+// A greedy request's draw is its argmax and takes no uniform: its generator does not move (the
+// same as Sample, which draws none for a greedy pick).
+TEST(SamplerTest, NextDrawOfAGreedyRequestIsTheArgmaxAndDrawsNothing) {
+  SamplingParams p;
+  p.top_k = 1;
+  p.temperature = 0.8f;
+  Sampler s(p, {});
+  const kernels::RowDraw d = s.NextDraw();
+  EXPECT_TRUE(d.greedy());
+  EXPECT_EQ(d.uniform, 0.0);
+  SamplingParams q = Sampled(0.9f, 5);
+  q.top_p = 0.7f;
+  q.top_k = 9;
+  Sampler a(q, {}), b(q, {});
+  const kernels::RowDraw da = a.NextDraw();
+  EXPECT_EQ(da.temperature, 0.9f);
+  EXPECT_EQ(da.top_k, 9);
+  EXPECT_EQ(da.top_p, 0.7f);
+  // b's Sample takes the same uniform: a second NextDraw of a equals b's after one Sample.
+  std::vector<float> row = {0.f, 1.f, 2.f};
+  b.Sample(row.data(), 3);
+  EXPECT_EQ(a.NextDraw().uniform, b.NextDraw().uniform);
 }
 
 TEST(SamplerTest, MinTokensKeepsEosWhenIgnoreEos) {

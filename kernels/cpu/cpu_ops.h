@@ -15,6 +15,7 @@
 #include "kernels/packed_logit_edits.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rotary.h"
+#include "kernels/row_draw.h"
 
 namespace iris::kernels::cpu {
 
@@ -40,6 +41,9 @@ void GatherRows(CpuDevice& dev, const float* src, int64_t width, std::span<const
 void ArgmaxRows(CpuDevice& dev, const float* logits, int64_t rows, int64_t vocab, int32_t* out);
 // kernels::EditLogitRows (kernels/logit_edits.h) on host memory.
 void EditLogitRows(float* logits, int64_t rows, int64_t vocab, const PackedLogitEdits& edits);
+// kernels::SampleRows (kernels/sample_rows.h) on host memory: the draw's definition written out
+// plainly (a sort for top-p), the reference a device's kernel is checked against.
+void SampleRows(CpuDevice& dev, float* logits, int64_t rows, int64_t vocab, const RowDraw* draws, int32_t* out);
 void ScatterRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst);
 void EmbeddingLookup(CpuDevice& dev, const core::Tensor& table, std::span<const int32_t> ids, float* out);
 void UnpadHeads(CpuDevice& dev, const float* padded, int64_t rows, int num_heads, int head_dim, int padded_dim,

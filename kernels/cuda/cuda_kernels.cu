@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/launch_grid.cuh"
+#include "kernels/cuda/sample_rows.cuh"
 
 namespace iris::kernels::cuda {
 namespace {
@@ -218,6 +219,14 @@ int LaunchEditLogitRows(CUstream_st* stream, float* logits, int64_t rows, int64_
   if (rows == 0) return 0;
   if (rows > edits.rows || rows > 65535 * 1024LL) return static_cast<int>(cudaErrorInvalidValue);
   EditLogitRowsKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(logits, vocab, edits);
+  return LastLaunchError();
+}
+
+int LaunchSampleRows(CUstream_st* stream, float* logits, int64_t rows, int64_t vocab, const RowDraw* draws,
+                     int32_t* out) {
+  if (rows == 0) return 0;
+  if (rows > 0x7FFFFFFF || vocab >= 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
+  SampleRowsKernel<<<static_cast<unsigned>(rows), kSampleRowsThreads, 0, stream>>>(logits, vocab, draws, out);
   return LastLaunchError();
 }
 

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/paged_decode_rotary.h"
 #include "kernels/packed_logit_edits.h"
+#include "kernels/row_draw.h"
 
 struct CUstream_st;
 
@@ -76,6 +77,9 @@ int ArgmaxSlices(int64_t rows, int64_t vocab, int sm_count);
 
 // kernels::EditLogitRows: a block per row, the packed edits' buffer in device memory.
 int LaunchEditLogitRows(CUstream_st* stream, float* logits, int64_t rows, int64_t vocab, const PackedLogitEdits& edits);
+// kernels::SampleRows: a block per row (sample_rows.cuh); draws and out in device memory.
+int LaunchSampleRows(CUstream_st* stream, float* logits, int64_t rows, int64_t vocab, const RowDraw* draws,
+                     int32_t* out);
 
 // Writes n tokens' k and v rows (row_elems = num_kv_heads * head_dim floats each) into pool slots
 // slots[r] (n device int64s) of f32 or bf16 pools (rounded to nearest even, as the CPU op). A slot
