@@ -55,7 +55,7 @@ for src in tests/cuda_*_test.cc; do
   [ -x "$b" ] || { echo "gpu_bundle: $b is not built (run scripts/build.sh)" >&2; exit 1; }
   BINS+=("$b")
 done
-for b in "$BUILD_DIR"/bench/decode_bench "$BUILD_DIR"/bench/encoder_bench \
+for b in "$BUILD_DIR"/bench/decode_bench "$BUILD_DIR"/bench/encoder_bench "$BUILD_DIR"/bench/sampler_bench \
          "$BUILD_DIR"/tools/iris-make-model/iris-make-model "${EXTRA[@]}"; do
   [ -x "$b" ] && BINS+=("$b")
 done

@@ -8,6 +8,8 @@
 #   decode     decode_bench on the 3b at batches 1, 8, 32, 64, with its same-run tables (graphs,
 #              decode attention on the CUDA cores against the tensor cores, the prompt step both
 #              ways, each Linear alone)
+#   sampling   sampler_bench --device cuda: a step's sampled rows (1, 8, 64 of 152k logits) brought
+#              back and picked on the host vs drawn on the GPU (kernels::SampleRows), same tokens
 #   decode_ab  the 3b step with each decode candidate that is off by default as a variant, side by
 #              side with the defaults, alternating (gpu_ab.sh): the streamed GEMV, the L2 weight
 #              prefetch, and the decode rotary in a launch of its own (graph-replayed steps; the
@@ -32,11 +34,11 @@ while [ $# -gt 0 ]; do
     --deadline) DEADLINE=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
     --from) FROM=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "gpu_session: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-STAGES=(tests decode decode_ab encoder sanitize profile)
+STAGES=(tests decode sampling decode_ab encoder sanitize profile)
 [[ " ${STAGES[*]} " == *" $FROM "* ]] || { echo "gpu_session: --from must be one of ${STAGES[*]}" >&2; exit 2; }
 [ -n "$BUNDLE" ] || { echo "gpu_session: --bundle FILE is required (scripts/gpu_bundle.sh makes it)" >&2; exit 2; }
 [ -n "$OUT_DIR" ] || OUT_DIR=$(mktemp -d)
@@ -82,6 +84,9 @@ decode() {
   "$BIN/decode_bench" --model "$MODELS/3b" --device cuda --batches 1,8,32,64 --context 512 --steps 24 \
     --kv_compare_contexts=
 }
+sampling() {
+  "$BIN/sampler_bench" --device cuda --rows 10 --batch 64 --draw_batches 1,8,64
+}
 decode_ab() {
   make_model 3b || return 1
   bash scripts/gpu_ab.sh --bundle "$BUNDLE" --models 3b --models-dir "$MODELS" --batches 1,8,32,64 --rounds 2 \
@@ -102,10 +107,11 @@ profile() {
     --out "$OUT_DIR/profile_decode" --detail PagedAttentionKernel || rc=1
   return $rc
 }
-export -f make_model decode decode_ab encoder profile
+export -f make_model decode sampling decode_ab encoder profile
 
 run_stage tests 120 env TEST_TIMEOUT_S=150 bash scripts/gpu_check.sh --bundle "$BUNDLE" --out "$OUT_DIR/check"
 run_stage decode 90 decode
+run_stage sampling 30 sampling
 run_stage decode_ab 120 decode_ab
 run_stage encoder 90 encoder
 run_stage sanitize 60 env SANITIZE_TIMEOUT_S=90 bash scripts/gpu_check.sh --bundle "$BUNDLE" --no-tests --sanitize \
