@@ -9,15 +9,12 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define IRIS_EXP_LANE_FN __host__ __device__ __forceinline__
-#else
-#define IRIS_EXP_LANE_FN inline
-#endif
+#include "kernels/host_device.h"
+
 
 namespace iris::kernels {
 
-IRIS_EXP_LANE_FN float ExpLane(float x) {
+IRIS_HD_FN float ExpLane(float x) {
   float xc = x < 88.8f ? x : 88.8f;  // as _mm256_min_ps / _mm256_max_ps (a NaN becomes 88.8)
   xc = xc > -88.0f ? xc : -88.0f;
   // Round to nearest even by adding and subtracting 1.5 * 2^23.
@@ -43,5 +40,3 @@ IRIS_EXP_LANE_FN float ExpLane(float x) {
 }
 
 }  // namespace iris::kernels
-
-#undef IRIS_EXP_LANE_FN

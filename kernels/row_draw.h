@@ -5,11 +5,8 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define IRIS_ROW_DRAW_FN __host__ __device__ __forceinline__
-#else
-#define IRIS_ROW_DRAW_FN inline
-#endif
+#include "kernels/host_device.h"
+
 
 namespace iris::kernels {
 
@@ -21,7 +18,7 @@ struct RowDraw {
   double uniform = 0.0;     // in [0, 1): the draw's u (llm::Sampler's (rng() >> 11) * 2^-53)
 
   // The lowest id of the largest value (llm::SamplingParams::greedy's rule).
-  IRIS_ROW_DRAW_FN bool greedy() const { return temperature == 0.f || top_k == 1; }
+  IRIS_HD_FN bool greedy() const { return temperature == 0.f || top_k == 1; }
 };
 
 // Top-p compares a cumulative mass with (top_p - kTopPSlack) * total. Both come from float
@@ -31,11 +28,9 @@ constexpr double kTopPSlack = 1e-6;
 
 // The mass top-p's nucleus must reach, of candidates whose mass is `total`: at least a little, so
 // that a top_p below the slack keeps the most likely token rather than nothing.
-IRIS_ROW_DRAW_FN double NucleusNeed(float top_p, double total) {
+IRIS_HD_FN double NucleusNeed(float top_p, double total) {
   const double need = (static_cast<double>(top_p) - kTopPSlack) * total;
   return need > 0x1p-1022 ? need : 0x1p-1022;
 }
 
 }  // namespace iris::kernels
-
-#undef IRIS_ROW_DRAW_FN

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/device.h"
 #include "kernels/logit_scan.h"
+#include "kernels/ordered_float_key.h"
 #include "kernels/rows.h"
 
 namespace iris::llm {
@@ -34,14 +35,6 @@ int32_t Argmax(const float* logits, int64_t vocab) {
   int32_t id = 0;
   kernels::ArgmaxRows(kernels::DefaultCpuDevice(), logits, 1, vocab, &id);
   return id;
-}
-
-// A float's bits mapped so that unsigned order is value order (-inf lowest, +inf highest).
-uint32_t OrderedKey(float v) {
-  const auto u = std::bit_cast<uint32_t>(v);
-  // Negative: every bit flipped; else the sign bit set. Without a branch: the signs of random
-  // logits would mispredict half the time.
-  return u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
 }
 
 // The largest 32-bit key v such that the weight of the items with key >= v reaches `need`
@@ -73,11 +66,6 @@ uint32_t RadixSelect(int64_t n, KeyFn key, WeightFn weight, W need, std::vector<
     }
   }
   return 0;
-}
-
-// The inverse of OrderedKey.
-float FromOrderedKey(uint32_t key) {
-  return std::bit_cast<float>((key >> 31) != 0 ? (key & 0x7FFFFFFFu) : ~key);
 }
 
 // Top-k up to this size selects with a heap in one pass; larger k with histograms.
@@ -383,9 +371,9 @@ float Sampler::KthLargest(const float* logits, int64_t vocab, int64_t k) {
     return kth;
   }
   const uint32_t key = RadixSelect<int64_t>(
-      vocab, [logits](int64_t i) { return OrderedKey(NanAsNegInf(logits[i])); },
+      vocab, [logits](int64_t i) { return kernels::OrderedFloatKey(NanAsNegInf(logits[i])); },
       [](int64_t) { return int64_t{1}; }, k, counts_);
-  return FromOrderedKey(key);
+  return kernels::FromOrderedFloatKey(key);
 }
 
 double Sampler::NucleusMass(double total) const {

@@ -17,28 +17,22 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
 
-// The first index of the largest value, NaN as -inf; 0 when nothing is above -inf.
-int32_t FirstLargest(const float* x, int64_t n) {
-  int32_t best = 0;
-  float best_value = kNegInf;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = NanAsNegInf(x[i]);
-    if (v > best_value) {
-      best_value = v;
-      best = static_cast<int32_t>(i);
-    }
-  }
-  return best;
+// The first index of the largest value, NaN never winning; 0 when nothing is above -inf (the
+// greedy pick's op).
+int32_t Argmax(CpuDevice& dev, const float* x, int64_t n) {
+  int32_t id = 0;
+  ArgmaxRows(dev, x, 1, n, &id);
+  return id;
 }
 
-int32_t DrawRow(float* x, int64_t vocab, const RowDraw& d) {
-  if (d.greedy()) return FirstLargest(x, vocab);
+int32_t DrawRow(CpuDevice& dev, float* x, int64_t vocab, const RowDraw& d) {
+  if (d.greedy()) return Argmax(dev, x, vocab);
   float m = kNegInf;
   for (int64_t i = 0; i < vocab; ++i) {
     x[i] = NanAsNegInf(x[i]) / d.temperature;
     m = std::max(m, x[i]);
   }
-  if (m == kNegInf || m == kPosInf) return FirstLargest(x, vocab);
+  if (m == kNegInf || m == kPosInf) return Argmax(dev, x, vocab);
 
   // The candidates: values >= the k-th largest.
   float kth = kNegInf;
@@ -107,7 +101,7 @@ int32_t DrawRow(float* x, int64_t vocab, const RowDraw& d) {
 
 void SampleRows(CpuDevice& dev, float* logits, int64_t rows, int64_t vocab, const RowDraw* draws, int32_t* out) {
 #pragma omp parallel for num_threads(dev.threads()) schedule(dynamic, 1) if (rows > 1)
-  for (int64_t r = 0; r < rows; ++r) out[r] = DrawRow(logits + r * vocab, vocab, draws[r]);
+  for (int64_t r = 0; r < rows; ++r) out[r] = DrawRow(dev, logits + r * vocab, vocab, draws[r]);
 }
 
 }  // namespace iris::kernels::cpu

@@ -22,17 +22,31 @@
 
 namespace iris::kernels::cuda {
 
-// The sum of v over the block, in every thread. `partials`: kMaxWarpsPerBlock floats of shared
-// storage. blockDim.x: a multiple of the warp size.
-IRIS_DEVICE float BlockSum(float v, float* partials) {
-  v = WarpSum(v);
+// v reduced over the block, in every thread: warp_op over each warp, then over the warps'
+// results (lanes past the warps count take `identity`). A fixed order, so the same values give the
+// same result. `partials`: kMaxWarpsPerBlock values of shared storage. blockDim.x: a multiple of
+// the warp size.
+template <typename T, typename WarpOp>
+IRIS_DEVICE T BlockReduce(T v, T* partials, WarpOp warp_op, T identity) {
+  v = warp_op(v);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   if (lane == 0) partials[warp] = v;
   SyncThreads();
   const int warps = static_cast<int>(blockDim.x) / kWarpSize;
-  v = WarpSum(lane < warps ? partials[lane] : 0.f);  // every warp reduces the partials: all lanes end with the sum
+  v = warp_op(lane < warps ? partials[lane] : identity);  // every warp reduces the partials: all lanes end with it
   SyncThreads();  // the partials are read before anyone reuses them
   return v;
+}
+
+// The sum of v over the block, in every thread (float or double).
+template <typename T>
+IRIS_DEVICE T BlockSum(T v, T* partials) {
+  return BlockReduce(v, partials, [](T x) { return WarpSum(x); }, T{0});
+}
+
+// The largest v over the block, in every thread (no NaN expected; -inf stays -inf).
+IRIS_DEVICE float BlockMax(float v, float* partials) {
+  return BlockReduce(v, partials, [](float x) { return WarpMax(x); }, -INFINITY);
 }
 
 // The first element of this thread in a grid-stride loop, and the loop's stride.

@@ -17,7 +17,9 @@
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/row_math.cuh"
 #include "kernels/cuda/simt.h"
+#include "kernels/cuda/warp_reduce.cuh"
 #include "kernels/exp_lane.h"
+#include "kernels/ordered_float_key.h"
 #include "kernels/row_draw.h"
 
 namespace iris::kernels::cuda {
@@ -31,34 +33,6 @@ constexpr int kSampleRowsThreads = 512;
 IRIS_HOST_DEVICE int64_t DrawChunk(int64_t vocab) {
   const int64_t per = (vocab + 256 * kMaxDrawChunks - 1) / (256 * kMaxDrawChunks);
   return 256 * (per > 1 ? per : 1);
-}
-
-// A float's bits mapped so that unsigned order is value order (-inf lowest).
-IRIS_DEVICE uint32_t OrderedFloatKey(float v) {
-  const uint32_t u = FloatToBits(v);
-  return u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
-}
-IRIS_DEVICE float FromOrderedFloatKey(uint32_t key) {
-  return BitsToFloat((key >> 31) != 0 ? (key & 0x7FFFFFFFu) : ~key);
-}
-
-IRIS_DEVICE double WarpSumDouble(double v) {
-  for (int m = kWarpSize / 2; m > 0; m >>= 1) v += ShflXor(v, m);
-  return v;
-}
-
-// The sum of every thread's v, in thread 0 (warp_sums: kMaxWarpsPerBlock shared slots).
-IRIS_DEVICE double BlockSumDouble(double v, double* warp_sums) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  v = WarpSumDouble(v);
-  if (lane == 0) warp_sums[warp] = v;
-  SyncThreads();
-  double total = 0.0;
-  if (threadIdx.x == 0) {
-    for (int w = 0; w < static_cast<int>(blockDim.x) / kWarpSize; ++w) total += warp_sums[w];
-  }
-  SyncThreads();  // the slots are read before they are reused
-  return total;
 }
 
 // The largest key K in [lo, hi] such that the weight of the row's values with key >= K reaches
@@ -85,7 +59,7 @@ IRIS_DEVICE uint32_t BlockSearchKey(const float* row, int64_t n, bool by_mass, u
     }
     IRIS_UNROLL
     for (int j = 0; j < kDrawProbes; ++j) {
-      const double s = WarpSumDouble(w[j]);
+      const double s = WarpSum(w[j]);
       if (lane == 0) weights[warp * kDrawProbes + j] = s;
     }
     SyncThreads();
@@ -123,8 +97,6 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kSampleRowsThreads, 1)
   IRIS_SHARED uint32_t bounds[2];
   IRIS_SHARED double chunk_mass[kMaxDrawChunks];
   IRIS_SHARED int32_t chunk_ties[kMaxDrawChunks];
-  IRIS_SHARED float row_max;
-  IRIS_SHARED double row_total;
   const int64_t r = blockIdx.x;
   float* row = logits + r * vocab;
   const RowDraw d = draws[r];
@@ -143,16 +115,7 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kSampleRowsThreads, 1)
       row[i] = v;
       local = v > local ? v : local;
     }
-    local = WarpMax(local);
-    if (lane == 0) warp_v[warp] = local;
-    SyncThreads();
-    if (threadIdx.x == 0) {
-      float best = -INFINITY;
-      for (int w = 0; w < warps; ++w) best = warp_v[w] > best ? warp_v[w] : best;
-      row_max = best;
-    }
-    SyncThreads();
-    m = row_max;
+    m = BlockMax(local, warp_v);
     argmax = m == -INFINITY || m == INFINITY;
   }
   if (argmax) {
@@ -175,13 +138,11 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kSampleRowsThreads, 1)
     row[i] = q;
     part += q;
   }
-  const double total = BlockSumDouble(part, warp_sums);
-  if (threadIdx.x == 0) row_total = total;
-  SyncThreads();
+  const double total = BlockSum(part, warp_sums);
 
   // 3. top-p's last value (the largest q whose q >= it carry the mass top-p needs; q <= 1 = e^0).
   const bool top_p = d.top_p < 1.f;
-  const double need = top_p ? NucleusNeed(d.top_p, row_total) : 0.0;
+  const double need = top_p ? NucleusNeed(d.top_p, total) : 0.0;
   const float last = top_p ? BitsToFloat(BlockSearchKey(row, vocab, true, 0u, FloatToBits(1.f), need, weights, bounds)) : 0.f;
 
   // 4. By chunk: the mass above `last` and the values equal to it; then thread 0 walks.
@@ -198,8 +159,8 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kSampleRowsThreads, 1)
         ++ties;
       }
     }
-    s = WarpSumDouble(s);
-    for (int k = kWarpSize / 2; k > 0; k >>= 1) ties += ShflXor(ties, k);
+    s = WarpSum(s);
+    ties = WarpSum(ties);
     if (lane == 0) {
       chunk_mass[c] = s;
       chunk_ties[c] = ties;

@@ -5,8 +5,10 @@
 
 namespace iris::kernels::cuda {
 
-// The sum of v over the warp, in every lane.
-IRIS_DEVICE float WarpSum(float v) {
+// The sum of v over the warp, in every lane (float, double or an integer; a fixed tree, so the
+// same values give the same sum).
+template <typename T>
+IRIS_DEVICE T WarpSum(T v) {
   for (int m = kWarpSize / 2; m > 0; m >>= 1) v += ShflXor(v, m);
   return v;
 }
