@@ -172,7 +172,10 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b)
     const int64_t ip = (v.intermediate_size + 63) / 64 * 64;
     const int64_t dp = std::max<int64_t>(d, 96);
     const int unit = v.spatial_merge_size * v.spatial_merge_size;
-    const int64_t floats = n * (8 * hv + 3 * ip + 2 * d) + 4 * n * v.num_heads * dp + n / unit * v.out_hidden_size;
+    // qkv's buffer also holds the patch rows made from images' bytes during patch embedding.
+    const int64_t patch_floats = int64_t{v.in_channels} * v.temporal_patch_size * v.patch_size * v.patch_size;
+    const int64_t floats = n * (5 * hv + std::max(3 * hv, patch_floats) + 3 * ip + 2 * d) + 4 * n * v.num_heads * dp +
+                           n / unit * v.out_hidden_size;
     // A GPU also keeps the output in raster order before it is copied back (VisionEncoder::Finish).
     e.encoder_activation_bytes = 4 * (floats + (b.gpu ? n / unit * v.out_hidden_size : 0));
     // Per patch row the widest matmul input is the patch embedding's, the padded MLP's down

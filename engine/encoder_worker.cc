@@ -56,14 +56,15 @@ EncoderWorker::~EncoderWorker() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::Status EncoderWorker::Submit(core::Tensor pixels, std::vector<vision::GridThw> grids) {
+absl::Status EncoderWorker::Submit(core::Tensor rgb, std::vector<vision::GridThw> grids,
+                                   const vision::PixelNormalization& normalization) {
   absl::MutexLock lock(&mu_);
   if (held_ != 0) {
     return absl::FailedPreconditionError("EncoderWorker::Submit: a job is in flight (Poll its result or Abandon it)");
   }
   held_ = ++last_id_;
   ready_ = false;
-  queued_ = Job{held_, std::move(pixels), std::move(grids)};
+  queued_ = Job{held_, std::move(rgb), std::move(grids), normalization};
   return absl::OkStatus();
 }
 
@@ -143,7 +144,7 @@ void EncoderWorker::Loop() {
     const absl::Time t0 = absl::Now();
     std::optional<absl::StatusOr<core::Tensor>> out = RunJob(job);
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
-    job.pixels = core::Tensor();  // the input's memory goes back before the result is handed over
+    job.rgb = core::Tensor();  // the input's memory goes back before the result is handed over
     std::function<void()> on_ready;
     {
       absl::MutexLock lock(&mu_);
@@ -173,7 +174,9 @@ std::optional<absl::StatusOr<core::Tensor>> EncoderWorker::RunJob(const Job& job
     if (share_ != nullptr) share_->SetBusy(kernels::ComputeShare::kEncoder, false);
   };
   device_->Rebalance();
-  if (absl::Status s = encoder_->Begin(job.pixels, job.grids); !s.ok()) return absl::StatusOr<core::Tensor>(s);
+  if (absl::Status s = encoder_->BeginRgb(job.rgb, job.grids, job.normalization); !s.ok()) {
+    return absl::StatusOr<core::Tensor>(s);
+  }
   const double piece = device_->kind() == kernels::DeviceKind::kCpu
                            ? std::max(encoder_->remaining_flops() / kCpuPiecesPerJob, 1.0)
                            : std::numeric_limits<double>::infinity();

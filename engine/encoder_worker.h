@@ -48,10 +48,11 @@ class EncoderWorker {
   EncoderWorker(const EncoderWorker&) = delete;
   EncoderWorker& operator=(const EncoderWorker&) = delete;
 
-  // Hands the worker a forward over `pixels` (F32 [patches, C*T*P*P]) and `grids`, as
-  // VisionEncoder::Forward's arguments. FAILED_PRECONDITION while a job is held (submitted and its
-  // result not yet taken).
-  absl::Status Submit(core::Tensor pixels, std::vector<vision::GridThw> grids);
+  // Hands the worker a forward over the images' bytes `rgb` (U8, resized to `grids`, packed), as
+  // VisionEncoder::ForwardRgb's arguments. FAILED_PRECONDITION while a job is held (submitted and
+  // its result not yet taken).
+  absl::Status Submit(core::Tensor rgb, std::vector<vision::GridThw> grids,
+                      const vision::PixelNormalization& normalization);
   // The held job's result once ready (the job is then no longer held); nullopt while it runs or
   // when none is held. Never blocks on the job.
   std::optional<Result> Poll();
@@ -73,8 +74,9 @@ class EncoderWorker {
  private:
   struct Job {
     uint64_t id = 0;
-    core::Tensor pixels;
+    core::Tensor rgb;
     std::vector<vision::GridThw> grids;
+    vision::PixelNormalization normalization;
   };
 
   EncoderWorker(vision::VisionEncoder* encoder, kernels::Device* device);

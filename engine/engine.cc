@@ -180,15 +180,21 @@ absl::Status Engine::Submit(Request request) {
                                                    core::FamilyModelType(model_->config.family), ")"));
   }
   const int merge = model_->config.vision.spatial_merge_size;
+  const int64_t patch = model_->config.vision.patch_size;
   for (size_t j = 0; j < p.images.size(); ++j) {
     const PromptImage& im = p.images[j];
-    const int64_t tokens = im.grid_thw[0] * im.grid_thw[1] * im.grid_thw[2] / (merge * merge);
-    if (im.pixel_values == nullptr || im.pad_begin < 0 || im.pad_end > L || im.pad_end - im.pad_begin != tokens ||
-        im.pixel_values->dim(0) != im.grid_thw[0] * im.grid_thw[1] * im.grid_thw[2]) {
+    const int64_t patches = im.grid_thw[0] * im.grid_thw[1] * im.grid_thw[2];
+    const int64_t tokens = patches / (merge * merge);
+    if (im.pad_begin < 0 || im.pad_end > L || im.pad_end - im.pad_begin != tokens) {
       return absl::InvalidArgumentError(absl::StrCat("prompt: image ", j, " does not match its pad slots"));
     }
-    if (im.pixel_values->dim(0) > model_->encoder->max_patches()) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt: image ", j, " has ", im.pixel_values->dim(0),
+    if (im.rgb == nullptr || im.rgb->dtype() != core::DType::kU8 || im.grid_thw[0] != 1 ||
+        im.rgb->numel() != im.grid_thw[1] * patch * im.grid_thw[2] * patch * 3) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt: image ", j, " is not an RGB8 image resized to its grid ",
+                                                     im.grid_thw[0], "x", im.grid_thw[1], "x", im.grid_thw[2]));
+    }
+    if (patches > model_->encoder->max_patches()) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt: image ", j, " has ", patches,
                                                      " patches, more than one encoder forward holds (",
                                                      model_->encoder->max_patches(), ")"));
     }
@@ -210,7 +216,8 @@ absl::Status Engine::Submit(Request request) {
   seq->tokens = p.ids;
   seq->tokens.reserve(static_cast<size_t>(total));
   for (const PromptImage& im : p.images) {
-    seq->images.push_back({im.content_hash, im.pixel_values->dim(0), im.pad_begin, im.pad_end});
+    seq->images.push_back({im.content_hash, im.grid_thw[0] * im.grid_thw[1] * im.grid_thw[2], im.pad_begin,
+                           im.pad_end});
   }
   seq->sampler = std::make_unique<llm::Sampler>(request.sampling, p.ids, model_->eos_token_ids);
   seq->stop = std::make_unique<llm::StopChecker>(request.sampling, model_->eos_token_ids);

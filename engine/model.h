@@ -43,6 +43,9 @@ struct Model {
   llm::ChatStyle chat_style;  // from the checkpoint's chat template (its default system turn)
   std::unique_ptr<kernels::Device> encoder_device;  // the encoder's own (options.encoder_device), or null
 
+  // How the preprocessing's bytes become pixel values (what the encoder needs to take images as bytes).
+  vision::PixelNormalization pixel_normalization() const { return {preprocessor.image_mean, preprocessor.image_std}; }
+
   // The device the encoder runs on.
   kernels::Device& encoder_runs_on() const { return encoder_device != nullptr ? *encoder_device : *device; }
 

@@ -40,13 +40,14 @@ struct ImageJob {
   PromptImage image;
 };
 
-// The encoder cache key: SHA-256 over the pixel values' bytes and the grid. The grid is part of
+// The encoder cache key: SHA-256 over the resized image's bytes and the grid. The grid is part of
 // the key because the same bytes could in principle be read as another (h, w) of equal area; the
-// pixel digest is hashed again with the grid rather than copying the (possibly large) buffer.
-std::string ContentHash(const core::Tensor& pixel_values, const std::array<int64_t, 3>& grid) {
-  const std::string pixels = core::Sha256Hex(pixel_values.raw(), pixel_values.nbytes());
-  const std::string keyed = absl::StrCat("iris-image f32 ", pixel_values.dim(0), "x", pixel_values.dim(1), " grid ",
-                                         grid[0], "x", grid[1], "x", grid[2], " ", pixels);
+// digest is hashed again with the grid rather than copying the buffer. (The model's normalization
+// is fixed for the server's life, so the bytes and the grid decide the pixel values.)
+std::string ContentHash(const core::Tensor& rgb, const std::array<int64_t, 3>& grid) {
+  const std::string pixels = core::Sha256Hex(rgb.raw(), rgb.nbytes());
+  const std::string keyed = absl::StrCat("iris-image rgb8 ", rgb.ShapeString(), " grid ", grid[0], "x", grid[1], "x",
+                                         grid[2], " ", pixels);
   return core::Sha256Hex(keyed.data(), keyed.size());
 }
 
@@ -77,8 +78,8 @@ void RunImageJob(const Model& model, const PromptLimits& limits, ImageJob& job) 
     return;
   }
   job.image.grid_thw = pre->grid_thw;
-  job.image.content_hash = ContentHash(pre->pixel_values, pre->grid_thw);
-  job.image.pixel_values = std::make_shared<const core::Tensor>(std::move(pre->pixel_values));
+  job.image.content_hash = ContentHash(pre->rgb, pre->grid_thw);
+  job.image.rgb = std::make_shared<const core::Tensor>(std::move(pre->rgb));
 }
 
 // llm::BuildPrompt names no field when text holds a reserved token: find the part that does.

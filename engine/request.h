@@ -19,9 +19,11 @@ namespace iris::engine {
 
 // One preprocessed image of a prompt.
 struct PromptImage {
-  std::shared_ptr<const core::Tensor> pixel_values;  // F32 [patches, 1176]
+  // U8 [grid h * P, grid w * P, 3]: the image resized to its grid (vision::Preprocess); the
+  // encoder makes its pixel values where it runs.
+  std::shared_ptr<const core::Tensor> rgb;
   std::array<int64_t, 3> grid_thw = {};
-  std::string content_hash;  // SHA-256 of the pixel values (hex): the encoder cache key
+  std::string content_hash;  // SHA-256 of the resized image's bytes and grid (hex): the encoder cache key
   int64_t pad_begin = 0;     // prompt_ids[pad_begin, pad_end) are its <|image_pad|> tokens
   int64_t pad_end = 0;
 };

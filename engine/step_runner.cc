@@ -29,7 +29,7 @@ struct StepRunner::EncodeJob {
     std::vector<std::string> sequences;
   };
   std::vector<Image> images;
-  Tensor pixels;  // kept alive while the encoder reads them
+  Tensor rgb;  // the images' bytes, kept alive while the encoder reads them
   double ms = 0;
 };
 
@@ -82,21 +82,19 @@ StepResult StepRunner::Run(const StepPlan& plan, double encoder_flops) {
   return result;
 }
 
-void StepRunner::GatherPixels(const std::vector<ImageToEncode>& images, Tensor* pixels,
-                              std::vector<vision::GridThw>* grids) {
-  auto pixels_of = [](const ImageToEncode& im) -> const PromptImage& {
+void StepRunner::GatherRgb(const std::vector<ImageToEncode>& images, Tensor* rgb, std::vector<vision::GridThw>* grids) {
+  auto image_of = [](const ImageToEncode& im) -> const PromptImage& {
     return AsRequest(im.source).req.prompt.images[im.index];
   };
-  int64_t rows = 0;
-  const int64_t width = pixels_of(images[0]).pixel_values->dim(1);
-  for (const ImageToEncode& im : images) rows += pixels_of(im).pixel_values->dim(0);
-  *pixels = Tensor::Empty(core::DType::kF32, {rows, width});
+  int64_t bytes = 0;
+  for (const ImageToEncode& im : images) bytes += image_of(im).rgb->nbytes();
+  *rgb = Tensor::Empty(core::DType::kU8, {bytes});
   grids->clear();
   int64_t at = 0;
   for (const ImageToEncode& im : images) {
-    const PromptImage& p = pixels_of(im);
-    std::memcpy(pixels->data<float>() + at * width, p.pixel_values->data<float>(), p.pixel_values->nbytes());
-    at += p.pixel_values->dim(0);
+    const PromptImage& p = image_of(im);
+    std::memcpy(rgb->data<uint8_t>() + at, p.rgb->data<uint8_t>(), p.rgb->nbytes());
+    at += p.rgb->nbytes();
     grids->push_back(p.grid_thw);
   }
 }
@@ -106,10 +104,10 @@ void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
   absl::Status status;
   if (!plan.images.empty()) {
     const absl::Time t0 = absl::Now();
-    Tensor pixels;
+    Tensor rgb;
     std::vector<vision::GridThw> grids;
-    GatherPixels(plan.images, &pixels, &grids);
-    absl::StatusOr<Tensor> out = model_->encoder->Forward(pixels, grids);
+    GatherRgb(plan.images, &rgb, &grids);
+    absl::StatusOr<Tensor> out = model_->encoder->ForwardRgb(rgb, grids, model_->pixel_normalization());
     if (out.ok()) {
       int64_t row = 0;
       for (const ImageToEncode& im : plan.images) {
@@ -184,12 +182,13 @@ void StepRunner::StartJob(const StepPlan& plan, StepResult& result) {
     job->images.push_back(std::move(image));
   }
   std::vector<vision::GridThw> grids;
-  GatherPixels(plan.images, &job->pixels, &grids);
+  GatherRgb(plan.images, &job->rgb, &grids);
   job_ = std::move(job);
   result.encoder_cache_misses += static_cast<int64_t>(plan.images.size());
-  // On the worker the pixels go with the job; here the encoder reads them until the job ends.
-  const absl::Status begun = worker_ != nullptr ? worker_->Submit(std::move(job_->pixels), std::move(grids))
-                                                : model_->encoder->Begin(job_->pixels, grids);
+  // On the worker the bytes go with the job; here the encoder reads them until the job ends.
+  const absl::Status begun =
+      worker_ != nullptr ? worker_->Submit(std::move(job_->rgb), std::move(grids), model_->pixel_normalization())
+                         : model_->encoder->BeginRgb(job_->rgb, grids, model_->pixel_normalization());
   if (!begun.ok()) EndJob(begun, result);
 }
 

@@ -106,9 +106,9 @@ class StepRunner {
   void EndJob(absl::StatusOr<core::Tensor> out, StepResult& result);
   // Stops the job's forward where it runs (the worker, or this thread's encoder).
   void StopJobWork();
-  // The images' pixel values as one tensor and their grids, in order.
-  static void GatherPixels(const std::vector<ImageToEncode>& images, core::Tensor* pixels,
-                           std::vector<vision::GridThw>* grids);
+  // The images' bytes packed into one tensor (VisionEncoder::BeginRgb's input) and their grids, in order.
+  static void GatherRgb(const std::vector<ImageToEncode>& images, core::Tensor* rgb,
+                        std::vector<vision::GridThw>* grids);
   // The decoder call: `work`'s rows as one DecoderBatch (token ids, M-RoPE positions, KV slots and
   // block tables, image rows from the sequences' embeddings), one forward, logits of the rows that
   // sample (the decoder's buffer: valid until the next step).

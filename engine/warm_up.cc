@@ -51,30 +51,30 @@ absl::Status WarmUpDecoder(llm::Decoder& decoder, llm::KvCache& cache, const ker
 }
 
 absl::Status WarmUpEncoderForward(vision::VisionEncoder& encoder, const core::VisionConfig& config,
-                                  EncoderWorker* worker, int64_t max_patches) {
-  // One image: a grid of whole merge units with at most max_patches patches, as square as it
-  // can be.
+                                  EncoderWorker* worker, int64_t max_patches,
+                                  const vision::PixelNormalization& normalization) {
+  // One image, as the engine's forwards take it (its bytes): a grid of whole merge units with at
+  // most max_patches patches, as square as it can be.
   const int64_t merge = config.spatial_merge_size;
   const int64_t units = std::max<int64_t>(1, max_patches / (merge * merge));
   const int64_t side = std::max<int64_t>(1, static_cast<int64_t>(std::sqrt(static_cast<double>(units))));
   const vision::GridThw grid = {1, side * merge, (units / side) * merge};
-  const int64_t n = grid[1] * grid[2];
-  const int64_t patch_dim = int64_t{config.in_channels} * config.temporal_patch_size * config.patch_size * config.patch_size;
-  core::Tensor pixels = core::Tensor::Empty(core::DType::kF32, {n, patch_dim});
-  for (int64_t i = 0; i < n * patch_dim; ++i) pixels.data<float>()[i] = WarmUpValue(i);
+  const int64_t bytes = grid[1] * config.patch_size * grid[2] * config.patch_size * 3;
+  core::Tensor rgb = core::Tensor::Empty(core::DType::kU8, {bytes});
+  for (int64_t i = 0; i < bytes; ++i) rgb.data<uint8_t>()[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
   if (worker != nullptr) {
-    IRIS_RETURN_IF_ERROR(worker->Submit(std::move(pixels), {grid}));
+    IRIS_RETURN_IF_ERROR(worker->Submit(std::move(rgb), {grid}, normalization));
     return worker->Wait().embeddings.status();
   }
-  return encoder.Forward(pixels, std::span<const vision::GridThw>(&grid, 1)).status();
+  return encoder.ForwardRgb(rgb, std::span<const vision::GridThw>(&grid, 1), normalization).status();
 }
 
 // A forward at max_patches(), then one at each smaller patch count the encoder's device asks for.
 absl::Status WarmUpEncoder(vision::VisionEncoder& encoder, const core::VisionConfig& config, EncoderWorker* worker,
-                           const kernels::Device& device) {
+                           const kernels::Device& device, const vision::PixelNormalization& normalization) {
   std::vector<int64_t> counts = device.WarmUpRowCounts(encoder.max_patches());
   std::reverse(counts.begin(), counts.end());
-  for (const int64_t n : counts) IRIS_RETURN_IF_ERROR(WarmUpEncoderForward(encoder, config, worker, n));
+  for (const int64_t n : counts) IRIS_RETURN_IF_ERROR(WarmUpEncoderForward(encoder, config, worker, n, normalization));
   return absl::OkStatus();
 }
 
@@ -82,7 +82,8 @@ absl::Status WarmUpEncoder(vision::VisionEncoder& encoder, const core::VisionCon
 
 absl::Status WarmUp(Model& model, llm::KvCache& cache, EncoderWorker* encoder_worker) {
   if (model.encoder != nullptr) {
-    if (absl::Status s = WarmUpEncoder(*model.encoder, model.config.vision, encoder_worker, model.encoder_runs_on());
+    if (absl::Status s = WarmUpEncoder(*model.encoder, model.config.vision, encoder_worker, model.encoder_runs_on(),
+                                       model.pixel_normalization());
         !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("warm-up encoder forward: ", s.message()));
     }

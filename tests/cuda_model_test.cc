@@ -37,31 +37,46 @@ using testing::LoadGolden;
 using testing::RelativeL2;
 
 
-// The golden case's pixel values, preprocessed from the reference's resized images (the
-// preprocess goldens' resized_rgb: resizing them again to their own size changes nothing), and
-// checked against the reference's pixel_values hash. Decoding the original files would link
-// OpenCV's codecs, which the GPU bundle leaves out.
-core::Tensor PixelsOf(const nlohmann::json& c, const core::PreprocessorConfig& pp,
+// The golden case's images both ways the encoder takes them, preprocessed from the reference's
+// resized images (the preprocess goldens' resized_rgb: resizing them again to their own size
+// changes nothing): their bytes packed (what the engine hands over), and the pixel values made on
+// the host, checked against the reference's pixel_values hash. Decoding the original files would
+// link OpenCV's codecs, which the GPU bundle leaves out.
+struct GoldenImages {
+  core::Tensor pixels;
+  core::Tensor rgb;
+};
+GoldenImages ImagesOf(const nlohmann::json& c, const core::PreprocessorConfig& pp,
                       std::vector<vision::GridThw>* grids) {
-  std::vector<core::Tensor> parts;
-  int64_t rows = 0;
+  std::vector<core::Tensor> parts, bytes;
+  int64_t rows = 0, total_bytes = 0;
   for (const auto& name : c["preprocess_cases"]) {
     const core::Tensor resized = LoadGolden("preprocess/" + name.get<std::string>() + ".safetensors", "resized_rgb");
     auto p = vision::Preprocess(testing::ImageFromTensor(resized), pp);
     EXPECT_TRUE(p.ok()) << p.status();
-    rows += p->pixel_values.dim(0);
+    auto values = vision::PixelValues(*p, pp);
+    EXPECT_TRUE(values.ok()) << values.status();
+    rows += values->dim(0);
+    total_bytes += p->rgb.nbytes();
     grids->push_back(p->grid_thw);
-    parts.push_back(p->pixel_values);
+    parts.push_back(*values);
+    bytes.push_back(p->rgb);
   }
-  core::Tensor pixels = core::Tensor::Empty(core::DType::kF32, {rows, parts[0].dim(1)});
+  GoldenImages in{core::Tensor::Empty(core::DType::kF32, {rows, parts[0].dim(1)}),
+                  core::Tensor::Empty(core::DType::kU8, {total_bytes})};
   int64_t at = 0;
   for (const auto& t : parts) {
-    std::memcpy(pixels.data<float>() + at * t.dim(1), t.data<float>(), t.nbytes());
+    std::memcpy(in.pixels.data<float>() + at * t.dim(1), t.data<float>(), t.nbytes());
     at += t.dim(0);
   }
-  EXPECT_EQ(core::Sha256Hex(pixels.raw(), pixels.nbytes()), c["pixel_values"]["float32_sha256"].get<std::string>())
+  at = 0;
+  for (const auto& t : bytes) {
+    std::memcpy(in.rgb.data<uint8_t>() + at, t.data<uint8_t>(), t.nbytes());
+    at += t.nbytes();
+  }
+  EXPECT_EQ(core::Sha256Hex(in.pixels.raw(), in.pixels.nbytes()), c["pixel_values"]["float32_sha256"].get<std::string>())
       << "pixel_values differ from the reference's";
-  return pixels;
+  return in;
 }
 
 // The tiny encoder on a GPU in the suite's compute type, and the golden cases.
@@ -101,14 +116,21 @@ class CudaTinyEncoder : public ::testing::TestWithParam<ComputeType> {
   nlohmann::json manifest_;
 };
 
+// From the pixel values and from the images' bytes (the pixel values made on the GPU by
+// kernels::PatchRows): both meet the goldens, and are the same bits.
 TEST_P(CudaTinyEncoder, MatchesEveryGoldenCase) {
   for (const auto& c : manifest_["cases"]) {
     std::vector<vision::GridThw> grids;
-    const core::Tensor pixels = PixelsOf(c, pp_, &grids);
-    auto out = encoder_->Forward(pixels, grids);
+    const GoldenImages in = ImagesOf(c, pp_, &grids);
+    auto out = encoder_->Forward(in.pixels, grids);
     ASSERT_TRUE(out.ok()) << out.status();
     ASSERT_EQ(out->device(), core::Device::kCpu) << "the encoder returns host memory";
     ExpectGolden(c, *out, "on the GPU");
+    auto from_bytes = encoder_->ForwardRgb(in.rgb, grids, {pp_.image_mean, pp_.image_std});
+    ASSERT_TRUE(from_bytes.ok()) << from_bytes.status();
+    ExpectGolden(c, *from_bytes, "on the GPU, from the images' bytes");
+    ASSERT_EQ(from_bytes->shape(), out->shape());
+    EXPECT_EQ(0, std::memcmp(from_bytes->raw(), out->raw(), out->nbytes())) << "bytes and pixel values differ";
   }
   EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
 }
@@ -116,8 +138,9 @@ TEST_P(CudaTinyEncoder, MatchesEveryGoldenCase) {
 // The layer loop issues stream work only: no device-to-host copy or synchronisation, no host
 // read of device memory. Proven by capturing every piece of a forward (window and full-attention
 // blocks, two images) in one CUDA graph, which any host synchronisation would break, then
-// replaying it and checking the result against the golden. Begin (the pixel upload) and Finish (the
-// copy back) stay outside; the plan is cached by a first, ordinary forward.
+// replaying it and checking the result against the golden. BeginRgb (the bytes' upload) and Finish
+// (the copy back) stay outside, the pixel values made from the bytes inside; the plan is cached by
+// a first, ordinary forward.
 TEST_P(CudaTinyEncoder, EveryLayerIsCapturedInOneGraphWithoutHostSync) {
   const nlohmann::json* batch = nullptr;
   for (const auto& c : manifest_["cases"]) {
@@ -125,10 +148,11 @@ TEST_P(CudaTinyEncoder, EveryLayerIsCapturedInOneGraphWithoutHostSync) {
   }
   ASSERT_NE(batch, nullptr) << "no golden case with two images";
   std::vector<vision::GridThw> grids;
-  const core::Tensor pixels = PixelsOf(*batch, pp_, &grids);
-  ASSERT_TRUE(encoder_->Forward(pixels, grids).ok());  // warm-up: plan cached, buffers sized
+  const GoldenImages in = ImagesOf(*batch, pp_, &grids);
+  const vision::PixelNormalization norm{pp_.image_mean, pp_.image_std};
+  ASSERT_TRUE(encoder_->ForwardRgb(in.rgb, grids, norm).ok());  // warm-up: plan and table cached, buffers sized
 
-  ASSERT_TRUE(encoder_->Begin(pixels, grids).ok());
+  ASSERT_TRUE(encoder_->BeginRgb(in.rgb, grids, norm).ok());
   gpu_->Synchronize();
   ASSERT_TRUE(gpu_->BeginCapture().ok());
   int pieces = 0;
@@ -158,8 +182,9 @@ TEST_P(CudaTinyEncoder, Bf16HandoffsMeetTheGoldensInPiecesAndSwitchedOff) {
   ASSERT_TRUE(cuda.bf16_handoff()) << "on by default";
   for (const auto& c : manifest_["cases"]) {
     std::vector<vision::GridThw> grids;
-    const core::Tensor pixels = PixelsOf(c, pp_, &grids);
-    ASSERT_TRUE(encoder_->Begin(pixels, grids).ok());
+    const GoldenImages in = ImagesOf(c, pp_, &grids);
+    // From the bytes: the pieces' patch rows cross from one image to the next.
+    ASSERT_TRUE(encoder_->BeginRgb(in.rgb, grids, {pp_.image_mean, pp_.image_std}).ok());
     while (!encoder_->done()) {
       absl::StatusOr<double> ran = encoder_->Advance(1.0);  // one granule (or a stage's rest) a call
       ASSERT_TRUE(ran.ok()) << ran.status();
@@ -168,7 +193,7 @@ TEST_P(CudaTinyEncoder, Bf16HandoffsMeetTheGoldensInPiecesAndSwitchedOff) {
     ASSERT_TRUE(on.ok()) << on.status();
     ExpectGolden(c, *on, "hand-offs on, in pieces");
     cuda.SetBf16Handoff(false);
-    auto off = encoder_->Forward(pixels, grids);
+    auto off = encoder_->Forward(in.pixels, grids);
     cuda.SetBf16Handoff(true);
     ASSERT_TRUE(off.ok()) << off.status();
     ExpectGolden(c, *off, "hand-offs off");

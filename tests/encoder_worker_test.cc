@@ -1,11 +1,12 @@
 // The encoder worker on the tiny model's vision tower, on a CPU device of its own: a job's
-// embeddings are those of VisionEncoder::Forward on a second device alike, bit for bit where the
+// embeddings are those of VisionEncoder::ForwardRgb on a second device alike, bit for bit where the
 // matmuls are split-invariant (else to rounding), whether they are waited for or polled; one job is held at a time; an abandoned job's result is never
 // given, the next one's is; errors come back as the job's result; the ready callback fires once
 // per result; and the worker can go with a job in flight.
 #include "engine/encoder_worker.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -57,20 +58,23 @@ Encoder LoadTinyEncoder() {
 }
 
 struct Job {
-  Tensor pixels;
+  Tensor rgb;  // the images' bytes, packed (VisionEncoder::ForwardRgb's input)
   std::vector<GridThw> grids;
 };
 
-// Random pixels for `grids` (the tiny tower's patch rows are 3 * 2 * 14 * 14 wide).
+// Random images for `grids` (the tiny tower's patches are 14 pixels a side).
 Job MakeJob(std::vector<GridThw> grids, uint32_t seed) {
-  int64_t rows = 0;
-  for (const GridThw& g : grids) rows += g[0] * g[1] * g[2];
-  const int64_t width = 3 * 2 * 14 * 14;
-  Job job{Tensor::Empty(core::DType::kF32, {rows, width}), std::move(grids)};
-  const std::vector<float> v = testing::RandomFloats(rows * width, seed);
-  std::memcpy(job.pixels.data<float>(), v.data(), v.size() * sizeof(float));
+  int64_t bytes = 0;
+  for (const GridThw& g : grids) bytes += g[0] * g[1] * 14 * g[2] * 14 * 3;
+  Job job{Tensor::Empty(core::DType::kU8, {bytes}), std::move(grids)};
+  const std::vector<float> v = testing::RandomFloats(bytes, seed);
+  for (int64_t i = 0; i < bytes; ++i) job.rgb.data<uint8_t>()[i] = static_cast<uint8_t>(std::fabs(v[i]) * 97.f);
   return job;
 }
+
+// CLIP's normalization (the checkpoints' preprocessor_config).
+const vision::PixelNormalization kNormalization{{0.48145466f, 0.4578275f, 0.40821073f},
+                                                {0.26862954f, 0.26130258f, 0.27577711f}};
 
 class EncoderWorkerTest : public ::testing::Test {
  protected:
@@ -84,14 +88,14 @@ class EncoderWorkerTest : public ::testing::Test {
     worker_ = std::move(*worker);
   }
 
-  // What Forward gives for `job` on the reference device.
+  // What ForwardRgb gives for `job` on the reference device.
   Tensor Expected(const Job& job) {
-    auto out = reference_.encoder->Forward(job.pixels, job.grids);
+    auto out = reference_.encoder->ForwardRgb(job.rgb, job.grids, kNormalization);
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? *out : Tensor();
   }
 
-  absl::Status Submit(const Job& job) { return worker_->Submit(job.pixels, job.grids); }
+  absl::Status Submit(const Job& job) { return worker_->Submit(job.rgb, job.grids, kNormalization); }
 
   // Bit for bit where the matmuls are split-invariant (the worker runs the forward in pieces);
   // to f32 rounding elsewhere.
@@ -168,7 +172,7 @@ TEST_F(EncoderWorkerTest, AnAbandonedJobsResultIsNeverGivenTheNextOnesIs) {
 
 TEST_F(EncoderWorkerTest, AFailedForwardIsTheJobsResultAndTheWorkerGoesOn) {
   Job bad = MakeJob({{1, 4, 4}}, 6);
-  bad.grids = {{1, 4, 8}};  // 32 patches named, 16 given
+  bad.grids = {{1, 4, 8}};  // 32 patches named, the bytes of 16 given
   ASSERT_TRUE(Submit(bad).ok());
   EncoderWorker::Result r = worker_->Wait();
   ASSERT_FALSE(r.embeddings.ok());

@@ -15,10 +15,13 @@
 #include "core/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/device.h"
+#include "kernels/patch_rows.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
 #include "vision/image_decode.h"
 #include "vision/patchify.h"
+#include "vision/pixel_table.h"
 #include "vision/resize_bicubic.h"
 #include "vision/resize_bicubic_internal.h"
 #include "vision/smart_resize.h"
@@ -113,7 +116,12 @@ void ExpectMatchesGolden(const nlohmann::json& c, const PreprocessedImage& got) 
   EXPECT_EQ(got.resized_height, e["resized_hw"][0].get<int>());
   EXPECT_EQ(got.resized_width, e["resized_hw"][1].get<int>());
 
-  const core::Tensor& pv = got.pixel_values;
+  ASSERT_EQ(got.rgb.dtype(), core::DType::kU8);
+  EXPECT_EQ(got.rgb.shape(), (std::vector<int64_t>{got.resized_height, got.resized_width, 3}));
+  EXPECT_EQ(core::Sha256Hex(got.rgb.raw(), got.rgb.nbytes()), e["resized_rgb_uint8_sha256"].get<std::string>());
+  absl::StatusOr<core::Tensor> values = PixelValues(got, CheckpointConfig());
+  ASSERT_TRUE(values.ok()) << values.status();
+  const core::Tensor& pv = *values;
   ASSERT_EQ(pv.dtype(), core::DType::kF32);
   ASSERT_EQ(pv.rank(), 2);
   EXPECT_EQ(pv.dim(0), e["pixel_values_shape"][0].get<int64_t>());
@@ -303,9 +311,11 @@ void CheckRowLayout(int grid_h, int grid_w, int P, int M, int T) {
   ASSERT_EQ(r->resized_width, W);
   EXPECT_EQ(r->grid_thw, (std::array<int64_t, 3>{1, grid_h, grid_w}));
   const int64_t row_len = 3 * T * P * P;
-  ASSERT_EQ(r->pixel_values.dim(1), row_len);
+  absl::StatusOr<core::Tensor> values = PixelValues(*r, cfg);
+  ASSERT_TRUE(values.ok()) << values.status();
+  ASSERT_EQ(values->dim(1), row_len);
   const internal::Patchifier p(P, T, M, cfg.image_mean, cfg.image_std);
-  const float* pv = r->pixel_values.data<float>();
+  const float* pv = values->data<float>();
   int64_t row = 0;
   for (int gy = 0; gy < grid_h / M; ++gy) {
     for (int gx = 0; gx < grid_w / M; ++gx) {
@@ -327,7 +337,19 @@ void CheckRowLayout(int grid_h, int grid_w, int P, int M, int T) {
       }
     }
   }
-  EXPECT_EQ(row, r->pixel_values.dim(0));
+  EXPECT_EQ(row, values->dim(0));
+
+  // The encoder's op (kernels::PatchRows, on the CPU) makes the same rows from the bytes, in
+  // ranges that start and end inside merge groups.
+  const kernels::PatchGrid grid{P, T, M, H, W};
+  const std::array<float, kPixelTableSize> table = PixelTable(cfg.image_mean, cfg.image_std);
+  std::vector<float> made(static_cast<size_t>(values->numel()), -1.f);
+  const int64_t n = grid.rows(), cuts[] = {0, n / 3 + 1, n - 1, n};
+  for (int i = 0; i + 1 < 4; ++i) {
+    kernels::PatchRows(kernels::DefaultCpuDevice(), r->rgb.data<uint8_t>(), grid, table.data(), cuts[i], cuts[i + 1],
+                       made.data() + cuts[i] * row_len);
+  }
+  EXPECT_EQ(std::memcmp(made.data(), values->raw(), values->nbytes()), 0);
 }
 
 TEST(Preprocess, RowLayout) {
@@ -338,9 +360,10 @@ TEST(Preprocess, RowLayout) {
   CheckRowLayout(3, 5, 14, 1, 2);    // groups not a multiple of 64 bytes: no streaming stores
 }
 
-// The fused resize+patchify path (ring of horizontal rows, strips, threads) against the plain
-// two-step path: the scalar Pillow transcription, then Preprocess of an image already at size.
-TEST(Preprocess, FusedResizeMatchesTwoStepReference) {
+// The strip-by-strip resize (ring of horizontal rows, strips, threads) against the plain path:
+// the scalar Pillow transcription, then Preprocess of an image already at size (which resizes
+// nothing).
+TEST(Preprocess, StripResizeMatchesTwoStepReference) {
   struct Case { int w, h; int64_t min_pixels, max_pixels; };
   const std::vector<Case> cases = {
       {300, 200, 3136, 12845056},   {1000, 667, 3136, 12845056}, {640, 480, 3136, 12845056},
@@ -367,8 +390,9 @@ TEST(Preprocess, FusedResizeMatchesTwoStepReference) {
     const RgbImage resized = internal::ResizeBicubicReference(img, size->height, size->width);
     auto two_step = Preprocess(resized, cfg, b);
     ASSERT_TRUE(two_step.ok()) << two_step.status();
-    ASSERT_EQ(fused->pixel_values.shape(), two_step->pixel_values.shape());
-    EXPECT_EQ(std::memcmp(fused->pixel_values.raw(), two_step->pixel_values.raw(), fused->pixel_values.nbytes()), 0);
+    ASSERT_EQ(fused->rgb.shape(), two_step->rgb.shape());
+    EXPECT_EQ(std::memcmp(fused->rgb.raw(), two_step->rgb.raw(), fused->rgb.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(fused->rgb.raw(), resized.pixels.data(), resized.pixels.size()), 0);
     EXPECT_EQ(fused->grid_thw, two_step->grid_thw);
   }
 }
@@ -382,8 +406,10 @@ TEST(Preprocess, EveryByteValue) {
   ASSERT_TRUE(r.ok()) << r.status();
   const internal::Patchifier p(14, 2, 2, cfg.image_mean, cfg.image_std);
   std::vector<bool> seen(3 * 256);
-  const float* pv = r->pixel_values.data<float>();
-  for (int64_t row = 0; row < r->pixel_values.dim(0); ++row) {
+  absl::StatusOr<core::Tensor> values = PixelValues(*r, cfg);
+  ASSERT_TRUE(values.ok()) << values.status();
+  const float* pv = values->data<float>();
+  for (int64_t row = 0; row < values->dim(0); ++row) {
     const int gx = static_cast<int>(row / 4), q = static_cast<int>(row % 4);
     for (int c = 0; c < 3; ++c) {
       for (int y = 0; y < 14; ++y) {
@@ -415,8 +441,7 @@ TEST(Preprocess, ConcurrentCallsAgree) {
     threads.emplace_back([&] {
       for (int i = 0; i < 5; ++i) {
         auto got = Preprocess(img, cfg);
-        if (!got.ok() || std::memcmp(got->pixel_values.raw(), want->pixel_values.raw(),
-                                     want->pixel_values.nbytes()) != 0) {
+        if (!got.ok() || std::memcmp(got->rgb.raw(), want->rgb.raw(), want->rgb.nbytes()) != 0) {
           ++mismatches;
         }
       }
@@ -436,7 +461,7 @@ TEST(Preprocess, PixelBoundsOverrideTheConfig) {
   EXPECT_EQ(r->resized_height, 840);
   EXPECT_EQ(r->resized_width, 1148);
   EXPECT_EQ(r->grid_thw, (std::array<int64_t, 3>{1, 60, 82}));
-  EXPECT_EQ(r->pixel_values.dim(0), 60 * 82);
+  EXPECT_EQ(r->rgb.shape(), (std::vector<int64_t>{840, 1148, 3}));
   // The same through the config.
   core::PreprocessorConfig small = cfg;
   small.max_pixels = 1003520;

@@ -17,6 +17,9 @@
 #include "core/model_config.h"
 #include "core/sha256.h"
 #include "engine/model.h"
+#include "kernels/device.h"
+#include "kernels/patch_rows.h"
+#include "vision/pixel_table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "llm/tokenizer.h"
@@ -104,6 +107,18 @@ std::vector<ChatInputMessage> Messages(const json& c) {
   return out;
 }
 
+// The pixel_values rows an encoder makes of a prompt image's bytes (kernels::PatchRows, here on the CPU).
+std::vector<float> EncoderPixelValues(const core::Tensor& rgb, const core::PreprocessorConfig& pp) {
+  auto device = kernels::CreateDevice(kernels::DeviceOptions{});
+  EXPECT_TRUE(device.ok()) << device.status();
+  if (!device.ok()) return {};
+  const kernels::PatchGrid grid{pp.patch_size, pp.temporal_patch_size, pp.merge_size, rgb.dim(0), rgb.dim(1)};
+  const std::array<float, vision::kPixelTableSize> table = vision::PixelTable(pp.image_mean, pp.image_std);
+  std::vector<float> values(static_cast<size_t>(grid.rows() * grid.row_length()));
+  kernels::PatchRows(**device, rgb.data<uint8_t>(), grid, table.data(), 0, grid.rows(), values.data());
+  return values;
+}
+
 TEST(PromptBuilderTest, GoldenIdsPositionsAndImageSlots) {
   ASSERT_EQ(Cases().size(), 3u);
   const Model& model = TinyModel();
@@ -146,10 +161,12 @@ TEST(PromptBuilderTest, GoldenIdsPositionsAndImageSlots) {
       EXPECT_EQ(ids[im.pad_end], model.config.vision_end_token_id);
       for (int64_t i = im.pad_begin; i < im.pad_end; ++i) ASSERT_EQ(ids[i], model.config.image_token_id);
       covered += im.pad_end - im.pad_begin;
-      ASSERT_NE(im.pixel_values, nullptr);
-      EXPECT_EQ(im.pixel_values->dtype(), core::DType::kF32);
-      EXPECT_EQ(im.pixel_values->shape(), (std::vector<int64_t>{im.grid_thw[1] * im.grid_thw[2], 1176}));
-      all_pixels.append(static_cast<const char*>(im.pixel_values->raw()), im.pixel_values->nbytes());
+      ASSERT_NE(im.rgb, nullptr);
+      EXPECT_EQ(im.rgb->dtype(), core::DType::kU8);
+      EXPECT_EQ(im.rgb->shape(), (std::vector<int64_t>{im.grid_thw[1] * 14, im.grid_thw[2] * 14, 3}));
+      // The pixel values the encoder makes of the bytes: the reference's.
+      const std::vector<float> values = EncoderPixelValues(*im.rgb, model.preprocessor);
+      all_pixels.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
       EXPECT_EQ(im.content_hash.size(), 64u);
     }
     int64_t pads = 0;

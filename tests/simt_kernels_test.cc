@@ -18,6 +18,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/logit_edits.h"
 #include "kernels/paged_attention.h"
+#include "kernels/patch_rows.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
 #include "kernels/rows.h"
@@ -338,6 +339,28 @@ TEST(CudaKernelsOnSimtTest, GatherAndScatterRowsMatchTheCpuKernelsExactly) {
     Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), ScatterRowsKernel, want.data(), width, index.data(), n,
            got_scattered.data());
     ExpectSameBits(got_scattered, scattered, "scatter_rows");
+  }
+}
+
+// Patch rows of odd images and layouts (patch 3, 5 and 14; 1 to 3 frames; merge 1 and 2), over
+// row ranges that start and end inside merge groups, against the CPU op bit for bit.
+TEST(CudaKernelsOnSimtTest, PatchRowsMatchTheCpuOpBitForBit) {
+  Device& cpu = DefaultCpuDevice();
+  struct Case {
+    int patch, temporal, merge;
+    int64_t height, width, r0, r1;
+  };
+  for (const Case& c : {Case{3, 2, 2, 12, 18, 0, 24}, Case{3, 3, 1, 9, 6, 1, 5}, Case{14, 2, 2, 56, 84, 3, 22},
+                        Case{5, 1, 2, 10, 30, 5, 12}}) {
+    const PatchGrid grid{c.patch, c.temporal, c.merge, c.height, c.width};
+    std::vector<uint8_t> rgb(static_cast<size_t>(c.height * c.width * 3));
+    for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    const std::vector<float> table = RandomNormal(3 * 256, 41 + c.patch);
+    std::vector<float> want((c.r1 - c.r0) * grid.row_length()), got(want.size(), NAN);
+    PatchRows(cpu, rgb.data(), grid, table.data(), c.r0, c.r1, want.data());
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), PatchRowsKernel, rgb.data(), c.patch, c.temporal, c.merge, c.width,
+           table.data(), c.r0, c.r1 - c.r0, got.data());
+    ExpectSameBits(got, want, "patch_rows");
   }
 }
 

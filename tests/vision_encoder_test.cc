@@ -23,29 +23,45 @@ namespace {
 using core::Tensor;
 using kernels::ComputeType;
 
+// One batch of images both ways the encoder takes them: the reference's pixel_values rows (made
+// on the host), and the resized images' bytes packed back to back (what the engine hands over).
 struct Inputs {
   Tensor pixel_values;
+  Tensor rgb;
+  PixelNormalization normalization;
   std::vector<GridThw> grids;
 };
 
 Inputs Prepare(const std::vector<std::string>& images, const core::PreprocessorConfig& pp) {
   Inputs in;
+  in.normalization = {pp.image_mean, pp.image_std};
   std::vector<Tensor> parts;
-  int64_t rows = 0;
+  std::vector<Tensor> bytes;
+  int64_t rows = 0, total_bytes = 0;
   for (const auto& name : images) {
     auto rgb = DecodeImageFile(testing::DataPath(name));
     EXPECT_TRUE(rgb.ok()) << name << ": " << rgb.status();
     auto p = Preprocess(*rgb, pp);
     EXPECT_TRUE(p.ok()) << name << ": " << p.status();
-    rows += p->pixel_values.dim(0);
+    auto values = PixelValues(*p, pp);
+    EXPECT_TRUE(values.ok()) << name << ": " << values.status();
+    rows += values->dim(0);
+    total_bytes += p->rgb.nbytes();
     in.grids.push_back(p->grid_thw);
-    parts.push_back(p->pixel_values);
+    parts.push_back(*values);
+    bytes.push_back(p->rgb);
   }
   in.pixel_values = Tensor::Empty(core::DType::kF32, {rows, parts[0].dim(1)});
   int64_t at = 0;
   for (const auto& t : parts) {
     std::memcpy(in.pixel_values.data<float>() + at * t.dim(1), t.data<float>(), t.nbytes());
     at += t.dim(0);
+  }
+  in.rgb = Tensor::Empty(core::DType::kU8, {total_bytes});
+  at = 0;
+  for (const auto& t : bytes) {
+    std::memcpy(in.rgb.data<uint8_t>() + at, t.data<uint8_t>(), t.nbytes());
+    at += t.nbytes();
   }
   return in;
 }
@@ -115,7 +131,8 @@ double CheckCase(Model& m, const nlohmann::json& c, bool f32) {
       block_err[block] = std::sqrt(num / den);
     }
   });
-  auto out = m.encoder->Forward(in.pixel_values, in.grids);
+  // From the images' bytes, as the engine encodes them (the pixel values made by the encoder).
+  auto out = m.encoder->ForwardRgb(in.rgb, in.grids, in.normalization);
   m.encoder->set_block_observer(nullptr);
   EXPECT_TRUE(out.ok()) << out.status();
   if (!out.ok()) return 1.0;
@@ -287,8 +304,14 @@ TEST(VisionEncoderProperties, ResumableForwardIsBitIdentical) {
       auto whole = m->encoder->Forward(in.pixel_values, in.grids);
       ASSERT_TRUE(whole.ok()) << whole.status();
       for (const double parts : {1e12, 7.0, 1.0}) {
-        ASSERT_TRUE(m->encoder->Begin(in.pixel_values, in.grids).ok());
+        // From the pixel values, and from the bytes (the patch rows made piece by piece, pieces
+        // crossing from one image to the next).
+        const bool from_bytes = parts != 7.0;
+        ASSERT_TRUE((from_bytes ? m->encoder->BeginRgb(in.rgb, in.grids, in.normalization)
+                                : m->encoder->Begin(in.pixel_values, in.grids))
+                        .ok());
         EXPECT_FALSE(m->encoder->Begin(in.pixel_values, in.grids).ok()) << "a second forward while one runs";
+        EXPECT_FALSE(m->encoder->BeginRgb(in.rgb, in.grids, in.normalization).ok());
         const double total = m->encoder->remaining_flops();
         ASSERT_GT(total, 0);
         double ran = 0;
@@ -315,7 +338,7 @@ TEST(VisionEncoderProperties, ResumableForwardIsBitIdentical) {
                                                 kernels::MatmulRowsSplitInvariant(kernels::DefaultCpuDevice()),
                                                 compute == ComputeType::kF32 ? 1e-5 : 1e-2))
             << "compute " << (compute == ComputeType::kF32 ? "f32" : "bf16") << ", technique configuration " << off
-            << ", allowance 1/" << parts << " of the forward";
+            << ", allowance 1/" << parts << " of the forward, from " << (from_bytes ? "bytes" : "pixel values");
       }
     }
   }
@@ -367,6 +390,53 @@ TEST(VisionEncoderProperties, RefusesForwardsOverItsCapacity) {
   ASSERT_TRUE(m->encoder->ReserveActivations(32).ok());
   EXPECT_TRUE(m->encoder->Forward(px, grids).ok());
   EXPECT_FALSE(m->encoder->ReserveActivations(3).ok());  // not one merged token
+}
+
+// The forward from the images' bytes is the forward of their pixel values, bit for bit: the patch
+// rows the encoder makes (kernels::PatchRows) are the host's (PixelValues) in every row.
+TEST(VisionEncoderProperties, ForwardFromBytesIsTheForwardOfItsPixelValues) {
+  for (const ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
+    auto m = LoadModel(testing::ModelPath("tiny"), compute);
+    ASSERT_NE(m, nullptr);
+    const Inputs in = Prepare({"images/rgb_300x200.png", "images/gray_56x56.png", "images/jpeg444_q90_640x480.jpg"},
+                              m->pp);
+    auto from_values = m->encoder->Forward(in.pixel_values, in.grids);
+    auto from_bytes = m->encoder->ForwardRgb(in.rgb, in.grids, in.normalization);
+    ASSERT_TRUE(from_values.ok()) << from_values.status();
+    ASSERT_TRUE(from_bytes.ok()) << from_bytes.status();
+    ASSERT_EQ(from_bytes->shape(), from_values->shape());
+    EXPECT_EQ(std::memcmp(from_bytes->raw(), from_values->raw(), from_values->nbytes()), 0);
+    // Another normalization gives other pixel values (the table follows it), and back.
+    PixelNormalization other = in.normalization;
+    other.mean[1] += 0.25f;
+    auto shifted = m->encoder->ForwardRgb(in.rgb, in.grids, other);
+    ASSERT_TRUE(shifted.ok()) << shifted.status();
+    EXPECT_NE(std::memcmp(shifted->raw(), from_values->raw(), from_values->nbytes()), 0);
+    auto again = m->encoder->ForwardRgb(in.rgb, in.grids, in.normalization);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(std::memcmp(again->raw(), from_values->raw(), from_values->nbytes()), 0);
+  }
+}
+
+TEST(VisionEncoderProperties, RefusesBytesThatAreNotItsImages) {
+  auto m = LoadModel(testing::ModelPath("tiny"), ComputeType::kF32);
+  ASSERT_NE(m, nullptr);
+  const PixelNormalization norm{m->pp.image_mean, m->pp.image_std};
+  const std::vector<GridThw> grids = {{1, 4, 8}, {1, 2, 2}};  // 56x112 and 28x28 pixels
+  const int64_t bytes = (56 * 112 + 28 * 28) * 3;
+  EXPECT_TRUE(m->encoder->ForwardRgb(Tensor::Zeros(core::DType::kU8, {bytes}), grids, norm).ok());
+  auto short_by_one = m->encoder->ForwardRgb(Tensor::Zeros(core::DType::kU8, {bytes - 1}), grids, norm);
+  ASSERT_FALSE(short_by_one.ok());
+  EXPECT_EQ(short_by_one.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(short_by_one.status().message().find("grid_thw implies 21168"), std::string::npos) << short_by_one.status();
+  auto floats = m->encoder->ForwardRgb(Tensor::Zeros(core::DType::kF32, {bytes}), grids, norm);
+  ASSERT_FALSE(floats.ok());
+  EXPECT_NE(floats.status().message().find("rgb must be U8"), std::string::npos) << floats.status();
+  const std::vector<GridThw> video = {{2, 4, 8}};
+  auto frames = m->encoder->ForwardRgb(Tensor::Zeros(core::DType::kU8, {2 * 56 * 112 * 3}), video, norm);
+  ASSERT_FALSE(frames.ok());
+  EXPECT_NE(frames.status().message().find("grid_thw[0]: t is 2"), std::string::npos) << frames.status();
+  EXPECT_FALSE(m->encoder->in_progress());
 }
 
 }  // namespace

@@ -12,19 +12,15 @@
 
 #include "core/host_cpu.h"
 #include "core/isa_region.h"
+#include "vision/pixel_table.h"
 
 namespace iris::vision::internal {
 
 Patchifier::Patchifier(int patch, int temporal, int merge, const std::array<float, 3>& mean,
                        const std::array<float, 3>& std)
     : patch_(patch), temporal_(temporal), merge_(merge), mean_(mean), std_(std) {
-  // The reference: x = float32(double(u8) * (1/255)); then (x - mean) / std in float32.
-  for (int c = 0; c < 3; ++c) {
-    for (int v = 0; v < 256; ++v) {
-      const float x = static_cast<float>(static_cast<double>(v) * (1.0 / 255.0));
-      lut_[c][v] = (x - mean[c]) / std[c];
-    }
-  }
+  const std::array<float, kPixelTableSize> table = PixelTable(mean, std);
+  std::memcpy(lut_, table.data(), sizeof(lut_));
 }
 
 // Output row order (reference: reshape [.., H/(mP), m, P, W/(mP), m, P] and transpose): merge

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -70,27 +71,51 @@ absl::StatusOr<PreprocessedImage> Preprocess(const RgbImage& image,
   const int H = size.height;
   const int W = size.width;
 
-  const internal::Patchifier patchifier(P, config.temporal_patch_size, M, config.image_mean,
-                                        config.image_std);
-  const int64_t grid_h = H / P;
-  const int64_t grid_w = W / P;
   PreprocessedImage result;
-  result.grid_thw = {1, grid_h, grid_w};
+  result.grid_thw = {1, H / P, W / P};
   result.resized_height = H;
   result.resized_width = W;
-  result.pixel_values = core::Tensor::Empty(core::DType::kF32, {grid_h * grid_w, patchifier.row_length()});
-  float* out = result.pixel_values.data<float>();
-  AdviseHugePages(out, result.pixel_values.nbytes());
-
-  // Resize fused with normalization and patch flattening, one strip of merge groups (merge *
-  // patch image rows) at a time, so the resized image never exists in full.
-  const int64_t rows_per_strip = patchifier.rows_per_strip(W);
-  const int64_t row_len = patchifier.row_length();
-  internal::ResizeStrips(image, H, W, patchifier.strip_rows(), nullptr,
-                         [&](int strip, const uint8_t* const* rows, int, int64_t readable) {
-                           patchifier.Strip(rows, W, readable, out + strip * rows_per_strip * row_len);
+  result.rgb = core::Tensor::Empty(core::DType::kU8, {H, W, 3});
+  uint8_t* out = result.rgb.data<uint8_t>();
+  const size_t line = static_cast<size_t>(W) * 3;
+  // Strips of one merge-group row, on the resize's workers.
+  internal::ResizeStrips(image, H, W, factor, nullptr,
+                         [&](int strip, const uint8_t* const* rows, int count, int64_t) {
+                           for (int i = 0; i < count; ++i) {
+                             std::memcpy(out + (static_cast<size_t>(strip) * factor + i) * line, rows[i], line);
+                           }
                          });
   return result;
+}
+
+absl::StatusOr<core::Tensor> PixelValues(const PreprocessedImage& image, const core::PreprocessorConfig& config) {
+  IRIS_RETURN_IF_ERROR(ValidateConfig(config));
+  const int P = config.patch_size, M = config.merge_size, H = image.resized_height, W = image.resized_width;
+  if (image.rgb.dtype() != core::DType::kU8 || image.rgb.rank() != 3 || image.rgb.dim(0) != H ||
+      image.rgb.dim(1) != W || image.rgb.dim(2) != 3 || H % (P * M) != 0 || W % (P * M) != 0 ||
+      image.grid_thw[0] != 1 || image.grid_thw[1] != H / P || image.grid_thw[2] != W / P) {
+    return absl::InvalidArgumentError(absl::StrCat("PixelValues: rgb must be U8 [", H, ", ", W,
+                                                   ", 3] with both sides multiples of ", P * M,
+                                                   " and grid (1, H/", P, ", W/", P, "), got ",
+                                                   core::DTypeName(image.rgb.dtype()), " ",
+                                                   image.rgb.ShapeString()));
+  }
+  const internal::Patchifier patchifier(P, config.temporal_patch_size, M, config.image_mean, config.image_std);
+  const int64_t rows_per_strip = patchifier.rows_per_strip(W), row_len = patchifier.row_length();
+  core::Tensor values = core::Tensor::Empty(core::DType::kF32, {(H / P) * (W / P), row_len});
+  float* out = values.data<float>();
+  AdviseHugePages(out, values.nbytes());
+  const uint8_t* rgb = image.rgb.data<uint8_t>();
+  const int64_t line = int64_t{W} * 3, total = int64_t{H} * line;
+  std::vector<const uint8_t*> rows(patchifier.strip_rows());
+  for (int strip = 0; strip < H / patchifier.strip_rows(); ++strip) {
+    const int64_t y0 = int64_t{strip} * patchifier.strip_rows();
+    for (int i = 0; i < patchifier.strip_rows(); ++i) rows[i] = rgb + (y0 + i) * line;
+    // Full-width loads may read up to the image's end (the last row: its own bytes only).
+    patchifier.Strip(rows.data(), W, total - (y0 + patchifier.strip_rows() - 1) * line,
+                     out + strip * rows_per_strip * row_len);
+  }
+  return values;
 }
 
 }  // namespace iris::vision

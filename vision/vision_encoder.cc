@@ -14,9 +14,11 @@
 #include "kernels/elementwise.h"
 #include "kernels/gated_mlp.h"
 #include "kernels/qkv_bf16.h"
+#include "kernels/patch_rows.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
 #include "kernels/rows.h"
+#include "vision/pixel_table.h"
 
 namespace iris::vision {
 
@@ -213,7 +215,8 @@ absl::Status VisionEncoder::ReserveActivations(int64_t max_patches) {
   IRIS_RETURN_IF_ERROR(alloc(&act->embedded, n * hv));
   IRIS_RETURN_IF_ERROR(alloc(&act->hidden, n * hv));
   IRIS_RETURN_IF_ERROR(alloc(&act->normed, n * hv));
-  IRIS_RETURN_IF_ERROR(alloc(&act->qkv, n * 3 * hv));
+  // qkv's buffer also holds the patch rows made from images' bytes while the patches are embedded.
+  IRIS_RETURN_IF_ERROR(alloc(&act->qkv, n * std::max(3 * hv, patch_dim())));
   IRIS_RETURN_IF_ERROR(alloc(&act->attn, n * hv));
   // The fused gate/up output exists only for the gated MLP (fc1 writes straight into act).
   const bool gated = config_.mlp == core::VisionMlp::kGatedSilu;
@@ -252,6 +255,14 @@ enum class VisionEncoder::Stage { kEmbed, kQkv, kPad, kAttend, kMerger, kDone };
 
 struct VisionEncoder::Run {
   Tensor pixels;                            // the caller's pixel values as the device holds them
+  // Begun from bytes instead: the images' bytes on the device, and where each one's lie.
+  struct Image {
+    int64_t offset = 0;  // its first byte in rgb
+    int64_t row0 = 0;    // its first patch row in the forward
+    kernels::PatchGrid grid;
+  };
+  Tensor rgb;
+  std::vector<Image> images;
   std::vector<GridThw> grids;               // for the plan rebuilt per layer (cached_cu_seqlens off)
   std::shared_ptr<const DevicePlan> plan;   // the forward's plan
   std::shared_ptr<const DevicePlan> layer;  // this layer's (the same, unless rebuilt per layer)
@@ -344,15 +355,21 @@ absl::StatusOr<Tensor> VisionEncoder::Forward(const Tensor& pixel_values, std::s
   return Finish();
 }
 
-absl::Status VisionEncoder::Begin(const Tensor& pixel_values, std::span<const GridThw> grid_thw) {
-  if (run_ != nullptr) return absl::FailedPreconditionError("an encoder forward is already in progress");
-  const int64_t patch_dim = int64_t{config_.in_channels} * config_.temporal_patch_size *
-                            config_.patch_size * config_.patch_size;
-  if (pixel_values.dtype() != DType::kF32 || pixel_values.rank() != 2 || pixel_values.dim(1) != patch_dim) {
-    return absl::InvalidArgumentError(absl::StrCat("pixel_values must be F32 [patches, ", patch_dim,
-                                                   "], got ", core::DTypeName(pixel_values.dtype()), " ",
-                                                   pixel_values.ShapeString()));
+absl::StatusOr<Tensor> VisionEncoder::ForwardRgb(const Tensor& rgb, std::span<const GridThw> grid_thw,
+                                                 const PixelNormalization& normalization) {
+  run_.reset();
+  IRIS_RETURN_IF_ERROR(BeginRgb(rgb, grid_thw, normalization));
+  while (!done()) {
+    absl::StatusOr<double> ran = Advance(std::numeric_limits<double>::infinity());
+    if (!ran.ok()) {
+      run_.reset();
+      return ran.status();
+    }
   }
+  return Finish();
+}
+
+absl::StatusOr<std::unique_ptr<VisionEncoder::Run>> VisionEncoder::NewRun(std::span<const GridThw> grid_thw) {
   auto run = std::make_unique<Run>();
   if (options_.techniques.cached_cu_seqlens) {
     IRIS_ASSIGN_OR_RETURN(std::shared_ptr<const EncoderPlan> host, plan_cache_.Get(grid_thw));
@@ -367,15 +384,10 @@ absl::Status VisionEncoder::Begin(const Tensor& pixel_values, std::span<const Gr
     IRIS_ASSIGN_OR_RETURN(run->plan, MirrorPlan(std::move(host)));
   }
   const int64_t n = run->plan->host->num_patches;
-  if (pixel_values.dim(0) != n) {
-    return absl::InvalidArgumentError(absl::StrCat("pixel_values has ", pixel_values.dim(0),
-                                                   " rows but grid_thw implies ", n, " patches"));
-  }
   if (n > max_patches_) {
     return absl::InvalidArgumentError(absl::StrCat("grid_thw: ", n, " patches in one forward exceed the encoder's ",
                                                    "capacity of ", max_patches_, " (max_patches)"));
   }
-  IRIS_ASSIGN_OR_RETURN(run->pixels, device_.Mirror(pixel_values));
   run->grids.assign(grid_thw.begin(), grid_thw.end());
   run->layer = run->plan;
   run->n = n;
@@ -392,9 +404,83 @@ absl::Status VisionEncoder::Begin(const Tensor& pixel_values, std::span<const Gr
     }
     run->attention_flops_per_row[i++] = n > 0 ? 4.0 * config_.hidden_size * sum / n : 0;
   }
+  return run;
+}
+
+absl::Status VisionEncoder::Begin(const Tensor& pixel_values, std::span<const GridThw> grid_thw) {
+  if (run_ != nullptr) return absl::FailedPreconditionError("an encoder forward is already in progress");
+  if (pixel_values.dtype() != DType::kF32 || pixel_values.rank() != 2 || pixel_values.dim(1) != patch_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat("pixel_values must be F32 [patches, ", patch_dim(), "], got ",
+                                                   core::DTypeName(pixel_values.dtype()), " ",
+                                                   pixel_values.ShapeString()));
+  }
+  IRIS_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, NewRun(grid_thw));
+  if (pixel_values.dim(0) != run->n) {
+    return absl::InvalidArgumentError(absl::StrCat("pixel_values has ", pixel_values.dim(0),
+                                                   " rows but grid_thw implies ", run->n, " patches"));
+  }
+  IRIS_ASSIGN_OR_RETURN(run->pixels, device_.Mirror(pixel_values));
   ++stats_.forwards;
   run_ = std::move(run);
   return absl::OkStatus();
+}
+
+absl::Status VisionEncoder::BeginRgb(const Tensor& rgb, std::span<const GridThw> grid_thw,
+                                     const PixelNormalization& normalization) {
+  if (run_ != nullptr) return absl::FailedPreconditionError("an encoder forward is already in progress");
+  if (rgb.dtype() != DType::kU8) {
+    return absl::InvalidArgumentError(absl::StrCat("rgb must be U8 (the images' bytes), got ",
+                                                   core::DTypeName(rgb.dtype()), " ", rgb.ShapeString()));
+  }
+  IRIS_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, NewRun(grid_thw));  // the grids checked
+  const int p = config_.patch_size;
+  int64_t bytes = 0, row0 = 0;
+  for (size_t i = 0; i < grid_thw.size(); ++i) {
+    const GridThw& g = grid_thw[i];
+    if (g[0] != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("grid_thw[", i, "]: t is ", g[0],
+                                                     "; a forward from bytes takes images only (t = 1)"));
+    }
+    Run::Image im;
+    im.offset = bytes;
+    im.row0 = row0;
+    im.grid = kernels::PatchGrid{p, config_.temporal_patch_size, config_.spatial_merge_size, g[1] * p, g[2] * p};
+    bytes += im.grid.height * im.grid.width * 3;
+    row0 += im.grid.rows();
+    run->images.push_back(im);
+  }
+  if (rgb.numel() != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("rgb has ", rgb.numel(), " bytes but grid_thw implies ", bytes,
+                                                   " (each image resized to its grid, 3 bytes a pixel)"));
+  }
+  IRIS_RETURN_IF_ERROR(UsePixelTable(normalization));
+  IRIS_ASSIGN_OR_RETURN(run->rgb, device_.Mirror(rgb));
+  ++stats_.forwards;
+  run_ = std::move(run);
+  return absl::OkStatus();
+}
+
+absl::Status VisionEncoder::UsePixelTable(const PixelNormalization& normalization) {
+  if (table_normalization_ == normalization) return absl::OkStatus();
+  if (pixel_table_.raw() == nullptr) {
+    IRIS_ASSIGN_OR_RETURN(pixel_table_, device_.Allocate(DType::kF32, {kPixelTableSize}));
+  }
+  pixel_table_host_ = PixelTable(normalization.mean, normalization.std);
+  device_.CopyToDevice(pixel_table_host_.data(), pixel_table_.data<float>(), sizeof(pixel_table_host_));
+  IRIS_RETURN_IF_ERROR(device_.status());
+  table_normalization_ = normalization;
+  return absl::OkStatus();
+}
+
+void VisionEncoder::MakePatchRows(int64_t r0, int64_t r1, float* out) {
+  const Run& r = *run_;
+  const int64_t width = patch_dim();
+  for (const Run::Image& im : r.images) {
+    const int64_t a = std::max(r0, im.row0), b = std::min(r1, im.row0 + im.grid.rows());
+    if (a >= b) continue;
+    kernels::PatchRows(device_, r.rgb.data<uint8_t>() + im.offset, im.grid, pixel_table_.data<float>(), a - im.row0,
+                       b - im.row0, out + (a - r0) * width);
+  }
 }
 
 void VisionEncoder::Abandon() { run_.reset(); }
@@ -498,7 +584,12 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
     case Stage::kEmbed: {
       // Patch embedding; once all rows are embedded, regrouped into window order.
       float* embedded = A.embedded.data<float>();
-      patch_embed_->Forward(r.pixels.data<float>() + r0 * r.pixels.dim(1), rows, embedded + r0 * hv);
+      const float* patch_rows = r.pixels.data<float>() + r0 * patch_dim();
+      if (!r.images.empty()) {  // begun from bytes: the rows made here, in qkv's buffer (free until block 0)
+        MakePatchRows(r0, r1, qkv);
+        patch_rows = qkv;
+      }
+      patch_embed_->Forward(patch_rows, rows, embedded + r0 * hv);
       if (r1 == n) kernels::GatherRows(device_, embedded, unit * hv, r.plan->Span(r.plan->window_index), hidden);
       break;
     }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -59,6 +60,14 @@ struct EncoderOptions {
   int64_t max_patches = 16384;
 };
 
+// How the preprocessing turns an image's bytes into pixel values (PreprocessorConfig's image_mean
+// and image_std, after the rescale by 1/255): what the encoder needs to take images as bytes.
+struct PixelNormalization {
+  std::array<float, 3> mean = {};
+  std::array<float, 3> std = {};
+  bool operator==(const PixelNormalization&) const = default;
+};
+
 // The padding the switches resolve to for this model's head dim.
 QkvPadding ResolveQkvPadding(const EncoderOptions& options, int head_dim);
 
@@ -89,6 +98,14 @@ class VisionEncoder {
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& pixel_values,
                                        std::span<const GridThw> grid_thw);
 
+  // The same forward from the images' bytes, as the preprocessing leaves them (vision::Preprocess's
+  // rgb): rgb U8, the images resized to their grids and packed back to back (image i is
+  // grid_thw[i][1] * P rows of grid_thw[i][2] * P pixels, RGB interleaved; t must be 1). The
+  // encoder makes the pixel_values rows on its own device during patch embedding
+  // (kernels::PatchRows, the same bits as vision::PixelValues), so a GPU receives the bytes only.
+  absl::StatusOr<core::Tensor> ForwardRgb(const core::Tensor& rgb, std::span<const GridThw> grid_thw,
+                                          const PixelNormalization& normalization);
+
   // The same forward in resumable pieces, so that an engine can interleave it with decoding: each
   // Advance runs the next pieces — row ranges of one stage (patch embed; a block's norm + qkv +
   // rotary; its attention + proj + MLP; the merger) — up to a FLOP allowance, at least one piece.
@@ -96,6 +113,9 @@ class VisionEncoder {
   // a block's attention pieces start only when all its q/k/v rows are made, so the result is
   // bit-identical to Forward's however the rows are cut. One forward in progress at a time.
   absl::Status Begin(const core::Tensor& pixel_values, std::span<const GridThw> grid_thw);
+  // Begin from the images' bytes (as ForwardRgb).
+  absl::Status BeginRgb(const core::Tensor& rgb, std::span<const GridThw> grid_thw,
+                        const PixelNormalization& normalization);
   bool in_progress() const { return run_ != nullptr; }
   bool done() const;  // in progress and every piece run: Finish next
   // Runs pieces worth up to `max_flops` (estimated as CountFlops does; at least one piece).
@@ -114,6 +134,10 @@ class VisionEncoder {
   void set_techniques(const EncoderTechniques& t) { options_.techniques = t; }
   const EncoderOptions& options() const { return options_; }
   const core::VisionConfig& config() const { return config_; }
+  // Values in a pixel_values row: C * T * P * P.
+  int64_t patch_dim() const {
+    return int64_t{config_.in_channels} * config_.temporal_patch_size * config_.patch_size * config_.patch_size;
+  }
   const EncoderStats& stats() const { return stats_; }
   // FLOPs of one forward for the given grids (matmuls + attention), for benchmarks.
   double CountFlops(std::span<const GridThw> grid_thw) const;
@@ -126,6 +150,12 @@ class VisionEncoder {
   enum class Stage;
   VisionEncoder(kernels::Device& device, const core::VisionConfig& config, const EncoderOptions& options);
   absl::StatusOr<std::shared_ptr<const DevicePlan>> MirrorPlan(std::shared_ptr<const EncoderPlan> plan);
+  // A forward's plan and bookkeeping for grid_thw, its size checked against max_patches().
+  absl::StatusOr<std::unique_ptr<Run>> NewRun(std::span<const GridThw> grid_thw);
+  // The device's copy of the byte-to-value table for `normalization` (uploaded when it changes).
+  absl::Status UsePixelTable(const PixelNormalization& normalization);
+  // Patch rows [r0, r1) of a forward begun from bytes, made into `out` (row r0 first).
+  void MakePatchRows(int64_t r0, int64_t r1, float* out);
   // Attention for query rows [r0, r1) of the forward's n rows and block b's proj on it, added
   // into h (rows r0.. of the hidden state).
   void AttentionAndProj(const Block& b, const DevicePlan& plan, bool full, int64_t n, int64_t r0, int64_t r1,
@@ -161,6 +191,11 @@ class VisionEncoder {
   BlockObserver observer_;
   int64_t max_patches_ = 0;
   std::unique_ptr<Activations> act_;
+  // The byte-to-value table on the device, for table_normalization_ (set once one is uploaded);
+  // its host source stays here while a copy of it may be in flight.
+  core::Tensor pixel_table_;
+  std::array<float, 768> pixel_table_host_{};
+  std::optional<PixelNormalization> table_normalization_;
   std::unique_ptr<Run> run_;  // the forward in progress
 };
 

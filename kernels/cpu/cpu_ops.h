@@ -14,6 +14,7 @@
 #include "kernels/linear.h"
 #include "kernels/packed_logit_edits.h"
 #include "kernels/paged_attention.h"
+#include "kernels/patch_rows.h"
 #include "kernels/rotary.h"
 #include "kernels/row_draw.h"
 
@@ -45,6 +46,9 @@ void EditLogitRows(float* logits, int64_t rows, int64_t vocab, const PackedLogit
 // plainly (a sort for top-p), the reference a device's kernel is checked against.
 void SampleRows(CpuDevice& dev, float* logits, int64_t rows, int64_t vocab, const RowDraw* draws, int32_t* out);
 void ScatterRows(CpuDevice& dev, const float* src, int64_t width, std::span<const int32_t> index, float* dst);
+// kernels::PatchRows (kernels/patch_rows.h) on host memory.
+void PatchRows(CpuDevice& dev, const uint8_t* rgb, const PatchGrid& grid, const float* table, int64_t row_begin,
+               int64_t row_end, float* out);
 void EmbeddingLookup(CpuDevice& dev, const core::Tensor& table, std::span<const int32_t> ids, float* out);
 void UnpadHeads(CpuDevice& dev, const float* padded, int64_t rows, int num_heads, int head_dim, int padded_dim,
                 float* out);

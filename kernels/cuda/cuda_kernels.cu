@@ -177,6 +177,15 @@ int LaunchScatterRows(CUstream_st* stream, const float* src, int64_t width, cons
   return LastLaunchError();
 }
 
+int LaunchPatchRows(CUstream_st* stream, const uint8_t* rgb, int patch, int temporal, int merge, int64_t width,
+                    const float* table, int64_t row_begin, int64_t row_end, float* out) {
+  const int64_t n = (row_end - row_begin) * 3 * temporal * patch * patch;
+  if (n <= 0) return 0;
+  PatchRowsKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(rgb, patch, temporal, merge, width, table, row_begin,
+                                                               row_end - row_begin, out);
+  return LastLaunchError();
+}
+
 int LaunchEmbeddingLookup(CUstream_st* stream, const void* table, EmbeddingDType dtype, int64_t vocab, int64_t width,
                           const int32_t* ids, int64_t n, float* out) {
   if (n * width == 0) return 0;

@@ -69,9 +69,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t pixels = int64_t{pre->resized_height} * pre->resized_width;
   IRIS_FUZZ_CHECK(pixels >= config.min_pixels && pixels <= config.max_pixels, "%ld pixels outside [%ld, %ld]",
                   long(pixels), long(config.min_pixels), long(config.max_pixels));
-  const auto& shape = pre->pixel_values.shape();
-  IRIS_FUZZ_CHECK(shape.size() == 2 && shape[0] == grid[1] * grid[2] &&
-                      shape[1] == 3 * config.temporal_patch_size * config.patch_size * config.patch_size,
-                  "pixel_values shape does not match the grid");
+  const auto& shape = pre->rgb.shape();
+  IRIS_FUZZ_CHECK(pre->rgb.dtype() == iris::core::DType::kU8 && shape.size() == 3 &&
+                      shape[0] == pre->resized_height && shape[1] == pre->resized_width && shape[2] == 3,
+                  "the resized image's shape does not match its size");
   return 0;
 }

@@ -99,8 +99,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       IRIS_FUZZ_CHECK(prompt->ids[i] == model.config.image_token_id, "slot token %ld is %d", long(i),
                       prompt->ids[i]);
     }
-    IRIS_FUZZ_CHECK(image.pixel_values != nullptr && image.pixel_values->shape()[0] == g[1] * g[2],
-                    "pixel rows do not match the grid");
+    IRIS_FUZZ_CHECK(image.rgb != nullptr && image.rgb->numel() == g[1] * g[2] * model.config.vision.patch_size *
+                                                                   model.config.vision.patch_size * 3,
+                    "the image's bytes do not match the grid");
     previous_end = image.pad_end;
   }
   for (const auto& axis : prompt->positions.positions) {

@@ -71,22 +71,23 @@ absl::Status Run(const std::vector<std::string>& images) {
   const auto t0 = Clock::now();
   std::vector<vision::PreprocessedImage> prepared;
   std::vector<vision::GridThw> grids;
-  int64_t rows = 0;
+  int64_t rows = 0, bytes = 0;
   for (const std::string& path : images) {
     auto rgb = vision::DecodeImageFile(path);
     if (!rgb.ok()) return absl::Status(rgb.status().code(), absl::StrCat(path, ": ", rgb.status().message()));
     auto p = vision::Preprocess(*rgb, pp, vision::PixelBounds{bounds.min_pixels, bounds.max_pixels});
     if (!p.ok()) return absl::Status(p.status().code(), absl::StrCat(path, ": ", p.status().message()));
-    rows += p->pixel_values.dim(0);
+    rows += p->grid_thw[1] * p->grid_thw[2];
+    bytes += p->rgb.nbytes();
     grids.push_back(p->grid_thw);
     prepared.push_back(std::move(*p));
   }
-  const int64_t cols = prepared[0].pixel_values.dim(1);
-  core::Tensor pixel_values = core::Tensor::Empty(core::DType::kF32, {rows, cols});
+  // The images' bytes packed, as the server hands them to the encoder.
+  core::Tensor packed = core::Tensor::Empty(core::DType::kU8, {bytes});
   int64_t at = 0;
   for (const auto& p : prepared) {
-    std::memcpy(pixel_values.data<float>() + at * cols, p.pixel_values.data<float>(), p.pixel_values.nbytes());
-    at += p.pixel_values.dim(0);
+    std::memcpy(packed.data<uint8_t>() + at, p.rgb.data<uint8_t>(), p.rgb.nbytes());
+    at += p.rgb.nbytes();
   }
   const auto t1 = Clock::now();
 
@@ -105,8 +106,19 @@ absl::Status Run(const std::vector<std::string>& images) {
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Device> device, kernels::CreateDevice(device_options));
   IRIS_ASSIGN_OR_RETURN(auto encoder, vision::VisionEncoder::Load(*device, ckpt, config.vision, options));
   const auto t2 = Clock::now();
-  IRIS_ASSIGN_OR_RETURN(core::Tensor embeds, encoder->Forward(pixel_values, grids));
+  IRIS_ASSIGN_OR_RETURN(core::Tensor embeds,
+                        encoder->ForwardRgb(packed, grids, vision::PixelNormalization{pp.image_mean, pp.image_std}));
   const auto t3 = Clock::now();
+
+  // The pixel values the encoder made, as the reference's rows (made again here, for the file).
+  const int64_t cols = encoder->patch_dim();
+  core::Tensor pixel_values = core::Tensor::Empty(core::DType::kF32, {rows, cols});
+  at = 0;
+  for (const auto& p : prepared) {
+    IRIS_ASSIGN_OR_RETURN(core::Tensor values, vision::PixelValues(p, pp));
+    std::memcpy(pixel_values.data<float>() + at * cols, values.data<float>(), values.nbytes());
+    at += values.dim(0);
+  }
 
   core::Tensor grid = core::Tensor::Empty(core::DType::kI64, {static_cast<int64_t>(grids.size()), 3});
   for (size_t i = 0; i < grids.size(); ++i) {

@@ -1,0 +1,34 @@
+// The vision encoder's input rows made where the encoder runs, from a resized RGB8 image: the
+// preprocessing's rescale, normalize, temporal repeat and patch flattening (the reference's
+// pixel_values rows), so that an image crosses to a device as its bytes (3 per pixel) rather
+// than as float rows (4 bytes × temporal repeat per value: 8× more for Qwen2.5-VL).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/device.h"
+
+namespace iris::kernels {
+
+// One resized image and the patch layout of its rows.
+struct PatchGrid {
+  int patch = 14;     // pixels per patch side
+  int temporal = 2;   // frames per patch (an image is repeated this many times)
+  int merge = 2;      // patches per merge-group side
+  int64_t height = 0;  // pixels, a multiple of patch * merge
+  int64_t width = 0;   // pixels, a multiple of patch * merge
+
+  int64_t row_length() const { return int64_t{3} * temporal * patch * patch; }
+  int64_t rows() const { return (height / patch) * (width / patch); }
+};
+
+// Rows [row_begin, row_end) of the image's patch rows, written at out (row_begin's row first;
+// row_length() floats each). Row order (the reference's): merge groups in raster order, the
+// merge * merge patches of a group consecutive in raster order; inside a row (channel, frame, y,
+// x). Value: table[c * 256 + byte] for channel c's byte (the normalized values, built by
+// vision::PixelTable), so the rows are the host preprocessing's bit for bit. rgb (height × width
+// × 3 bytes, interleaved), table (768 floats) and out are device memory.
+void PatchRows(Device& device, const uint8_t* rgb, const PatchGrid& grid, const float* table, int64_t row_begin,
+               int64_t row_end, float* out);
+
+}  // namespace iris::kernels
