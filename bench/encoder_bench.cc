@@ -26,6 +26,7 @@
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
 #include "vision/encoder_plan.h"
+#include "vision/preprocess.h"
 #include "vision/smart_resize.h"
 #include "vision/vision_encoder.h"
 #ifdef IRIS_HAVE_CUDA
@@ -38,7 +39,7 @@ ABSL_FLAG(std::string, device, "cpu", "where the encoder runs: cpu, or cuda / cu
 ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 or f32");
 ABSL_FLAG(double, min_seconds, 2.0, "time each measurement at least this long (after one warm-up)");
 ABSL_FLAG(bool, switches, true, "also measure with each technique switched off");
-ABSL_FLAG(int, rounds, 3, "alternating rounds for the technique-switch table");
+ABSL_FLAG(int, rounds, 3, "alternating rounds for the technique-switch table and the input table");
 ABSL_FLAG(std::string, profile_input, "",
           "for a profiler (Nsight Compute): encode only this input (a label of the table, e.g. \"448x448 x8\"), "
           "once to warm up and once more, and measure nothing else");
@@ -82,34 +83,53 @@ double TimeIt(Fn&& fn, double min_seconds, int max_runs = 50) {
 }
 
 // An input as images of these sizes (width x height) would reach the encoder: the grids the
-// processor's smart resize gives, and pixel values drawn at random (the encoder's time does not
-// depend on them; decoding and preprocessing are preprocess_bench's). No image codec is linked,
-// so the binary travels to a GPU machine without OpenCV.
+// processor's smart resize gives, and random bytes for the resized images (the encoder's time does
+// not depend on them; decoding and resizing are preprocess_bench's), with the pixel values the
+// host makes of them for the forward from pixel values. No image codec is linked, so the binary
+// travels to a GPU machine without OpenCV.
 struct Shape {
   std::string label;
   std::vector<std::pair<int, int>> sizes;
 };
 
 struct Prepared {
-  core::Tensor pixel_values;
+  core::Tensor rgb;           // the resized images' bytes, packed: what the engine hands the encoder
+  core::Tensor pixel_values;  // the same images as the host's pixel_values rows
   std::vector<vision::GridThw> grids;
+  int64_t patches() const { return pixel_values.dim(0); }
 };
 
 absl::StatusOr<Prepared> Prepare(const Shape& shape, const core::PreprocessorConfig& pp, uint32_t seed) {
   Prepared p;
-  int64_t rows = 0;
+  std::vector<vision::PreprocessedImage> images;
+  int64_t rows = 0, bytes = 0;
+  std::mt19937 rng(seed);
   for (const auto& [w, h] : shape.sizes) {
     auto r = vision::SmartResize(h, w, pp.factor(), pp.min_pixels, pp.max_pixels);
     if (!r.ok()) return r.status();
-    p.grids.push_back({1, r->height / pp.patch_size, r->width / pp.patch_size});
-    rows += p.grids.back()[1] * p.grids.back()[2];
+    vision::PreprocessedImage im;
+    im.grid_thw = {1, r->height / pp.patch_size, r->width / pp.patch_size};
+    im.resized_height = r->height;
+    im.resized_width = r->width;
+    im.rgb = core::Tensor::Empty(core::DType::kU8, {r->height, r->width, 3});
+    for (int64_t i = 0; i < im.rgb.numel(); ++i) im.rgb.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+    p.grids.push_back(im.grid_thw);
+    rows += im.grid_thw[1] * im.grid_thw[2];
+    bytes += im.rgb.nbytes();
+    images.push_back(std::move(im));
   }
   const int64_t patch_dim = int64_t{3} * pp.temporal_patch_size * pp.patch_size * pp.patch_size;
+  p.rgb = core::Tensor::Empty(core::DType::kU8, {bytes});
   p.pixel_values = core::Tensor::Empty(core::DType::kF32, {rows, patch_dim});
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> normalized(-1.8f, 2.1f);  // the range CLIP's normalisation gives
-  float* v = p.pixel_values.data<float>();
-  for (int64_t i = 0; i < rows * patch_dim; ++i) v[i] = normalized(rng);
+  int64_t at_byte = 0, at_row = 0;
+  for (const vision::PreprocessedImage& im : images) {
+    std::memcpy(p.rgb.data<uint8_t>() + at_byte, im.rgb.raw(), im.rgb.nbytes());
+    at_byte += im.rgb.nbytes();
+    absl::StatusOr<core::Tensor> values = vision::PixelValues(im, pp);
+    if (!values.ok()) return values.status();
+    std::memcpy(p.pixel_values.data<float>() + at_row * patch_dim, values->raw(), values->nbytes());
+    at_row += values->dim(0);
+  }
   return p;
 }
 
@@ -157,6 +177,9 @@ int main(int argc, char** argv) {
   }
 #endif
   auto encoder = vision::VisionEncoder::Load(dev, *ckpt, config->vision, options);
+  const vision::PixelNormalization normalization{pp->image_mean, pp->image_std};
+  // A forward as the engine runs one: from the images' bytes.
+  auto forward = [&](const auto& p) { return (*encoder)->ForwardRgb(p.rgb, p.grids, normalization); };
   if (!encoder.ok()) {
     std::fprintf(stderr, "encoder_bench: %s\n", std::string(encoder.status().message()).c_str());
     return 1;
@@ -180,7 +203,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       for (int run = 0; run < 2; ++run) {
-        absl::StatusOr<core::Tensor> out = (*encoder)->Forward(p->pixel_values, p->grids);
+        absl::StatusOr<core::Tensor> out = forward(*p);
         if (out.ok()) dev.Synchronize();
         if (!out.ok() || !dev.status().ok()) {
           std::fprintf(stderr, "encoder_bench: %s\n",
@@ -220,7 +243,7 @@ int main(int argc, char** argv) {
   }
 
   auto encode_ms = [&](const Prepared& p) {
-    return 1e3 * TimeIt([&] { (void)*(*encoder)->Forward(p.pixel_values, p.grids); }, min_s, 20);
+    return 1e3 * TimeIt([&] { (void)*forward(p); }, min_s, 20);
   };
 
   std::printf("| input | patches | encoder ms | TFLOP/s | matmul peak TFLOP/s | of peak | GEMM floor ms | / floor |\n");
@@ -237,8 +260,28 @@ int main(int argc, char** argv) {
     // large matmul).
     const double floor_ms = (*encoder)->CountFlops(p.grids) / row_peak * 1e3;
     std::printf("| %s | %lld | %.2f | %.2f | %.2f | %.0f%% | %.2f | %.2fx |\n", shapes[i].label.c_str(),
-                static_cast<long long>(p.pixel_values.dim(0)), ms, tflops, row_peak / 1e12,
+                static_cast<long long>(p.patches()), ms, tflops, row_peak / 1e12,
                 100.0 * tflops * 1e12 / row_peak, floor_ms, ms / floor_ms);
+    std::fflush(stdout);
+  }
+
+  // What the engine hands the encoder: the images' bytes, from which the encoder makes the pixel
+  // values where it runs (kernels::PatchRows), against the host's pixel values handed over (what
+  // crossed to a GPU before): the two forwards alternating, in the same run.
+  std::printf("\nencoder input, the images' bytes vs their pixel values (same run, alternating; the forward "
+              "from upload to embeddings in host memory):\n| input | bytes MB | pixel values MB | from bytes ms | "
+              "from pixel values ms | pixel values / bytes |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Prepared& p = inputs[i];
+    std::vector<double> ms[2];
+    for (int round = 0; round < std::max(1, absl::GetFlag(FLAGS_rounds)); ++round) {
+      ms[0].push_back(encode_ms(p));
+      ms[1].push_back(1e3 * TimeIt([&] { (void)*(*encoder)->Forward(p.pixel_values, p.grids); }, min_s, 20));
+    }
+    for (auto& v : ms) std::sort(v.begin(), v.end());
+    const double bytes_ms = ms[0][ms[0].size() / 2], values_ms = ms[1][ms[1].size() / 2];  // medians
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.3f |\n", shapes[i].label.c_str(), p.rgb.nbytes() / 1e6,
+                p.pixel_values.nbytes() / 1e6, bytes_ms, values_ms, values_ms / bytes_ms);
     std::fflush(stdout);
   }
 
@@ -262,7 +305,7 @@ int main(int argc, char** argv) {
         for (int a = 0; a < 2; ++a) {
           (void)cuda_dev.SetAttention(a == 0 ? Attention::kFlash : Attention::kCudnn);
           ms[a] = encode_ms(p);
-          absl::StatusOr<core::Tensor> o = (*encoder)->Forward(p.pixel_values, p.grids);
+          absl::StatusOr<core::Tensor> o = forward(p);
           if (o.ok()) out[a] = *o;
         }
         double diff = 0, scale = 0;
@@ -337,12 +380,12 @@ int main(int argc, char** argv) {
             // The tuning's own timing (once per shape) stays out of the table: a first forward
             // with tuning on runs untimed.
             if (r == 0 && configs[c].matmul_tuning != matmul_tuning) {
-              (void)*(*encoder)->Forward(inputs[i].pixel_values, inputs[i].grids);
+              (void)*forward(inputs[i]);
             }
           }
 #endif
           const auto t = Clock::now();
-          (void)*(*encoder)->Forward(inputs[i].pixel_values, inputs[i].grids);
+          (void)*forward(inputs[i]);
           ms[c].push_back(1e3 * Seconds(t));
         }
       }
@@ -385,7 +428,7 @@ int main(int argc, char** argv) {
     const Prepared& p = inputs[1];
     const auto& vc = config->vision;
     const int heads = vc.num_heads, d = vc.head_dim(), depth = vc.depth, dp = 96;
-    const int64_t n = p.pixel_values.dim(0), hv = vc.hidden_size;
+    const int64_t n = p.patches(), hv = vc.hidden_size;
     auto plan = *vision::BuildEncoderPlan(vc, p.grids);
     std::vector<float> qkv(n * 3 * hv, 0.25f), cos(n * d / 2), sin(n * d / 2);
     std::vector<float> q(heads * n * dp), k(heads * n * dp), v(heads * n * dp);
@@ -450,7 +493,7 @@ int main(int argc, char** argv) {
         int pieces = 0;
         auto sliced = [&] {
           pieces = 0;
-          if (!(*encoder)->Begin(p.pixel_values, p.grids).ok()) std::abort();
+          if (!(*encoder)->BeginRgb(p.rgb, p.grids, normalization).ok()) std::abort();
           while (!(*encoder)->done()) {
             (void)*(*encoder)->Advance(g * 1e9);
             ++pieces;
