@@ -285,6 +285,33 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
+  // Forwards replayed from the graph recorded for their grid list (VisionEncoder::EnableGraphs, on
+  // in the engine where the device records graphs) against the same forwards issued op by op,
+  // alternating in the same run.
+  if ((*encoder)->EnableGraphs().ok()) {
+    std::printf("\nencoder forwards from a graph vs op by op (same run, alternating):\n| input | op by op ms | "
+                "graph ms | op by op / graph |\n| --- | ---: | ---: | ---: |\n");
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Prepared& p = inputs[i];
+      for (int k = 0; k < 2; ++k) (void)*forward(p);  // the second forward of a grid list records its graph
+      std::vector<double> ms[2];
+      for (int round = 0; round < std::max(1, absl::GetFlag(FLAGS_rounds)); ++round) {
+        for (int g = 0; g < 2; ++g) {
+          (*encoder)->PauseGraphs(g == 0);
+          ms[g].push_back(encode_ms(p));
+        }
+      }
+      (*encoder)->PauseGraphs(false);
+      for (auto& v : ms) std::sort(v.begin(), v.end());
+      const double eager = ms[0][ms[0].size() / 2], graph = ms[1][ms[1].size() / 2];
+      std::printf("| %s | %.2f | %.2f | %.3f |\n", shapes[i].label.c_str(), eager, graph, eager / graph);
+      std::fflush(stdout);
+    }
+    std::printf("(%lld forwards replayed from %d graphs)\n", static_cast<long long>((*encoder)->graph_replays()),
+                (*encoder)->graphs());
+    (*encoder)->DisableGraphs();  // the tables below switch device settings a graph would not see
+  }
+
 #ifdef IRIS_HAVE_CUDA
   // A GPU's two varlen attentions for the bf16 mode, in the same run: iris's tensor-core flash
   // kernel (the default) and cuDNN's SDPA, alternating per input; and how far apart their

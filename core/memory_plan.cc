@@ -176,8 +176,10 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b)
     const int64_t patch_floats = int64_t{v.in_channels} * v.temporal_patch_size * v.patch_size * v.patch_size;
     const int64_t floats = n * (5 * hv + std::max(3 * hv, patch_floats) + 3 * ip + 2 * d) + 4 * n * v.num_heads * dp +
                            n / unit * v.out_hidden_size;
-    // A GPU also keeps the output in raster order before it is copied back (VisionEncoder::Finish).
-    e.encoder_activation_bytes = 4 * (floats + (b.gpu ? n / unit * v.out_hidden_size : 0));
+    // A GPU also keeps the output in raster order before it is copied back (VisionEncoder::Finish),
+    // and the images' bytes at the one address its encoder graphs read them from.
+    e.encoder_activation_bytes = 4 * (floats + (b.gpu ? n / unit * v.out_hidden_size : 0)) +
+                                 (b.gpu ? n * v.patch_size * v.patch_size * 3 : 0);
     // Per patch row the widest matmul input is the patch embedding's, the padded MLP's down
     // projection's or the hidden size (the merger's 4-row inputs are as wide per patch).
     const int64_t patch_dim = int64_t{v.in_channels} * v.temporal_patch_size * v.patch_size * v.patch_size;

@@ -69,13 +69,13 @@ absl::Status EncoderWorker::Submit(core::Tensor rgb, std::vector<vision::GridThw
 }
 
 EncoderWorker::Result EncoderWorker::TakeResult() {
-  Result r{core::Tensor(), ms_};
+  Result r{std::vector<core::Tensor>(), ms_};
   if (status_.ok()) {
-    r.embeddings = std::move(embeddings_);
+    r.images = std::move(images_);
   } else {
-    r.embeddings = std::move(status_);
+    r.images = std::move(status_);
   }
-  embeddings_ = core::Tensor();
+  images_.clear();
   status_ = absl::OkStatus();
   ready_ = false;
   held_ = 0;
@@ -99,7 +99,7 @@ void EncoderWorker::Abandon() {
   absl::MutexLock lock(&mu_);
   held_ = 0;
   ready_ = false;
-  embeddings_ = core::Tensor();
+  images_.clear();
   status_ = absl::OkStatus();
   queued_.reset();
 }
@@ -142,7 +142,7 @@ void EncoderWorker::Loop() {
       queued_.reset();
     }
     const absl::Time t0 = absl::Now();
-    std::optional<absl::StatusOr<core::Tensor>> out = RunJob(job);
+    std::optional<absl::StatusOr<std::vector<core::Tensor>>> out = RunJob(job);
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
     job.rgb = core::Tensor();  // the input's memory goes back before the result is handed over
     std::function<void()> on_ready;
@@ -154,7 +154,7 @@ void EncoderWorker::Loop() {
         ++finished_;
         if (held_ == job.id) {
           if (out->ok()) {
-            embeddings_ = std::move(**out);
+            images_ = std::move(**out);
           } else {
             status_ = out->status();
           }
@@ -168,14 +168,14 @@ void EncoderWorker::Loop() {
   }
 }
 
-std::optional<absl::StatusOr<core::Tensor>> EncoderWorker::RunJob(const Job& job) {
+std::optional<absl::StatusOr<std::vector<core::Tensor>>> EncoderWorker::RunJob(const Job& job) {
   if (share_ != nullptr) share_->SetBusy(kernels::ComputeShare::kEncoder, true);
   absl::Cleanup idle = [this] {
     if (share_ != nullptr) share_->SetBusy(kernels::ComputeShare::kEncoder, false);
   };
   device_->Rebalance();
   if (absl::Status s = encoder_->BeginRgb(job.rgb, job.grids, job.normalization); !s.ok()) {
-    return absl::StatusOr<core::Tensor>(s);
+    return absl::StatusOr<std::vector<core::Tensor>>(s);
   }
   const double piece = device_->kind() == kernels::DeviceKind::kCpu
                            ? std::max(encoder_->remaining_flops() / kCpuPiecesPerJob, 1.0)
@@ -188,13 +188,14 @@ std::optional<absl::StatusOr<core::Tensor>> EncoderWorker::RunJob(const Job& job
     device_->Rebalance();  // the decoder's rows may have come or gone since the last piece
     if (absl::StatusOr<double> ran = encoder_->Advance(piece); !ran.ok()) {
       encoder_->Abandon();
-      return absl::StatusOr<core::Tensor>(ran.status());
+      return absl::StatusOr<std::vector<core::Tensor>>(ran.status());
     }
   }
-  absl::StatusOr<core::Tensor> out = encoder_->Finish();
+  absl::StatusOr<std::vector<core::Tensor>> out = encoder_->FinishImages();
   // Ops report their failures on the device (a GPU's launches and copies), not through Finish.
   if (absl::Status s = device_->status(); out.ok() && !s.ok()) {
-    return absl::StatusOr<core::Tensor>(absl::Status(s.code(), absl::StrCat("encoder device: ", s.message())));
+    return absl::StatusOr<std::vector<core::Tensor>>(
+        absl::Status(s.code(), absl::StrCat("encoder device: ", s.message())));
   }
   return out;
 }

@@ -31,7 +31,9 @@ namespace iris::engine {
 class EncoderWorker {
  public:
   struct Result {
-    absl::StatusOr<core::Tensor> embeddings;  // host F32 [merged tokens, out_hidden], as Forward's
+    // Host F32, one tensor per image of the job: [its merged tokens, out_hidden], as
+    // VisionEncoder::FinishImages makes them (on the worker thread: the engine copies nothing).
+    absl::StatusOr<std::vector<core::Tensor>> images;
     double ms = 0;  // on the worker, from the job's start to its embeddings in host memory
   };
 
@@ -82,7 +84,7 @@ class EncoderWorker {
   EncoderWorker(vision::VisionEncoder* encoder, kernels::Device* device);
   void Loop();
   // Runs `job` in pieces; nullopt when it was abandoned on the way.
-  std::optional<absl::StatusOr<core::Tensor>> RunJob(const Job& job);
+  std::optional<absl::StatusOr<std::vector<core::Tensor>>> RunJob(const Job& job);
   bool Held(uint64_t id) const;
   // Hands the ready result over and releases the held job.
   Result TakeResult() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -100,7 +102,7 @@ class EncoderWorker {
   // StatusOr as reads of uninitialised memory).
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
-  core::Tensor embeddings_ ABSL_GUARDED_BY(mu_);
+  std::vector<core::Tensor> images_ ABSL_GUARDED_BY(mu_);
   double ms_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t finished_ ABSL_GUARDED_BY(mu_) = 0;

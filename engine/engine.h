@@ -65,6 +65,9 @@ struct EngineOptions {
   // (llm/decode_graph.h). Unset: on where the device records graphs (a GPU), off on the CPU; set
   // on a device without graphs, the padded steps run directly (what a graph would compute).
   std::optional<bool> decode_graphs;
+  // Encoder forwards replayed from graphs, one per grid list met more than once
+  // (VisionEncoder::EnableGraphs). Unset: on where the encoder's device records graphs (a GPU).
+  std::optional<bool> encoder_graphs;
   // Sampled picks (temperature, top-k, top-p) drawn where the logits are (kernels::SampleRows):
   // on a GPU one int per row comes back instead of the vocabulary's floats. Unset: on where the
   // decoder's logits are not in host memory (a GPU), off on the CPU (the host sampler picks the

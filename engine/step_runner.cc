@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,7 +26,6 @@ using core::Tensor;
 struct StepRunner::EncodeJob {
   struct Image {
     std::string content_hash;
-    int64_t rows = 0;
     std::vector<std::string> sequences;
   };
   std::vector<Image> images;
@@ -107,12 +107,14 @@ void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
     Tensor rgb;
     std::vector<vision::GridThw> grids;
     GatherRgb(plan.images, &rgb, &grids);
-    absl::StatusOr<Tensor> out = model_->encoder->ForwardRgb(rgb, grids, model_->pixel_normalization());
+    vision::VisionEncoder& encoder = *model_->encoder;
+    status = encoder.BeginRgb(rgb, grids, model_->pixel_normalization());
+    while (status.ok() && !encoder.done()) status = encoder.Advance(std::numeric_limits<double>::infinity()).status();
+    absl::StatusOr<std::vector<Tensor>> out = status.ok() ? encoder.FinishImages() : status;
+    if (!status.ok()) encoder.Abandon();
     if (out.ok()) {
-      int64_t row = 0;
-      for (const ImageToEncode& im : plan.images) {
-        const PromptImage& p = AsRequest(im.source).req.prompt.images[im.index];
-        row = StoreEmbeddings(*out, row, p.pad_end - p.pad_begin, im.content_hash, fresh);
+      for (size_t i = 0; i < plan.images.size(); ++i) {
+        StoreEmbeddings(std::move((*out)[i]), plan.images[i].content_hash, fresh);
       }
     } else {
       status = out.status();
@@ -126,12 +128,10 @@ void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
   result.encoder_cache_hits -= result.encoder_cache_misses;
 }
 
-int64_t StepRunner::StoreEmbeddings(const Tensor& out, int64_t row, int64_t n, const std::string& content_hash,
-                                    Embeddings& fresh) {
-  auto emb = std::make_shared<const Tensor>(out.Rows(row, row + n).Clone());
+void StepRunner::StoreEmbeddings(Tensor image, const std::string& content_hash, Embeddings& fresh) {
+  auto emb = std::make_shared<const Tensor>(std::move(image));
   encoder_cache_->Insert(content_hash, emb);
   fresh[content_hash] = std::move(emb);
-  return row + n;
 }
 
 StepRunner::Attached StepRunner::AttachImages(RequestState& s, const Embeddings& fresh) {
@@ -176,8 +176,7 @@ void StepRunner::AttachAdmitted(const StepPlan& plan,
 void StepRunner::StartJob(const StepPlan& plan, StepResult& result) {
   auto job = std::make_unique<EncodeJob>();
   for (const ImageToEncode& im : plan.images) {
-    const PromptImage& p = AsRequest(im.source).req.prompt.images[im.index];
-    EncodeJob::Image image{im.content_hash, p.pad_end - p.pad_begin, {}};
+    EncodeJob::Image image{im.content_hash, {}};
     for (const Sequence* seq : im.sequences) image.sequences.push_back(seq->id);
     job->images.push_back(std::move(image));
   }
@@ -207,7 +206,7 @@ void StepRunner::AdvanceJob(double encoder_flops, StepResult& result) {
   if (worker_ != nullptr) {  // it runs on its own: only its end is news
     if (std::optional<EncoderWorker::Result> done = worker_->Poll()) {
       job_->ms = done->ms;
-      EndJob(std::move(done->embeddings), result);
+      EndJob(std::move(done->images), result);
     }
     return;
   }
@@ -224,20 +223,23 @@ void StepRunner::AdvanceJob(double encoder_flops, StepResult& result) {
   result.encoder_slice_ms = ms;
   if (model_->encoder->done()) {
     const absl::Time t1 = absl::Now();
-    absl::StatusOr<Tensor> out = model_->encoder->Finish();
+    absl::StatusOr<std::vector<Tensor>> out = model_->encoder->FinishImages();
     job_->ms += absl::ToDoubleMilliseconds(absl::Now() - t1);
     EndJob(std::move(out), result);
   }
 }
 
-void StepRunner::EndJob(absl::StatusOr<Tensor> out, StepResult& result) {
+void StepRunner::EndJob(absl::StatusOr<std::vector<Tensor>> out, StepResult& result) {
   std::unique_ptr<EncodeJob> job = std::move(job_);
   result.encode_job_ended = true;
   absl::Status failed = out.status();
   Embeddings fresh;
+  if (failed.ok() && out->size() != job->images.size()) {
+    failed = absl::InternalError(absl::StrCat("the encoder gave ", out->size(), " images' embeddings for ",
+                                              job->images.size()));
+  }
   if (failed.ok()) {
-    int64_t row = 0;
-    for (const EncodeJob::Image& im : job->images) row = StoreEmbeddings(*out, row, im.rows, im.content_hash, fresh);
+    for (size_t i = 0; i < job->images.size(); ++i) StoreEmbeddings(std::move((*out)[i]), job->images[i].content_hash, fresh);
     result.images_encoded = static_cast<int64_t>(job->images.size());
     result.encode_ms = job->ms;
   }

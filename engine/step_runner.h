@@ -90,10 +90,9 @@ class StepRunner {
   };
 
   void EncodeImages(const StepPlan& plan, StepResult& result);
-  // Rows [row, row + n) of an encoder output as one image's embeddings, into the encoder cache and
-  // `fresh`; returns row + n.
-  int64_t StoreEmbeddings(const core::Tensor& out, int64_t row, int64_t n, const std::string& content_hash,
-                          Embeddings& fresh);
+  // One image's embeddings (VisionEncoder::FinishImages makes them apart), into the encoder cache
+  // and `fresh`, as they are.
+  void StoreEmbeddings(core::Tensor image, const std::string& content_hash, Embeddings& fresh);
   // Gives `s` the embeddings of each image it still needs, from `fresh` or the cache; an image in
   // neither stays unattached.
   Attached AttachImages(RequestState& s, const Embeddings& fresh);
@@ -103,7 +102,7 @@ class StepRunner {
   // Interleaved encoding: start the plan's job, advance the one in flight, end it.
   void StartJob(const StepPlan& plan, StepResult& result);
   void AdvanceJob(double encoder_flops, StepResult& result);
-  void EndJob(absl::StatusOr<core::Tensor> out, StepResult& result);
+  void EndJob(absl::StatusOr<std::vector<core::Tensor>> out, StepResult& result);
   // Stops the job's forward where it runs (the worker, or this thread's encoder).
   void StopJobWork();
   // The images' bytes packed into one tensor (VisionEncoder::BeginRgb's input) and their grids, in order.

@@ -64,7 +64,7 @@ absl::Status WarmUpEncoderForward(vision::VisionEncoder& encoder, const core::Vi
   for (int64_t i = 0; i < bytes; ++i) rgb.data<uint8_t>()[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
   if (worker != nullptr) {
     IRIS_RETURN_IF_ERROR(worker->Submit(std::move(rgb), {grid}, normalization));
-    return worker->Wait().embeddings.status();
+    return worker->Wait().images.status();
   }
   return encoder.ForwardRgb(rgb, std::span<const vision::GridThw>(&grid, 1), normalization).status();
 }

@@ -84,8 +84,9 @@ ABSL_FLAG(bool, interleave_encoder, true, "encode images in pieces between decod
 ABSL_FLAG(double, step_budget_ms, 0, "with --interleave-encoder: target time of an engine step while requests decode "
           "(0 = auto: twice the measured decode-only step, at least 20 ms)");
 ABSL_FLAG(bool, enforce_eager, false,
-          "run every decoder step as issued: no decode-only steps replayed from CUDA graphs (on a GPU they "
-          "are recorded at start, one per padded batch size)");
+          "run every decoder step and encoder forward as issued: no decode-only steps replayed from CUDA graphs "
+          "(on a GPU they are recorded at start, one per padded batch size), and no encoder forwards replayed "
+          "from the graph recorded for their grid list");
 ABSL_FLAG(std::string, sample_on_device, "auto",
           "draw sampled requests' tokens (temperature, top-k, top-p) where the logits are, so only ids leave the "
           "device: auto (on a GPU, not on the CPU), true or false");
@@ -214,7 +215,10 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags() {
   e.step_trace_path = absl::GetFlag(FLAGS_step_trace);
   if (!(e.step_budget_ms >= 0)) return absl::InvalidArgumentError("--step-budget-ms must be >= 0");
   e.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
-  if (absl::GetFlag(FLAGS_enforce_eager)) e.decode_graphs = false;
+  if (absl::GetFlag(FLAGS_enforce_eager)) {
+    e.decode_graphs = false;
+    e.encoder_graphs = false;
+  }
   if (const std::string on_device = absl::GetFlag(FLAGS_sample_on_device); on_device == "true") {
     e.sample_on_device = true;
   } else if (on_device == "false") {

@@ -131,6 +131,20 @@ TEST_P(CudaTinyEncoder, MatchesEveryGoldenCase) {
     ExpectGolden(c, *from_bytes, "on the GPU, from the images' bytes");
     ASSERT_EQ(from_bytes->shape(), out->shape());
     EXPECT_EQ(0, std::memcmp(from_bytes->raw(), out->raw(), out->nbytes())) << "bytes and pixel values differ";
+    // A tensor per image (what the engine keeps), the same rows.
+    ASSERT_TRUE(encoder_->BeginRgb(in.rgb, grids, {pp_.image_mean, pp_.image_std}).ok());
+    while (!encoder_->done()) ASSERT_TRUE(encoder_->Advance(std::numeric_limits<double>::infinity()).ok());
+    auto images = encoder_->FinishImages();
+    ASSERT_TRUE(images.ok()) << images.status();
+    ASSERT_EQ(images->size(), grids.size());
+    int64_t row = 0;
+    for (const core::Tensor& image : *images) {
+      ASSERT_EQ(image.device(), core::Device::kCpu);
+      ASSERT_LE(row + image.dim(0), out->dim(0));
+      EXPECT_EQ(0, std::memcmp(image.raw(), out->data<float>() + row * out->dim(1), image.nbytes())) << "row " << row;
+      row += image.dim(0);
+    }
+    EXPECT_EQ(row, out->dim(0));
   }
   EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
 }
@@ -169,6 +183,65 @@ TEST_P(CudaTinyEncoder, EveryLayerIsCapturedInOneGraphWithoutHostSync) {
   auto out = encoder_->Finish();
   ASSERT_TRUE(out.ok()) << out.status();
   ExpectGolden(*batch, *out, "replayed from one graph");
+  EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+}
+
+// Forwards from bytes replayed from graphs (VisionEncoder::EnableGraphs): a grid list's first two
+// forwards run directly (the second then recorded), the later ones replay; every output is the
+// direct forward's, bit for bit — with another normalization too (the graph reads the table); a
+// second grid list gets a graph of its own; set_techniques and ReserveActivations drop them.
+TEST_P(CudaTinyEncoder, GraphsReplayAGridListsForwardBitForBit) {
+  std::vector<std::pair<std::vector<vision::GridThw>, GoldenImages>> inputs;
+  for (const auto& c : manifest_["cases"]) {
+    std::vector<vision::GridThw> grids;
+    GoldenImages in = ImagesOf(c, pp_, &grids);
+    inputs.emplace_back(std::move(grids), std::move(in));
+    if (inputs.size() == 2) break;
+  }
+  ASSERT_EQ(inputs.size(), 2u);
+  const vision::PixelNormalization norm{pp_.image_mean, pp_.image_std};
+  vision::PixelNormalization other = norm;
+  other.std[2] *= 1.5f;
+  std::vector<core::Tensor> direct, direct_other;
+  for (const auto& [grids, in] : inputs) {
+    auto a = encoder_->ForwardRgb(in.rgb, grids, norm);
+    auto b = encoder_->ForwardRgb(in.rgb, grids, other);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    direct.push_back(*a);
+    direct_other.push_back(*b);
+  }
+  auto same = [](const core::Tensor& a, const core::Tensor& b) {
+    return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  ASSERT_TRUE(encoder_->EnableGraphs(4).ok());
+  for (int round = 0; round < 4; ++round) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const bool shifted = round == 3;
+      auto out = encoder_->ForwardRgb(inputs[i].second.rgb, inputs[i].first, shifted ? other : norm);
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_TRUE(same(*out, shifted ? direct_other[i] : direct[i])) << "round " << round << ", input " << i;
+    }
+    EXPECT_EQ(encoder_->graphs(), round >= 1 ? 2 : 0) << "round " << round;
+    EXPECT_EQ(encoder_->graph_replays(), round >= 2 ? 2 * (round - 1) : 0) << "round " << round;
+  }
+  encoder_->set_techniques(encoder_->options().techniques);
+  EXPECT_EQ(encoder_->graphs(), 0);
+  for (int round = 0; round < 3; ++round) {
+    auto out = encoder_->ForwardRgb(inputs[0].second.rgb, inputs[0].first, norm);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(same(*out, direct[0]));
+  }
+  EXPECT_EQ(encoder_->graphs(), 1);
+  ASSERT_TRUE(encoder_->ReserveActivations(encoder_->max_patches()).ok());
+  EXPECT_EQ(encoder_->graphs(), 0);
+  for (int round = 0; round < 3; ++round) {
+    auto out = encoder_->ForwardRgb(inputs[1].second.rgb, inputs[1].first, norm);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(same(*out, direct[1])) << "after ReserveActivations, round " << round;
+  }
+  EXPECT_EQ(encoder_->graphs(), 1);
+  encoder_->DisableGraphs();
+  EXPECT_EQ(encoder_->graphs(), 0);
   EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
 }
 

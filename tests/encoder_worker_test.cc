@@ -99,10 +99,25 @@ class EncoderWorkerTest : public ::testing::Test {
 
   // Bit for bit where the matmuls are split-invariant (the worker runs the forward in pieces);
   // to f32 rounding elsewhere.
-  void ExpectBitEqual(const Tensor& got, const Tensor& want) {
-    ASSERT_EQ(got.shape(), want.shape());
-    EXPECT_TRUE(testing::SameUnderRowSplits(got.data<float>(), want.data<float>(), want.numel(),
-                                            kernels::MatmulRowsSplitInvariant(*reference_.device), 1e-5));
+  // `got`, one tensor per image (the worker's result), against the forward's whole output for
+  // `job`: each image its merged tokens' rows (a quarter of its patches), in order.
+  void ExpectBitEqual(const std::vector<Tensor>& got, const Job& job) {
+    const Tensor want = Expected(job);
+    ASSERT_EQ(got.size(), job.grids.size());
+    int64_t row = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const Tensor& image = got[i];
+      ASSERT_EQ(image.rank(), 2);
+      ASSERT_EQ(image.dim(0), job.grids[i][0] * job.grids[i][1] * job.grids[i][2] / 4) << "image " << i;
+      ASSERT_EQ(image.dim(1), want.dim(1));
+      ASSERT_LE(row + image.dim(0), want.dim(0));
+      EXPECT_TRUE(testing::SameUnderRowSplits(image.data<float>(), want.data<float>() + row * want.dim(1),
+                                              image.numel(), kernels::MatmulRowsSplitInvariant(*reference_.device),
+                                              1e-5))
+          << "image at row " << row;
+      row += image.dim(0);
+    }
+    EXPECT_EQ(row, want.dim(0));
   }
 
   Encoder worker_side_, reference_;
@@ -114,9 +129,9 @@ TEST_F(EncoderWorkerTest, WaitGivesTheEmbeddingsOfForward) {
   ASSERT_TRUE(Submit(job).ok());
   EXPECT_TRUE(worker_->busy());
   EncoderWorker::Result r = worker_->Wait();
-  ASSERT_TRUE(r.embeddings.ok()) << r.embeddings.status();
+  ASSERT_TRUE(r.images.ok()) << r.images.status();
   EXPECT_GT(r.ms, 0);
-  ExpectBitEqual(*r.embeddings, Expected(job));
+  ExpectBitEqual(*r.images, job);
   EXPECT_FALSE(worker_->busy());
   EXPECT_EQ(worker_->jobs_finished(), 1);
   EXPECT_EQ(worker_->jobs_stopped(), 0);
@@ -130,8 +145,8 @@ TEST_F(EncoderWorkerTest, PollReturnsNothingUntilTheResultThenTheResultOnce) {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (!(r = worker_->Poll()).has_value() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
   ASSERT_TRUE(r.has_value()) << "no result within 60 s";
-  ASSERT_TRUE(r->embeddings.ok()) << r->embeddings.status();
-  ExpectBitEqual(*r->embeddings, Expected(job));
+  ASSERT_TRUE(r->images.ok()) << r->images.status();
+  ExpectBitEqual(*r->images, job);
   EXPECT_FALSE(worker_->Poll().has_value()) << "a result is given once";
   EXPECT_FALSE(worker_->busy());
 }
@@ -141,12 +156,12 @@ TEST_F(EncoderWorkerTest, HoldsOneJobAtATime) {
   ASSERT_TRUE(Submit(job).ok());
   const absl::Status second = Submit(job);
   EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition) << second;
-  ASSERT_TRUE(worker_->Wait().embeddings.ok());
+  ASSERT_TRUE(worker_->Wait().images.ok());
   ASSERT_TRUE(Submit(job).ok()) << "free again once the result is taken";
-  ASSERT_TRUE(worker_->Wait().embeddings.ok());
+  ASSERT_TRUE(worker_->Wait().images.ok());
   EXPECT_EQ(worker_->jobs_finished(), 2);
   const EncoderWorker::Result none = worker_->Wait();
-  EXPECT_EQ(none.embeddings.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(none.images.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 // A large job abandoned at once, then a small different one: the result given is the second's.
@@ -162,8 +177,8 @@ TEST_F(EncoderWorkerTest, AnAbandonedJobsResultIsNeverGivenTheNextOnesIs) {
     EXPECT_FALSE(worker_->busy());
     ASSERT_TRUE(Submit(small).ok());
     EncoderWorker::Result r = worker_->Wait();
-    ASSERT_TRUE(r.embeddings.ok()) << r.embeddings.status();
-    ExpectBitEqual(*r.embeddings, Expected(small));
+    ASSERT_TRUE(r.images.ok()) << r.images.status();
+    ExpectBitEqual(*r.images, small);
   }
   // Every small job ran to its end; each large one that started was stopped or dropped.
   EXPECT_GE(worker_->jobs_finished(), 3);
@@ -175,13 +190,13 @@ TEST_F(EncoderWorkerTest, AFailedForwardIsTheJobsResultAndTheWorkerGoesOn) {
   bad.grids = {{1, 4, 8}};  // 32 patches named, the bytes of 16 given
   ASSERT_TRUE(Submit(bad).ok());
   EncoderWorker::Result r = worker_->Wait();
-  ASSERT_FALSE(r.embeddings.ok());
-  EXPECT_EQ(r.embeddings.status().code(), absl::StatusCode::kInvalidArgument) << r.embeddings.status();
+  ASSERT_FALSE(r.images.ok());
+  EXPECT_EQ(r.images.status().code(), absl::StatusCode::kInvalidArgument) << r.images.status();
   const Job good = MakeJob({{1, 4, 4}}, 7);
   ASSERT_TRUE(Submit(good).ok());
   r = worker_->Wait();
-  ASSERT_TRUE(r.embeddings.ok()) << r.embeddings.status();
-  ExpectBitEqual(*r.embeddings, Expected(good));
+  ASSERT_TRUE(r.images.ok()) << r.images.status();
+  ExpectBitEqual(*r.images, good);
 }
 
 TEST_F(EncoderWorkerTest, TheReadyCallbackFiresOncePerResult) {
@@ -193,7 +208,7 @@ TEST_F(EncoderWorkerTest, TheReadyCallbackFiresOncePerResult) {
   const Job job = MakeJob({{1, 8, 8}}, 8);
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(Submit(job).ok());
-    ASSERT_TRUE(worker_->Wait().embeddings.ok());
+    ASSERT_TRUE(worker_->Wait().images.ok());
   }
   ASSERT_TRUE(ready->WaitForNotificationWithTimeout(absl::Seconds(60)));
   EXPECT_EQ(calls.load(), 2);

@@ -178,11 +178,13 @@ TEST(MemoryPlan, GpuCountsTheMatmulScratchAndWorkspace) {
   e = core::EstimateMemory(c, b);
   const int64_t ip = (int64_t{c.vision.intermediate_size} + 63) / 64 * 64;
   EXPECT_EQ(e.gpu_workspace_bytes, core::kGpuMatmulWorkspaceBytes + 2 * 2 * 65536 * ip);
-  // The encoder's output in raster order is kept on the GPU before it is copied back.
+  // The encoder's output in raster order is kept on the GPU before it is copied back, and its
+  // graphs' input buffer holds the patches' bytes.
   core::MemoryBudgets on_cpu = b;
   on_cpu.gpu = false;
   EXPECT_EQ(e.encoder_activation_bytes, core::EstimateMemory(c, on_cpu).encoder_activation_bytes +
-                                            4 * 65536 / 4 * int64_t{c.vision.out_hidden_size});
+                                            4 * 65536 / 4 * int64_t{c.vision.out_hidden_size} +
+                                            65536 * int64_t{c.vision.patch_size} * c.vision.patch_size * 3);
   const absl::Status s = core::CheckMemoryFits(e, b, e.total() - 1);
   EXPECT_NE(s.message().find("GPU matmul workspace"), std::string::npos) << s;
   // The encoder on a device object of its own (its own stream): its scratch and workspace beside

@@ -415,7 +415,38 @@ TEST(VisionEncoderProperties, ForwardFromBytesIsTheForwardOfItsPixelValues) {
     auto again = m->encoder->ForwardRgb(in.rgb, in.grids, in.normalization);
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(std::memcmp(again->raw(), from_values->raw(), from_values->nbytes()), 0);
+    // FinishImages: the same rows, a tensor per image (a quarter of its patches each).
+    ASSERT_TRUE(m->encoder->BeginRgb(in.rgb, in.grids, in.normalization).ok());
+    while (!m->encoder->done()) ASSERT_TRUE(m->encoder->Advance(1e18).ok());
+    auto images = m->encoder->FinishImages();
+    ASSERT_TRUE(images.ok()) << images.status();
+    EXPECT_FALSE(m->encoder->in_progress());
+    ASSERT_EQ(images->size(), in.grids.size());
+    int64_t row = 0;
+    for (size_t i = 0; i < images->size(); ++i) {
+      const Tensor& image = (*images)[i];
+      ASSERT_EQ(image.shape(), (std::vector<int64_t>{in.grids[i][1] * in.grids[i][2] / 4, from_values->dim(1)}));
+      EXPECT_EQ(std::memcmp(image.raw(), from_values->data<float>() + row * from_values->dim(1), image.nbytes()), 0)
+          << "image " << i;
+      row += image.dim(0);
+    }
+    EXPECT_EQ(row, from_values->dim(0));
   }
+}
+
+// Graphs need a device that records them (a GPU: cuda_model_test checks their replays); the CPU
+// refuses them and its forwards are as before.
+TEST(VisionEncoderProperties, GraphsAreRefusedWhereTheDeviceRecordsNone) {
+  auto m = LoadModel(testing::ModelPath("tiny"), ComputeType::kF32);
+  ASSERT_NE(m, nullptr);
+  const absl::Status s = m->encoder->EnableGraphs();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("records no graphs"), std::string::npos) << s;
+  EXPECT_EQ(m->encoder->graphs(), 0);
+  EXPECT_EQ(m->encoder->graph_replays(), 0);
+  const Inputs in = Prepare({"images/rgb_300x200.png"}, m->pp);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m->encoder->ForwardRgb(in.rgb, in.grids, in.normalization).ok());
+  EXPECT_EQ(m->encoder->graph_replays(), 0);
 }
 
 TEST(VisionEncoderProperties, RefusesBytesThatAreNotItsImages) {

@@ -66,6 +66,47 @@ struct VisionEncoder::DevicePlan {
   }
 };
 
+// The recorded forwards (EnableGraphs), by grid list.
+struct VisionEncoder::Graphs {
+  struct Entry {
+    std::vector<GridThw> grids;
+    int direct = 0;                          // forwards of this list run directly so far
+    std::shared_ptr<const DevicePlan> plan;  // the plan arrays the graph reads (kept alive)
+    std::unique_ptr<kernels::DeviceGraph> graph;
+    uint64_t last_use = 0;
+  };
+  int max_graphs = 0;
+  bool paused = false;
+  std::vector<std::unique_ptr<Entry>> entries;  // grid lists seen, at most 4 * max_graphs
+  Tensor input;  // U8: every forward from bytes, at one address
+  uint64_t clock = 0;
+  int64_t replays = 0;
+
+  // The entry for `grids`, made if new (the least recently used dropped first; `device` waited
+  // for before a graph is destroyed, which a replay may still be running).
+  Entry& Find(std::span<const GridThw> grids, kernels::Device& device) {
+    ++clock;
+    for (auto& e : entries) {
+      if (std::equal(e->grids.begin(), e->grids.end(), grids.begin(), grids.end())) {
+        e->last_use = clock;
+        return *e;
+      }
+    }
+    // A list met once costs a counter: up to 4 * max_graphs of them (RecordGraph bounds the graphs).
+    if (static_cast<int>(entries.size()) >= 4 * max_graphs) {
+      auto oldest = std::min_element(entries.begin(), entries.end(),
+                                     [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+      if ((*oldest)->graph != nullptr) device.Synchronize();
+      entries.erase(oldest);
+    }
+    auto e = std::make_unique<Entry>();
+    e->grids.assign(grids.begin(), grids.end());
+    e->last_use = clock;
+    entries.push_back(std::move(e));
+    return *entries.back();
+  }
+};
+
 namespace {
 
 int64_t RoundUp(int64_t x, int64_t m) { return m <= 0 ? x : (x + m - 1) / m * m; }
@@ -233,6 +274,13 @@ absl::Status VisionEncoder::ReserveActivations(int64_t max_patches) {
     IRIS_RETURN_IF_ERROR(alloc(&act->raster, n / unit * config_.out_hidden_size));
     IRIS_ASSIGN_OR_RETURN(act->raster_host, device_.AllocateStaging(DType::kF32, {n / unit * config_.out_hidden_size}));
   }
+  if (graphs_ != nullptr) {  // recorded on the old buffers, and the input sized for the old capacity
+    device_.Synchronize();
+    run_.reset();
+    graphs_->entries.clear();
+    const int64_t p = config_.patch_size;
+    IRIS_ASSIGN_OR_RETURN(graphs_->input, device_.Allocate(DType::kU8, {max_patches * p * p * 3}));
+  }
   act_ = std::move(act);
   max_patches_ = max_patches;
   return absl::OkStatus();
@@ -263,7 +311,10 @@ struct VisionEncoder::Run {
   };
   Tensor rgb;
   std::vector<Image> images;
-  std::vector<GridThw> grids;               // for the plan rebuilt per layer (cached_cu_seqlens off)
+  // With graphs: the recorded forward to replay, or the entry to record this forward for.
+  Graphs::Entry* replay = nullptr;
+  Graphs::Entry* record = nullptr;
+  std::vector<GridThw> grids;               // the plan rebuilt per layer (cached_cu_seqlens off); the images' rows
   std::shared_ptr<const DevicePlan> plan;   // the forward's plan
   std::shared_ptr<const DevicePlan> layer;  // this layer's (the same, unless rebuilt per layer)
   int64_t n = 0;                            // patches
@@ -454,7 +505,21 @@ absl::Status VisionEncoder::BeginRgb(const Tensor& rgb, std::span<const GridThw>
                                                    " (each image resized to its grid, 3 bytes a pixel)"));
   }
   IRIS_RETURN_IF_ERROR(UsePixelTable(normalization));
-  IRIS_ASSIGN_OR_RETURN(run->rgb, device_.Mirror(rgb));
+  if (graphs_ != nullptr && !graphs_->paused && options_.techniques.cached_cu_seqlens &&
+      options_.techniques.fused_rotary && !observer_) {
+    // The bytes at the one address every graph reads them from.
+    device_.CopyToDevice(rgb.raw(), graphs_->input.raw(), static_cast<size_t>(bytes));
+    IRIS_RETURN_IF_ERROR(device_.status());
+    run->rgb = graphs_->input;
+    Graphs::Entry& e = graphs_->Find(grid_thw, device_);
+    if (e.graph != nullptr) {
+      run->replay = &e;
+    } else if (++e.direct >= 2) {
+      run->record = &e;
+    }
+  } else {
+    IRIS_ASSIGN_OR_RETURN(run->rgb, device_.Mirror(rgb));
+  }
   ++stats_.forwards;
   run_ = std::move(run);
   return absl::OkStatus();
@@ -469,6 +534,81 @@ absl::Status VisionEncoder::UsePixelTable(const PixelNormalization& normalizatio
   device_.CopyToDevice(pixel_table_host_.data(), pixel_table_.data<float>(), sizeof(pixel_table_host_));
   IRIS_RETURN_IF_ERROR(device_.status());
   table_normalization_ = normalization;
+  return absl::OkStatus();
+}
+
+absl::Status VisionEncoder::EnableGraphs(int max_graphs) {
+  if (!device_.records_graphs()) {
+    return absl::UnimplementedError(absl::StrCat("encoder graphs: ", device_.Describe(), " records no graphs"));
+  }
+  if (max_graphs < 1) return absl::InvalidArgumentError(absl::StrCat("encoder graphs: max_graphs ", max_graphs, " < 1"));
+  auto g = std::make_unique<Graphs>();
+  g->max_graphs = max_graphs;
+  const int64_t p = config_.patch_size;
+  IRIS_ASSIGN_OR_RETURN(g->input, device_.Allocate(DType::kU8, {max_patches_ * p * p * 3}));
+  graphs_ = std::move(g);
+  return absl::OkStatus();
+}
+
+void VisionEncoder::DisableGraphs() {
+  if (graphs_ == nullptr) return;
+  device_.Synchronize();  // a replay may still be running
+  run_.reset();           // a forward in progress may point into them
+  graphs_.reset();
+}
+
+void VisionEncoder::PauseGraphs(bool paused) {
+  if (graphs_ != nullptr) graphs_->paused = paused;
+}
+
+int VisionEncoder::graphs() const {
+  int n = 0;
+  if (graphs_ != nullptr) {
+    for (const auto& e : graphs_->entries) n += e->graph != nullptr;
+  }
+  return n;
+}
+
+int64_t VisionEncoder::graph_replays() const { return graphs_ != nullptr ? graphs_->replays : 0; }
+
+void VisionEncoder::set_techniques(const EncoderTechniques& t) {
+  options_.techniques = t;
+  if (graphs_ != nullptr) {  // recorded under the old ones
+    device_.Synchronize();
+    run_.reset();
+    graphs_->entries.clear();
+  }
+}
+
+absl::Status VisionEncoder::RecordGraph() {
+  Run& r = *run_;
+  Graphs::Entry& e = *r.record;
+  r.record = nullptr;
+  // The same pieces again from the start, recorded and not run (the direct run's results stay).
+  r.stage = Stage::kEmbed;
+  r.l = 0;
+  r.row = 0;
+  r.layer = r.plan;
+  // At the bound, the least recently used graph goes first (its list keeps its count).
+  Graphs::Entry* lru = nullptr;
+  int recorded = 0;
+  for (const auto& x : graphs_->entries) {
+    if (x->graph == nullptr) continue;
+    ++recorded;
+    if (lru == nullptr || x->last_use < lru->last_use) lru = x.get();
+  }
+  if (recorded >= graphs_->max_graphs && lru != nullptr) {
+    device_.Synchronize();  // a replay of it may still be running
+    lru->graph.reset();
+    lru->plan.reset();
+  }
+  IRIS_RETURN_IF_ERROR(device_.BeginCapture());
+  const absl::Status issued = Advance(std::numeric_limits<double>::infinity()).status();
+  absl::StatusOr<std::unique_ptr<kernels::DeviceGraph>> graph = device_.EndCapture();
+  IRIS_RETURN_IF_ERROR(issued);
+  IRIS_RETURN_IF_ERROR(graph.status());
+  e.graph = std::move(*graph);
+  e.plan = r.plan;
   return absl::OkStatus();
 }
 
@@ -658,6 +798,13 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
 
 absl::StatusOr<double> VisionEncoder::Advance(double max_flops) {
   if (run_ == nullptr) return absl::FailedPreconditionError("no encoder forward in progress (Begin first)");
+  if (run_->replay != nullptr && run_->stage != Stage::kDone) {  // the whole forward, one launch
+    const double flops = remaining_flops();
+    IRIS_RETURN_IF_ERROR(run_->replay->graph->Replay());
+    ++graphs_->replays;
+    run_->stage = Stage::kDone;
+    return flops;
+  }
   // Pieces are cut at multiples of this many rows (the last piece of a stage excepted), so that
   // each matmul keeps a useful height.
   constexpr int64_t kGranule = 64;
@@ -689,19 +836,26 @@ absl::StatusOr<double> VisionEncoder::Advance(double max_flops) {
   return ran;
 }
 
-absl::StatusOr<Tensor> VisionEncoder::Finish() {
+absl::StatusOr<const float*> VisionEncoder::EndInRaster(std::unique_ptr<Run>* ended, Tensor* made) {
   if (!done()) {
     run_.reset();
     return absl::FailedPreconditionError("the encoder forward is not done (Advance until done)");
   }
-  std::unique_ptr<Run> r = std::move(run_);
-  // Back to raster order, into memory the caller owns.
-  const int64_t merged = r->plan->host->num_merged, out_dim = config_.out_hidden_size;
-  const std::span<const int32_t> order = r->plan->Span(r->plan->window_index);
+  if (run_->record != nullptr) {
+    if (absl::Status s = RecordGraph(); !s.ok()) {
+      run_.reset();
+      return s;
+    }
+  }
+  *ended = std::move(run_);
+  const Run& r = **ended;
+  // Back to raster order.
+  const int64_t merged = r.plan->host->num_merged, out_dim = config_.out_hidden_size;
+  const std::span<const int32_t> order = r.plan->Span(r.plan->window_index);
   if (device_.kind() == kernels::DeviceKind::kCpu) {
-    Tensor out = Tensor::Empty(DType::kF32, {merged, out_dim});
-    kernels::ScatterRows(device_, act_->window_out.data<float>(), out_dim, order, out.data<float>());
-    return out;
+    *made = Tensor::Empty(DType::kF32, {merged, out_dim});
+    kernels::ScatterRows(device_, act_->window_out.data<float>(), out_dim, order, made->data<float>());
+    return made->data<float>();
   }
   // The engine and the tools keep embeddings in plain host memory (the encoder cache, the
   // decoder's given rows): a GPU's result comes back through the kept staging, and the wait is
@@ -710,9 +864,35 @@ absl::StatusOr<Tensor> VisionEncoder::Finish() {
   const size_t bytes = static_cast<size_t>(merged * out_dim) * sizeof(float);
   device_.CopyToHost(act_->raster.data<float>(), act_->raster_host.data<float>(), bytes);
   IRIS_RETURN_IF_ERROR(device_.status());
-  Tensor out = Tensor::Empty(DType::kF32, {merged, out_dim});
-  std::memcpy(out.data<float>(), act_->raster_host.data<float>(), bytes);
+  return act_->raster_host.data<float>();
+}
+
+absl::StatusOr<Tensor> VisionEncoder::Finish() {
+  std::unique_ptr<Run> r;
+  Tensor made;
+  IRIS_ASSIGN_OR_RETURN(const float* raster, EndInRaster(&r, &made));
+  if (made.raw() != nullptr) return made;
+  Tensor out = Tensor::Empty(DType::kF32, {r->plan->host->num_merged, config_.out_hidden_size});
+  std::memcpy(out.data<float>(), raster, out.nbytes());
   return out;
+}
+
+absl::StatusOr<std::vector<Tensor>> VisionEncoder::FinishImages() {
+  std::unique_ptr<Run> r;
+  Tensor made;
+  IRIS_ASSIGN_OR_RETURN(const float* raster, EndInRaster(&r, &made));
+  const int64_t unit = int64_t{config_.spatial_merge_size} * config_.spatial_merge_size, out_dim = config_.out_hidden_size;
+  std::vector<Tensor> images;
+  images.reserve(r->grids.size());
+  int64_t row = 0;
+  for (const GridThw& g : r->grids) {
+    const int64_t rows = g[0] * g[1] * g[2] / unit;
+    Tensor image = Tensor::Empty(DType::kF32, {rows, out_dim});
+    std::memcpy(image.data<float>(), raster + row * out_dim, image.nbytes());
+    images.push_back(std::move(image));
+    row += rows;
+  }
+  return images;
 }
 
 double VisionEncoder::CountFlops(std::span<const GridThw> grid_thw) const {

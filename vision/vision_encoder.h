@@ -125,13 +125,37 @@ class VisionEncoder {
   double remaining_flops() const;
   // The embeddings once done(); ends the forward either way.
   absl::StatusOr<core::Tensor> Finish();
+  // The same embeddings as one tensor per image of the forward (F32 [its merged tokens,
+  // out_hidden], raster order), each in host memory of its own: what a cache keeps per image, made
+  // without a copy of the whole output first on a GPU. Ends the forward either way.
+  absl::StatusOr<std::vector<core::Tensor>> FinishImages();
   void Abandon();
+
+  // Forwards from bytes (BeginRgb) replayed from recorded device graphs (CUDA graphs), one per grid
+  // list: on a GPU a forward is hundreds of launches, whose host time rather than their work bounds
+  // a small image's encode. A grid list's first forward runs directly; its second runs directly
+  // and is then recorded (issued again into a graph, which runs nothing: the direct run gave every
+  // buffer its size); from the third on, Advance replays it as one launch. Every forward from bytes
+  // then uploads them into one kept buffer, so that a graph finds its input at one address. Graphs
+  // need the cached plan and the fused rotary (the defaults: with either off a forward uploads
+  // tables per layer and runs directly) and no block observer. They hold the device's settings of
+  // their recording: set_techniques and ReserveActivations drop them, and after changing a device
+  // setting, EnableGraphs again. Up to `max_graphs` grid lists are kept, the least recently used
+  // dropped first. UNIMPLEMENTED on a device that records no graphs; INVALID_ARGUMENT for
+  // max_graphs below 1.
+  absl::Status EnableGraphs(int max_graphs = 16);
+  void DisableGraphs();
+  // While paused, forwards run directly and the graphs are kept (a benchmark's same-run
+  // comparison of forwards with and without them).
+  void PauseGraphs(bool paused);
+  int graphs() const;             // recorded graphs held
+  int64_t graph_replays() const;  // forwards replayed from one
 
   // Called after each block with the hidden states (window order, [patches, hidden]); for tests.
   using BlockObserver = std::function<void(int block, const float* hidden, int64_t rows)>;
   void set_block_observer(BlockObserver observer) { observer_ = std::move(observer); }
 
-  void set_techniques(const EncoderTechniques& t) { options_.techniques = t; }
+  void set_techniques(const EncoderTechniques& t);
   const EncoderOptions& options() const { return options_; }
   const core::VisionConfig& config() const { return config_; }
   // Values in a pixel_values row: C * T * P * P.
@@ -147,6 +171,7 @@ class VisionEncoder {
   struct Activations;
   struct DevicePlan;
   struct Run;
+  struct Graphs;
   enum class Stage;
   VisionEncoder(kernels::Device& device, const core::VisionConfig& config, const EncoderOptions& options);
   absl::StatusOr<std::shared_ptr<const DevicePlan>> MirrorPlan(std::shared_ptr<const EncoderPlan> plan);
@@ -154,6 +179,8 @@ class VisionEncoder {
   absl::StatusOr<std::unique_ptr<Run>> NewRun(std::span<const GridThw> grid_thw);
   // The device's copy of the byte-to-value table for `normalization` (uploaded when it changes).
   absl::Status UsePixelTable(const PixelNormalization& normalization);
+  // The forward just run directly, issued again into a graph for its grid list (run_ done).
+  absl::Status RecordGraph();
   // Patch rows [r0, r1) of a forward begun from bytes, made into `out` (row r0 first).
   void MakePatchRows(int64_t r0, int64_t r1, float* out);
   // Attention for query rows [r0, r1) of the forward's n rows and block b's proj on it, added
@@ -174,6 +201,10 @@ class VisionEncoder {
   kernels::LinearInput NormedInput(const float* x, const core::Tensor& weight, const core::Tensor& bias, int64_t rows,
                                    float* staging);
   absl::Status NextStage();
+  // Ends the forward (done() checked): its output in raster order in host memory, [merged,
+  // out_hidden]. On the CPU that memory is made in `*made`; on a GPU it is the kept pinned staging
+  // (valid until the next forward). `*ended` keeps the forward's plan.
+  absl::StatusOr<const float*> EndInRaster(std::unique_ptr<Run>* ended, core::Tensor* made);
 
   kernels::Device& device_;
   core::VisionConfig config_;
@@ -196,6 +227,7 @@ class VisionEncoder {
   core::Tensor pixel_table_;
   std::array<float, 768> pixel_table_host_{};
   std::optional<PixelNormalization> table_normalization_;
+  std::unique_ptr<Graphs> graphs_;  // set by EnableGraphs
   std::unique_ptr<Run> run_;  // the forward in progress
 };
 
