@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -109,9 +108,8 @@ void StepRunner::EncodeImages(const StepPlan& plan, StepResult& result) {
     GatherRgb(plan.images, &rgb, &grids);
     vision::VisionEncoder& encoder = *model_->encoder;
     status = encoder.BeginRgb(rgb, grids, model_->pixel_normalization());
-    while (status.ok() && !encoder.done()) status = encoder.Advance(std::numeric_limits<double>::infinity()).status();
+    if (status.ok()) status = encoder.AdvanceToEnd();
     absl::StatusOr<std::vector<Tensor>> out = status.ok() ? encoder.FinishImages() : status;
-    if (!status.ok()) encoder.Abandon();
     if (out.ok()) {
       for (size_t i = 0; i < plan.images.size(); ++i) {
         StoreEmbeddings(std::move((*out)[i]), plan.images[i].content_hash, fresh);

@@ -144,20 +144,15 @@ TEST(CudaKernelsTest, PatchRowsMatchTheCpuOp) {
   auto g = MakeGpu();
   ASSERT_NE(g, nullptr);
   Device& cpu = DefaultCpuDevice();
-  struct Case {
-    int patch, temporal, merge;
-    int64_t height, width, r0, r1;
-  };
-  for (const Case& c : {Case{3, 3, 1, 9, 6, 1, 5}, Case{14, 2, 2, 56, 84, 3, 22}, Case{14, 2, 2, 1008, 1344, 0, 6912},
-                        Case{16, 2, 2, 64, 96, 7, 24}}) {
-    const PatchGrid grid{c.patch, c.temporal, c.merge, c.height, c.width};
-    std::vector<uint8_t> rgb(static_cast<size_t>(c.height * c.width * 3));
-    for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-    const std::vector<float> table = RandomNormal(3 * 256, 41 + c.patch);
-    std::vector<float> want((c.r1 - c.r0) * grid.row_length());
-    PatchRows(cpu, rgb.data(), grid, table.data(), c.r0, c.r1, want.data());
+  using testing::PatchRowsCase;
+  for (const PatchRowsCase& c : {PatchRowsCase{{3, 3, 1, 9, 6}, 1, 5}, PatchRowsCase{{14, 2, 2, 56, 84}, 3, 22},
+                                 PatchRowsCase{{14, 2, 2, 1008, 1344}, 0, 6912}, PatchRowsCase{{16, 2, 2, 64, 96}, 7, 24}}) {
+    const std::vector<uint8_t> rgb = c.Bytes();
+    const std::vector<float> table = c.Table();
+    std::vector<float> want(c.values());
+    PatchRows(cpu, rgb.data(), c.grid, table.data(), c.r0, c.r1, want.data());
     float* out = g->Up(std::vector<float>(want.size(), NAN));
-    PatchRows(*g->dev, g->Up(rgb), grid, g->Up(table), c.r0, c.r1, out);
+    PatchRows(*g->dev, g->Up(rgb), c.grid, g->Up(table), c.r0, c.r1, out);
     ExpectSameBits(g->Down(out, want.size()), want, "patch_rows");
   }
 }

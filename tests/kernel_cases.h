@@ -20,6 +20,7 @@
 #include "kernels/cuda/paged_decode_rotary.h"
 #include "kernels/device.h"
 #include "kernels/paged_attention.h"
+#include "kernels/patch_rows.h"
 #include "llm/sampler.h"
 #include "tests/test_util.h"
 #ifdef IRIS_HAVE_CUDA
@@ -367,6 +368,21 @@ inline void ExpectWithinPagedBf16Rounding(const std::vector<float>& got, const P
                                         << i % c.row_stride();
   }
 }
+
+// Rows [r0, r1) of a resized RGB8 image's patch rows (kernels::PatchRows): its layout, bytes that
+// take every value, and a table of distinct values.
+struct PatchRowsCase {
+  kernels::PatchGrid grid;
+  int64_t r0 = 0, r1 = 0;
+
+  std::vector<uint8_t> Bytes() const {
+    std::vector<uint8_t> rgb(static_cast<size_t>(grid.height * grid.width * 3));
+    for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    return rgb;
+  }
+  std::vector<float> Table() const { return RandomNormal(3 * 256, 41 + grid.patch); }
+  size_t values() const { return static_cast<size_t>((r1 - r0) * grid.row_length()); }
+};
 
 #ifdef IRIS_HAVE_CUDA
 // A GPU, and host vectors copied to and from it (cuda_kernels_test, cuda_ops_test).

@@ -346,20 +346,15 @@ TEST(CudaKernelsOnSimtTest, GatherAndScatterRowsMatchTheCpuKernelsExactly) {
 // row ranges that start and end inside merge groups, against the CPU op bit for bit.
 TEST(CudaKernelsOnSimtTest, PatchRowsMatchTheCpuOpBitForBit) {
   Device& cpu = DefaultCpuDevice();
-  struct Case {
-    int patch, temporal, merge;
-    int64_t height, width, r0, r1;
-  };
-  for (const Case& c : {Case{3, 2, 2, 12, 18, 0, 24}, Case{3, 3, 1, 9, 6, 1, 5}, Case{14, 2, 2, 56, 84, 3, 22},
-                        Case{5, 1, 2, 10, 30, 5, 12}}) {
-    const PatchGrid grid{c.patch, c.temporal, c.merge, c.height, c.width};
-    std::vector<uint8_t> rgb(static_cast<size_t>(c.height * c.width * 3));
-    for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-    const std::vector<float> table = RandomNormal(3 * 256, 41 + c.patch);
-    std::vector<float> want((c.r1 - c.r0) * grid.row_length()), got(want.size(), NAN);
-    PatchRows(cpu, rgb.data(), grid, table.data(), c.r0, c.r1, want.data());
-    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), PatchRowsKernel, rgb.data(), c.patch, c.temporal, c.merge, c.width,
-           table.data(), c.r0, c.r1 - c.r0, got.data());
+  using testing::PatchRowsCase;
+  for (const PatchRowsCase& c : {PatchRowsCase{{3, 2, 2, 12, 18}, 0, 24}, PatchRowsCase{{3, 3, 1, 9, 6}, 1, 5},
+                                 PatchRowsCase{{14, 2, 2, 56, 84}, 3, 22}, PatchRowsCase{{5, 1, 2, 10, 30}, 5, 12}}) {
+    const std::vector<uint8_t> rgb = c.Bytes();
+    const std::vector<float> table = c.Table();
+    std::vector<float> want(c.values()), got(want.size(), NAN);
+    PatchRows(cpu, rgb.data(), c.grid, table.data(), c.r0, c.r1, want.data());
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), PatchRowsKernel, rgb.data(), c.grid.patch, c.grid.temporal,
+           c.grid.merge, c.grid.width, table.data(), c.r0, c.r1 - c.r0, got.data());
     ExpectSameBits(got, want, "patch_rows");
   }
 }

@@ -396,13 +396,7 @@ void VisionEncoder::PadAll(int64_t n) {
 absl::StatusOr<Tensor> VisionEncoder::Forward(const Tensor& pixel_values, std::span<const GridThw> grid_thw) {
   run_.reset();
   IRIS_RETURN_IF_ERROR(Begin(pixel_values, grid_thw));
-  while (!done()) {
-    absl::StatusOr<double> ran = Advance(std::numeric_limits<double>::infinity());
-    if (!ran.ok()) {
-      run_.reset();
-      return ran.status();
-    }
-  }
+  IRIS_RETURN_IF_ERROR(AdvanceToEnd());
   return Finish();
 }
 
@@ -410,13 +404,7 @@ absl::StatusOr<Tensor> VisionEncoder::ForwardRgb(const Tensor& rgb, std::span<co
                                                  const PixelNormalization& normalization) {
   run_.reset();
   IRIS_RETURN_IF_ERROR(BeginRgb(rgb, grid_thw, normalization));
-  while (!done()) {
-    absl::StatusOr<double> ran = Advance(std::numeric_limits<double>::infinity());
-    if (!ran.ok()) {
-      run_.reset();
-      return ran.status();
-    }
-  }
+  IRIS_RETURN_IF_ERROR(AdvanceToEnd());
   return Finish();
 }
 
@@ -623,6 +611,16 @@ void VisionEncoder::MakePatchRows(int64_t r0, int64_t r1, float* out) {
   }
 }
 
+absl::Status VisionEncoder::AdvanceToEnd() {
+  while (!done()) {
+    if (absl::StatusOr<double> ran = Advance(std::numeric_limits<double>::infinity()); !ran.ok()) {
+      run_.reset();
+      return ran.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
 void VisionEncoder::Abandon() { run_.reset(); }
 
 bool VisionEncoder::done() const { return run_ != nullptr && run_->stage == Stage::kDone; }
@@ -724,10 +722,11 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
     case Stage::kEmbed: {
       // Patch embedding; once all rows are embedded, regrouped into window order.
       float* embedded = A.embedded.data<float>();
-      const float* patch_rows = r.pixels.data<float>() + r0 * patch_dim();
-      if (!r.images.empty()) {  // begun from bytes: the rows made here, in qkv's buffer (free until block 0)
+      const float* patch_rows = qkv;
+      if (r.images.empty()) {
+        patch_rows = r.pixels.data<float>() + r0 * patch_dim();
+      } else {  // begun from bytes: the rows made here, in qkv's buffer (free until block 0)
         MakePatchRows(r0, r1, qkv);
-        patch_rows = qkv;
       }
       patch_embed_->Forward(patch_rows, rows, embedded + r0 * hv);
       if (r1 == n) kernels::GatherRows(device_, embedded, unit * hv, r.plan->Span(r.plan->window_index), hidden);

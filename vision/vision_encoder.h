@@ -118,9 +118,12 @@ class VisionEncoder {
                         const PixelNormalization& normalization);
   bool in_progress() const { return run_ != nullptr; }
   bool done() const;  // in progress and every piece run: Finish next
-  // Runs pieces worth up to `max_flops` (estimated as CountFlops does; at least one piece).
-  // Returns the FLOPs run. FAILED_PRECONDITION when no forward is in progress.
+  // Runs pieces worth up to `max_flops` (estimated as CountFlops does; at least one piece; a
+  // forward replayed from a graph runs whole). Returns the FLOPs run. FAILED_PRECONDITION when no
+  // forward is in progress.
   absl::StatusOr<double> Advance(double max_flops);
+  // Advances the forward in progress to its end (done()), or abandons it on an error.
+  absl::Status AdvanceToEnd();
   // FLOPs left in the forward in progress (0 when none).
   double remaining_flops() const;
   // The embeddings once done(); ends the forward either way.
