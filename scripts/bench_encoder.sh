@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds iris, makes the 3B vision tower (synthetic weights) if missing, and runs the
-# preprocessing and encoder benchmarks. Extra arguments go to encoder_bench.
+# preprocessing, encode-job hand-off and encoder benchmarks. Extra arguments go to encoder_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${IRIS_BUILD_DIR:-build}
@@ -11,4 +11,5 @@ if [ ! -f "$MODEL_DIR/config.json" ]; then
 fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 "$BUILD_DIR/bench/preprocess_bench"
+"$BUILD_DIR/bench/encode_handoff_bench"
 "$BUILD_DIR/bench/encoder_bench" --model "$MODEL_DIR" "$@"
