@@ -13,12 +13,9 @@
 namespace iris::engine {
 namespace {
 
-// Pseudo-random values in [-1, 1), not zeros: a GPU tuning its matmuls times them on these
-// operands, and a matmul of zeros runs faster than one of real data.
-float WarmUpValue(int64_t i) {
-  const uint32_t h = static_cast<uint32_t>(i) * 2654435761u;
-  return static_cast<float>(h >> 8) / 8388608.f - 1.f;
-}
+// Pseudo-random image bytes, not zeros: a GPU tuning its matmuls times them on the pixel values
+// made of these, and a matmul of zeros runs faster than one of real data.
+uint8_t WarmUpByte(int64_t i) { return static_cast<uint8_t>((static_cast<uint32_t>(i) * 2654435761u) >> 24); }
 
 absl::Status WarmUpDecoderStep(llm::Decoder& decoder, llm::KvCache& cache, int64_t rows) {
   const int block_size = cache.shape().block_size;
@@ -61,7 +58,7 @@ absl::Status WarmUpEncoderForward(vision::VisionEncoder& encoder, const core::Vi
   const vision::GridThw grid = {1, side * merge, (units / side) * merge};
   const int64_t bytes = grid[1] * config.patch_size * grid[2] * config.patch_size * 3;
   core::Tensor rgb = core::Tensor::Empty(core::DType::kU8, {bytes});
-  for (int64_t i = 0; i < bytes; ++i) rgb.data<uint8_t>()[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
+  for (int64_t i = 0; i < bytes; ++i) rgb.data<uint8_t>()[i] = WarmUpByte(i);
   if (worker != nullptr) {
     IRIS_RETURN_IF_ERROR(worker->Submit(std::move(rgb), {grid}, normalization));
     return worker->Wait().images.status();

@@ -17,9 +17,7 @@ void PatchRows(Device& device, const uint8_t* rgb, const PatchGrid& grid, const 
     case DeviceKind::kCuda: {
 #ifdef IRIS_HAVE_CUDA
       cuda::CudaDevice& gpu = cuda::AsCuda(device);
-      return gpu.Check(cuda::LaunchPatchRows(gpu.stream(), rgb, grid.patch, grid.temporal, grid.merge, grid.width,
-                                             table, row_begin, row_end, out),
-                       "PatchRows");
+      return gpu.Check(cuda::LaunchPatchRows(gpu.stream(), rgb, grid, table, row_begin, row_end, out), "PatchRows");
 #else
       break;
 #endif

@@ -7,20 +7,9 @@
 #include <cstdint>
 
 #include "kernels/device.h"
+#include "kernels/patch_grid.h"
 
 namespace iris::kernels {
-
-// One resized image and the patch layout of its rows.
-struct PatchGrid {
-  int patch = 14;     // pixels per patch side
-  int temporal = 2;   // frames per patch (an image is repeated this many times)
-  int merge = 2;      // patches per merge-group side
-  int64_t height = 0;  // pixels, a multiple of patch * merge
-  int64_t width = 0;   // pixels, a multiple of patch * merge
-
-  int64_t row_length() const { return int64_t{3} * temporal * patch * patch; }
-  int64_t rows() const { return (height / patch) * (width / patch); }
-};
 
 // Rows [row_begin, row_end) of the image's patch rows, written at out (row_begin's row first;
 // row_length() floats each). Row order (the reference's): merge groups in raster order, the

@@ -353,8 +353,8 @@ TEST(CudaKernelsOnSimtTest, PatchRowsMatchTheCpuOpBitForBit) {
     const std::vector<float> table = c.Table();
     std::vector<float> want(c.values()), got(want.size(), NAN);
     PatchRows(cpu, rgb.data(), c.grid, table.data(), c.r0, c.r1, want.data());
-    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), PatchRowsKernel, rgb.data(), c.grid.patch, c.grid.temporal,
-           c.grid.merge, c.grid.width, table.data(), c.r0, c.r1 - c.r0, got.data());
+    Launch(Dim3(kFlatBlocks), Dim3(kFlatThreads), PatchRowsKernel, rgb.data(), c.grid, table.data(), c.r0,
+           c.r1 - c.r0, got.data());
     ExpectSameBits(got, want, "patch_rows");
   }
 }

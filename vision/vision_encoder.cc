@@ -160,12 +160,11 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(kernels::Devi
   std::unique_ptr<VisionEncoder> enc(new VisionEncoder(device, config, options));
   const auto compute = options.compute;
   const int64_t hv = config.hidden_size, iv = config.intermediate_size;
-  const int64_t patch_dim = int64_t{config.in_channels} * config.temporal_patch_size *
-                            config.patch_size * config.patch_size;
   IRIS_ASSIGN_OR_RETURN(Tensor pe, core::GetWeight(ckpt, "visual.patch_embed.proj.weight",
                                              {hv, config.in_channels, config.temporal_patch_size,
                                               config.patch_size, config.patch_size}));
-  IRIS_ASSIGN_OR_RETURN(enc->patch_embed_, Linear::Create(device, pe.Reshaped({hv, patch_dim}), nullptr, compute));
+  IRIS_ASSIGN_OR_RETURN(enc->patch_embed_,
+                        Linear::Create(device, pe.Reshaped({hv, enc->patch_dim()}), nullptr, compute));
 
   const int64_t ip = RoundUp(iv, options.intermediate_multiple);
   enc->padded_intermediate_ = ip;
@@ -637,11 +636,9 @@ int64_t VisionEncoder::StageRows(Stage s) const {
 
 double VisionEncoder::StageFlopsPerRow(Stage s, int l) const {
   const double hv = config_.hidden_size, ip = static_cast<double>(padded_intermediate_);
-  const double patch_dim = double{1.0} * config_.in_channels * config_.temporal_patch_size *
-                           config_.patch_size * config_.patch_size;
   const double unit = config_.spatial_merge_size * config_.spatial_merge_size;
   switch (s) {
-    case Stage::kEmbed: return 2 * patch_dim * hv;
+    case Stage::kEmbed: return 2 * static_cast<double>(patch_dim()) * hv;
     case Stage::kQkv: return 2 * hv * 3 * hv;
     case Stage::kPad: return 0;
     case Stage::kAttend:
@@ -896,8 +893,6 @@ absl::StatusOr<std::vector<Tensor>> VisionEncoder::FinishImages() {
 
 double VisionEncoder::CountFlops(std::span<const GridThw> grid_thw) const {
   const double hv = config_.hidden_size, iv = config_.intermediate_size;
-  const double patch_dim = double{1.0} * config_.in_channels * config_.temporal_patch_size *
-                           config_.patch_size * config_.patch_size;
   auto plan = BuildEncoderPlan(config_, grid_thw);
   if (!plan.ok()) return 0;
   const double n = static_cast<double>((*plan)->num_patches);
@@ -909,7 +904,7 @@ double VisionEncoder::CountFlops(std::span<const GridThw> grid_thw) const {
     }
     return s;
   };
-  double flops = 2 * n * patch_dim * hv;
+  double flops = 2 * n * static_cast<double>(patch_dim()) * hv;
   for (int l = 0; l < config_.depth; ++l) {
     flops += 2 * n * hv * (3 * hv + hv + (config_.mlp == core::VisionMlp::kGatedSilu ? 3 : 2) * iv);
     flops += attention(config_.IsFullAttention(l) ? (*plan)->cu_seqlens : (*plan)->cu_window_seqlens);

@@ -21,6 +21,7 @@
 #include "core/tensor.h"
 #include "kernels/linear.h"
 #include "vision/encoder_plan.h"
+#include "vision/pixel_table.h"
 
 namespace iris::vision {
 
@@ -228,7 +229,7 @@ class VisionEncoder {
   // The byte-to-value table on the device, for table_normalization_ (set once one is uploaded);
   // its host source stays here while a copy of it may be in flight.
   core::Tensor pixel_table_;
-  std::array<float, 768> pixel_table_host_{};
+  std::array<float, kPixelTableSize> pixel_table_host_{};
   std::optional<PixelNormalization> table_normalization_;
   std::unique_ptr<Graphs> graphs_;  // set by EnableGraphs
   std::unique_ptr<Run> run_;  // the forward in progress

@@ -177,12 +177,11 @@ int LaunchScatterRows(CUstream_st* stream, const float* src, int64_t width, cons
   return LastLaunchError();
 }
 
-int LaunchPatchRows(CUstream_st* stream, const uint8_t* rgb, int patch, int temporal, int merge, int64_t width,
-                    const float* table, int64_t row_begin, int64_t row_end, float* out) {
-  const int64_t n = (row_end - row_begin) * 3 * temporal * patch * patch;
+int LaunchPatchRows(CUstream_st* stream, const uint8_t* rgb, const PatchGrid& grid, const float* table,
+                    int64_t row_begin, int64_t row_end, float* out) {
+  const int64_t n = (row_end - row_begin) * grid.row_length();
   if (n <= 0) return 0;
-  PatchRowsKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(rgb, patch, temporal, merge, width, table, row_begin,
-                                                               row_end - row_begin, out);
+  PatchRowsKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(rgb, grid, table, row_begin, row_end - row_begin, out);
   return LastLaunchError();
 }
 

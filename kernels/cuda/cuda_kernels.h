@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/paged_decode_rotary.h"
 #include "kernels/packed_logit_edits.h"
+#include "kernels/patch_grid.h"
 #include "kernels/row_draw.h"
 
 struct CUstream_st;
@@ -61,8 +62,8 @@ int LaunchGatherRows(CUstream_st* stream, const float* src, int64_t width, const
 int LaunchScatterRows(CUstream_st* stream, const float* src, int64_t width, const int32_t* index, int64_t n,
                       float* dst);
 // kernels::PatchRows: rows [row_begin, row_end) of a resized RGB8 image width pixels wide.
-int LaunchPatchRows(CUstream_st* stream, const uint8_t* rgb, int patch, int temporal, int merge, int64_t width,
-                    const float* table, int64_t row_begin, int64_t row_end, float* out);
+int LaunchPatchRows(CUstream_st* stream, const uint8_t* rgb, const PatchGrid& grid, const float* table,
+                    int64_t row_begin, int64_t row_end, float* out);
 // out[i, :] = table[ids[i], :] as f32; table [vocab, width] of f32, bf16 or f16 bits. An id
 // outside [0, vocab) gives a NaN row (the GPU cannot stop on it as the CPU op does).
 enum class EmbeddingDType { kF32, kBf16, kF16 };

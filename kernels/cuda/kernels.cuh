@@ -18,6 +18,7 @@
 #include "kernels/cuda/simt.h"
 #include "kernels/cuda/split_merge.cuh"
 #include "kernels/packed_logit_edits.h"
+#include "kernels/patch_grid.h"
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace iris::kernels::cuda {
@@ -437,19 +438,14 @@ IRIS_GLOBAL void ScatterRowsKernel(const float* src, int64_t width, const int32_
 
 // kernels::PatchRows (kernels/patch_rows.h): rows [row_begin, row_begin + rows) of a resized RGB8
 // image's patch rows, a value a thread (consecutive threads: consecutive x of one patch line).
-IRIS_GLOBAL void PatchRowsKernel(const uint8_t* rgb, int patch, int temporal, int merge, int64_t width,
-                                 const float* table, int64_t row_begin, int64_t rows, float* out) {
-  const int plane = patch * patch, row_len = 3 * temporal * plane, group_rows = merge * merge;
-  const int64_t groups_across = width / (patch * merge);
+IRIS_GLOBAL void PatchRowsKernel(const uint8_t* rgb, PatchGrid grid, const float* table, int64_t row_begin,
+                                 int64_t rows, float* out) {
+  const int plane = grid.patch * grid.patch, row_len = static_cast<int>(grid.row_length());
   for (int64_t e = GridStart(); e < rows * row_len; e += GridStride()) {
     const int64_t r = row_begin + e / row_len;
     const int j = static_cast<int>(e % row_len);
-    const int c = j / (temporal * plane), y = (j % plane) / patch, x = j % patch;
-    const int64_t group = r / group_rows;
-    const int in_group = static_cast<int>(r % group_rows);
-    const int64_t py = (group / groups_across) * merge + in_group / merge;
-    const int64_t px = (group % groups_across) * merge + in_group % merge;
-    out[e] = table[c * 256 + rgb[((py * patch + y) * width + px * patch + x) * 3 + c]];
+    const int c = j / (grid.temporal * plane), y = (j % plane) / grid.patch, x = j % grid.patch;
+    out[e] = table[c * 256 + rgb[grid.PatchOrigin(r) + (y * grid.width + x) * 3 + c]];
   }
 }
 
