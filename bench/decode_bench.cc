@@ -78,9 +78,9 @@ ABSL_FLAG(std::string, decode_attention, "cuda-cores",
           "(a large batch's rows with a kv head's q heads as one tile's rows) or tensor-cores-every-batch "
           "(CudaDevice::SetDecodeAttention); a same-run table times decode steps on the CUDA cores and on the tensor "
           "cores at every batch");
-ABSL_FLAG(std::string, decode_rotary, "fused",
-          "GPU: a step of decode rows only rotates q and k and writes the KV cache inside its paged attention (fused) "
-          "or in a launch of its own (separate; CudaDevice::SetFusedDecodeRotary); a same-run table times decode "
+ABSL_FLAG(std::string, decode_rotary, "separate",
+          "GPU: a step of decode rows only rotates q and k and writes the KV cache in a launch of its own (separate, "
+          "the default) or inside its paged attention (fused; CudaDevice::SetFusedDecodeRotary); a same-run table times decode "
           "steps both ways at every batch");
 ABSL_FLAG(bool, matmul_tuning, false,
           "GPU: prefill-sized matmuls (256 rows and more) run the fastest of cuBLASLt's candidates, timed on the first "
@@ -559,7 +559,7 @@ int main(int argc, char** argv) {
 
   // Decode steps with the rotary and KV write inside the paged attention and in a launch of their
   // own, alternating, at every batch; issued op by op (the graphs recorded one setting: a graph
-  // replay of each is gpu_ab.sh's --variant "separate: --decode_rotary=separate").
+  // replay of each is gpu_ab.sh's --variant "fused_rotary: --decode_rotary=fused").
   struct DecodeRotaryRow {
     int batch;
     double fused_s, separate_s;

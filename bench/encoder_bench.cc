@@ -47,10 +47,10 @@ ABSL_FLAG(int, padded_head_dim, 0,
           "attention at this head dim, q/k/v padded to it (EncoderOptions::padded_head_dim; 0: the model's own, no "
           "padding where attention takes it). E.g. 96 on a GPU: the switch table then times the one-launch padding "
           "(all on) against three launches (qkv padding off) on the path that pads");
-ABSL_FLAG(bool, flash_pipeline, false,
+ABSL_FLAG(bool, flash_pipeline, true,
           "GPU, bf16: iris's flash attention on the qkv chain's bf16 rows runs its pipelined kernel (the next K/V "
-          "tile copied to shared memory while the warps compute; CudaDevice::SetFlashPipeline, off by default until "
-          "timed). The switch table also times the other setting");
+          "tile copied to shared memory while the warps compute; CudaDevice::SetFlashPipeline, the default). The "
+          "switch table also times the other setting");
 ABSL_FLAG(bool, matmul_tuning, false,
           "GPU: the matmuls run the fastest of cuBLASLt's candidates, timed on the first forward of each shape "
           "(CudaDevice::SetMatmulTuning, off by default until timed). The switch table also times the other "

@@ -35,9 +35,9 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
         absl::StrCat("decode rotary \"", options.decode_rotary, "\" is not one of: fused, separate"));
   }
   if (options.name == "cpu") {
-    if (options.decode_rotary == "separate") {
+    if (options.decode_rotary == "fused") {
       return absl::InvalidArgumentError(
-          "decode rotary \"separate\" is for a CUDA device; the CPU runs the rotary, the KV write and the attention "
+          "decode rotary \"fused\" is for a CUDA device; the CPU runs the rotary, the KV write and the attention "
           "in turn");
     }
     if (options.attention == "cudnn") {
@@ -46,9 +46,6 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     if (options.prefill_attention == "cuda-cores") {
       return absl::InvalidArgumentError(
           "prefill attention \"cuda-cores\" is for a CUDA device; the CPU runs iris's own kernel");
-    }
-    if (options.flash_pipeline) {
-      return absl::InvalidArgumentError("the flash pipeline is for a CUDA device; the CPU runs iris's own kernel");
     }
     if (options.decode_attention == "tensor-cores" || options.decode_attention == "tensor-cores-every-batch") {
       return absl::InvalidArgumentError(absl::StrCat("decode attention \"", options.decode_attention,
@@ -74,7 +71,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     (*device)->SetPagedPrefillMma(options.prefill_attention != "cuda-cores");
     (*device)->SetFlashPipeline(options.flash_pipeline);
     (*device)->SetMatmulTuning(options.matmul_tuning);
-    (*device)->SetFusedDecodeRotary(options.decode_rotary != "separate");
+    (*device)->SetFusedDecodeRotary(options.decode_rotary == "fused");
     using DecodeAttention = cuda::CudaDevice::DecodeAttention;
     (*device)->SetDecodeAttention(options.decode_attention == "tensor-cores" ? DecodeAttention::kTensorCores
                                   : options.decode_attention == "tensor-cores-every-batch"

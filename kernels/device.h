@@ -127,13 +127,15 @@ struct DeviceOptions {
   // and kv head, its q heads one tile's rows) or "tensor-cores-every-batch"
   // (CudaDevice::SetDecodeAttention; not yet timed).
   std::string decode_attention;
-  // CUDA: a step of decode rows only rotates q and k and writes the KV cache inside its paged
-  // attention ("fused", the default; empty means it: one launch fewer a layer) or in a launch of
-  // its own ("separate"; CudaDevice::SetFusedDecodeRotary). The CPU runs them in turn.
+  // CUDA: a step of decode rows only rotates q and k and writes the KV cache in a launch of its
+  // own ("separate", the default; empty means it) or inside its paged attention ("fused": one
+  // launch fewer a layer; CudaDevice::SetFusedDecodeRotary). The CPU runs them in turn, as
+  // "separate" does.
   std::string decode_rotary;
   // CUDA: the flash attention runs its pipelined kernel on the encoder's bf16 q/k/v rows
-  // (CudaDevice::SetFlashPipeline; off by default until timed on a GPU).
-  bool flash_pipeline = false;
+  // (CudaDevice::SetFlashPipeline; on by default, faster on an H200). The CPU's kernel has no
+  // pipeline: there the setting has no effect.
+  bool flash_pipeline = true;
   // CUDA: cuBLASLt matmuls of encoder- and prefill-sized rows run the fastest of the heuristic's
   // candidates, timed once per shape and row bucket (CudaDevice::SetMatmulTuning; off by default
   // until timed on a GPU).

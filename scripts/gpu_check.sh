@@ -64,12 +64,15 @@ fi
 [ -n "$TESTS" ] || { echo "gpu_check: no GPU test binaries found" >&2; exit 1; }
 
 # The synthetic tiny checkpoint the model suites load (made here: nothing is downloaded), and the
-# goldens from this checkout.
+# goldens from this checkout. Models go outside the logs' folder: the logs travel back from a
+# lent GPU, and 20 MB of weights there once made the folder too large to come back.
+MODELS_DIR=$(mktemp -d)
+trap 'rm -rf "$MODELS_DIR" "${BUNDLE_ROOT:-}"' EXIT  # (replaces the bundle's own trap)
 MAKE_MODEL=$(ls "$BIN/iris-make-model" "$BIN/tools/iris-make-model/iris-make-model" 2>/dev/null | head -1)
 if [ -n "$MAKE_MODEL" ]; then
-  "$MAKE_MODEL" --preset tiny --tokenizer-from tests/data/tiny-qwen2.5-vl --out "$OUT_DIR/models/tiny" \
+  "$MAKE_MODEL" --preset tiny --tokenizer-from tests/data/tiny-qwen2.5-vl --out "$MODELS_DIR/tiny" \
     >"$OUT_DIR/make_model.log" 2>&1 || { echo "gpu_check: iris-make-model failed (see $OUT_DIR/make_model.log)" >&2; exit 1; }
-  export IRIS_TEST_MODELS="$OUT_DIR/models" IRIS_TEST_DATA="$PWD/tests/data"
+  export IRIS_TEST_MODELS="$MODELS_DIR" IRIS_TEST_DATA="$PWD/tests/data"
 fi
 
 FAILED=()
@@ -96,22 +99,22 @@ if [ "$BENCHES" = 1 ]; then
   if [ -z "$MAKE_MODEL" ] || [ -z "$DECODE" ]; then
     echo "gpu_check: decode_bench or iris-make-model missing: no benches" >&2
     FAILED+=(benches)
-  elif ! "$MAKE_MODEL" --preset small --out "$OUT_DIR/models/small" >>"$OUT_DIR/make_model.log" 2>&1; then
+  elif ! "$MAKE_MODEL" --preset small --out "$MODELS_DIR/small" >>"$OUT_DIR/make_model.log" 2>&1; then
     echo "gpu_check: iris-make-model --preset small failed (see $OUT_DIR/make_model.log)" >&2
     FAILED+=(benches)
   else
     echo "gpu_check: === decode_bench --device cuda"
-    "$DECODE" --model "$OUT_DIR/models/small" --device cuda --batches 1,8,32,64 --context 512 \
+    "$DECODE" --model "$MODELS_DIR/small" --device cuda --batches 1,8,32,64 --context 512 \
       --kv_compare_contexts 512,2048 2>&1 | tee "$OUT_DIR/decode_bench.log" || FAILED+=(decode_bench)
     # The same steps with the norms and SiLU·mul launched on their own (the fold switched off),
     # right after, on the same GPU.
     echo "gpu_check: === decode_bench --device cuda --fold_inputs=false"
-    "$DECODE" --model "$OUT_DIR/models/small" --device cuda --batches 1,8,32,64 --context 512 --fold_inputs=false \
+    "$DECODE" --model "$MODELS_DIR/small" --device cuda --batches 1,8,32,64 --context 512 --fold_inputs=false \
       --kv_compare_contexts= --linears=false 2>&1 | tee "$OUT_DIR/decode_bench_unfolded.log" || FAILED+=(decode_bench)
     # And with the GEMVs and the paged attention launched plainly (early start, programmatic
     # dependent launch, switched off).
     echo "gpu_check: === decode_bench --device cuda --early_start=false"
-    "$DECODE" --model "$OUT_DIR/models/small" --device cuda --batches 1,8,32,64 --context 512 --early_start=false \
+    "$DECODE" --model "$MODELS_DIR/small" --device cuda --batches 1,8,32,64 --context 512 --early_start=false \
       --kv_compare_contexts= --linears=false 2>&1 | tee "$OUT_DIR/decode_bench_plain_launch.log" || FAILED+=(decode_bench)
   fi
   # The encoder on the 3b vision tower (synthetic weights made here), each technique switched off,
@@ -120,16 +123,16 @@ if [ "$BENCHES" = 1 ]; then
   if [ -z "$MAKE_MODEL" ] || [ -z "$ENCODER" ]; then
     echo "gpu_check: encoder_bench or iris-make-model missing: no encoder bench" >&2
     FAILED+=(encoder_bench)
-  elif ! "$MAKE_MODEL" --preset 3b --vision-only --out "$OUT_DIR/models/vision-3b" >>"$OUT_DIR/make_model.log" 2>&1; then
+  elif ! "$MAKE_MODEL" --preset 3b --vision-only --out "$MODELS_DIR/vision-3b" >>"$OUT_DIR/make_model.log" 2>&1; then
     echo "gpu_check: iris-make-model --preset 3b --vision-only failed (see $OUT_DIR/make_model.log)" >&2
     FAILED+=(encoder_bench)
   else
     echo "gpu_check: === encoder_bench --device cuda"
-    "$ENCODER" --model "$OUT_DIR/models/vision-3b" --device cuda --min_seconds "${BENCH_MIN_SECONDS:-1}" \
+    "$ENCODER" --model "$MODELS_DIR/vision-3b" --device cuda --min_seconds "${BENCH_MIN_SECONDS:-1}" \
       --rounds "${ENCODER_ROUNDS:-5}" --slice_gflop= 2>&1 | tee "$OUT_DIR/encoder_bench.log" || FAILED+=(encoder_bench)
     if python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
       echo "gpu_check: === transformers' vision tower, same weights and inputs"
-      python3 bench/hf_vision_tower.py --model "$OUT_DIR/models/vision-3b" --min-seconds "${BENCH_MIN_SECONDS:-1}" \
+      python3 bench/hf_vision_tower.py --model "$MODELS_DIR/vision-3b" --min-seconds "${BENCH_MIN_SECONDS:-1}" \
         2>&1 | tee "$OUT_DIR/hf_vision_tower.log" || FAILED+=(hf_vision_tower)
     else
       echo "gpu_check: no PyTorch with CUDA here: no transformers comparison"
@@ -161,6 +164,16 @@ if [ "$SANITIZE" = 1 ]; then
         # Where a hazard or an error is, its first report names the kernel.
         grep -m3 -A4 -E '^========= (Invalid|Error|Race|Warning)' "$OUT_DIR/$name.log" | cut -c1-300
         [ $rc -eq 124 ] && echo "gpu_check: $name stopped after ${SANITIZE_TIMEOUT_S:-240} s"
+        # racecheck reports shared-memory hazards inside cuBLASLt's own kernels (nvjet_*, their
+        # barrier-ordered tiles; seen on an H200), which are not iris's to fix; excluding them
+        # (--kernel-name-exclude) made the sanitizer fail there. A run whose only reports are
+        # those, with every test passing, passes, and says so.
+        if [ "$tool" = racecheck ] && [ $rc -eq 3 ] && ! grep -q '^\[  FAILED' "$OUT_DIR/$name.log" &&
+           grep -q '^========= Error: Race reported' "$OUT_DIR/$name.log" &&
+           ! grep '^========= Error: Race reported' "$OUT_DIR/$name.log" | grep -qv 'access at nvjet_'; then
+          echo "gpu_check: $name: hazards reported only inside cuBLASLt's kernels (nvjet_*): not iris's"
+          rc=0
+        fi
         [ $rc -eq 0 ] || FAILED+=("$name")
       done
     done

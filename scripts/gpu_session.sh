@@ -3,30 +3,34 @@
 # --deadline seconds (default 540: one device call may run 600, and a session's device time,
 # about 900 s, includes the machine's start). From a bundle made by scripts/gpu_bundle.sh:
 #   scripts/gpu_session.sh --bundle .gpu/bundle.tar.xz [--deadline 540] [--out DIR] [--from STAGE]
-# Stages, each bounded by the time left (one that cannot have its minimum is skipped and named):
+# Stages in this order, each bounded by the time left (one that cannot have its minimum is skipped
+# and named):
 #   tests      every GPU test suite (gpu_check.sh, each suite bounded)
 #   decode     decode_bench on the 3b at batches 1, 8, 32, 64, with its same-run tables (graphs,
 #              decode attention on the CUDA cores against the tensor cores, the prompt step both
 #              ways, each Linear alone)
+#   encoder    encoder_bench on the 3b vision tower: the switch table (the three techniques, bf16
+#              hand-offs, the pipelined flash kernel, matmul tuning) and the tuned matmuls' table
+#   transformers  transformers' Qwen2.5-VL vision tower (sdpa) on the same 3b weights and inputs
+#              (bench/hf_vision_tower.py), for the same-run ratio against the encoder stage
+#   sanitize   compute-sanitizer memcheck and racecheck over the kernel suites
 #   sampling   sampler_bench --device cuda: a step's sampled rows (1, 8, 64 of 152k logits) brought
 #              back and picked on the host vs drawn on the GPU (kernels::SampleRows), same tokens
 #   decode_ab  the 3b step with each decode candidate that is off by default as a variant, side by
 #              side with the defaults, alternating (gpu_ab.sh): the streamed GEMV, the L2 weight
-#              prefetch, and the decode rotary in a launch of its own (graph-replayed steps; the
+#              prefetch, and the decode rotary fused into the paged attention (graph-replayed steps; the
 #              tensor-core decode attention has its table in `decode`)
-#   encoder    encoder_bench on the 3b vision tower: the switch table (the three techniques, bf16
-#              hand-offs, the pipelined flash kernel, matmul tuning) and the tuned matmuls' table
-#   sanitize   compute-sanitizer memcheck and racecheck over the kernel suites
 #   profile    why the two attention kernels iris owns take their time (Nsight Compute sections):
 #              the encoder's flash kernel at 448x448 x8, the decode rows' paged attention at 3b
 #              batch 1
 # --from STAGE starts at that stage (a second call, after a first ran out of time). Logs go to
-# --out (default $OUT, the device tool's folder that comes back, else a temporary one).
+# --out (default a temporary folder); where $OUT is set (the device tool's folder that comes
+# back, at most 8 files), they are also packed into one $OUT/gpu_session_logs.tar.xz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=""
 DEADLINE=540
-OUT_DIR=${OUT:-}
+OUT_DIR=""
 FROM=tests
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,7 +42,7 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_session: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-STAGES=(tests decode sampling decode_ab encoder sanitize profile)
+STAGES=(tests decode encoder transformers sanitize sampling decode_ab profile)
 [[ " ${STAGES[*]} " == *" $FROM "* ]] || { echo "gpu_session: --from must be one of ${STAGES[*]}" >&2; exit 2; }
 [ -n "$BUNDLE" ] || { echo "gpu_session: --bundle FILE is required (scripts/gpu_bundle.sh makes it)" >&2; exit 2; }
 [ -n "$OUT_DIR" ] || OUT_DIR=$(mktemp -d)
@@ -91,13 +95,17 @@ decode_ab() {
   make_model 3b || return 1
   bash scripts/gpu_ab.sh --bundle "$BUNDLE" --models 3b --models-dir "$MODELS" --batches 1,8,32,64 --rounds 2 \
     --out "$OUT_DIR/decode_ab" --variant "streamed: --gemv_kernel=streamed" \
-    --variant "prefetch: --weight_prefetch=0.5" --variant "separate_rotary: --decode_rotary=separate"
+    --variant "prefetch: --weight_prefetch=0.5" --variant "fused_rotary: --decode_rotary=fused"
 }
 encoder() {
   make_model 3b || return 1
   "$BIN/encoder_bench" --model "$MODELS/3b" --device cuda --min_seconds 1 --rounds 2 --slice_gflop=
 }
-
+transformers() {
+  make_model 3b || return 1
+  python3 -c 'import torch, transformers; assert torch.cuda.is_available()' || return 1
+  python3 bench/hf_vision_tower.py --model "$MODELS/3b" --min-seconds 1
+}
 profile() {
   make_model 3b || return 1
   local rc=0
@@ -107,17 +115,23 @@ profile() {
     --out "$OUT_DIR/profile_decode" --detail PagedAttentionKernel || rc=1
   return $rc
 }
-export -f make_model decode sampling decode_ab encoder profile
+export -f make_model decode sampling decode_ab encoder transformers profile
 
 run_stage tests 120 env TEST_TIMEOUT_S=150 bash scripts/gpu_check.sh --bundle "$BUNDLE" --out "$OUT_DIR/check"
 run_stage decode 90 decode
-run_stage sampling 30 sampling
-run_stage decode_ab 120 decode_ab
 run_stage encoder 90 encoder
+run_stage transformers 60 transformers
 run_stage sanitize 60 env SANITIZE_TIMEOUT_S=90 bash scripts/gpu_check.sh --bundle "$BUNDLE" --no-tests --sanitize \
   --out "$OUT_DIR/sanitize"
+run_stage sampling 30 sampling
+run_stage decode_ab 120 decode_ab
 run_stage profile 90 profile
 
+if [ -n "${OUT:-}" ] && [ "$OUT_DIR" != "$OUT" ]; then
+  # Text only, each file under 4 MB: what comes back is bounded.
+  (cd "$OUT_DIR" && find . -type f \( -name '*.log' -o -name '*.txt' -o -name '*.xml' \) -size -4M -print0 |
+    tar --null -T - -cJf "$OUT/gpu_session_logs.tar.xz") && echo "gpu_session: logs packed into \$OUT/gpu_session_logs.tar.xz"
+fi
 [ ${#SKIPPED[@]} -eq 0 ] || echo "gpu_session: out of time before: ${SKIPPED[*]} (go on with --from ${SKIPPED[0]})"
 [ ${#FAILED[@]} -eq 0 ] || { echo "gpu_session: FAILED: ${FAILED[*]}"; exit 1; }
 echo "gpu_session: done; logs in $OUT_DIR"

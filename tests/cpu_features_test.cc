@@ -175,13 +175,8 @@ TEST(CpuFeaturesTest, DeviceRunsTheChosenTier) {
                {{"tensor-cores", "is for a CUDA device"},
                 {"tensor-cores-every-batch", "is for a CUDA device"},
                 {"packed", "not one of: cuda-cores, tensor-cores, tensor-cores-every-batch"}});
-  check_choice(&DeviceOptions::decode_rotary, {"", "fused"},
-               {{"separate", "is for a CUDA device"}, {"inline", "not one of: fused, separate"}});
-  options.flash_pipeline = true;
-  const absl::Status s = CreateDevice(options).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("flash pipeline is for a CUDA device"), std::string::npos) << s;
-  options.flash_pipeline = false;
+  check_choice(&DeviceOptions::decode_rotary, {"", "separate"},
+               {{"fused", "is for a CUDA device"}, {"inline", "not one of: fused, separate"}});
   // cuBLASLt's matmul tuning: the CPU's oneDNN has no such choice to make.
   options.matmul_tuning = true;
   const absl::Status t = CreateDevice(options).status();

@@ -199,7 +199,7 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
       gpu->CopyToHost(y.data<float>(), got[path].data(), got[path].size() * sizeof(float));
     }
     cuda.SetBf16Handoff(true);
-    cuda.SetFlashPipeline(false);
+    cuda.SetFlashPipeline(true);  // the default
     ASSERT_TRUE(cuda.status().ok()) << cuda.status();
     EXPECT_EQ(got[0], got[2]) << "hand-off on";
     EXPECT_EQ(got[1], got[2]) << "hand-off off";

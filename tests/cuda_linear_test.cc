@@ -422,15 +422,17 @@ TEST(CudaLinearTest, EarlyStartGemvsWaitForTheKernelAhead) {
 // bf16, down in double. The two cuBLASLt kernels (f32 and bf16 output) may sum in different
 // orders, so now and then a gate or up value rounds to the neighbouring bf16: the relative L2
 // bound is tight, the per-element one allows such a step. With the hand-off off, and for rows the
-// GEMVs take, GatedMlp is the two Linears bit for bit. Odd intermediates: a padded bf16 row
-// stride and the element SiLU·mul kernel; 1024: the 4-wide one.
+// GEMVs take, GatedMlp is the two Linears bit for bit. Intermediates: 340, down's bf16 input rows
+// padded (stride 344); 1024, unpadded; 342, a gate_up width (684) that is not whole 16-byte
+// vectors, which takes the f32 output (its padded bf16 rows failed the bound on an H200), so
+// GatedMlp there is the two Linears bit for bit too.
 TEST(CudaLinearTest, GatedMlpHandsGateUpOverInBf16WhereAMatmulRuns) {
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   cuda::CudaDevice& cuda = Cuda(*gpu);
   const int64_t h = 1280;
   uint32_t seed = 500;
-  for (const int64_t inter : {int64_t{342}, int64_t{1024}}) {
+  for (const int64_t inter : {int64_t{340}, int64_t{342}, int64_t{1024}}) {
     std::vector<float> wgu, wdn;
     const Tensor gu_weight = MakeWeight(2 * inter, h, DType::kBF16, seed++, &wgu);
     const Tensor dn_weight = MakeWeight(h, inter, DType::kBF16, seed++, &wdn);
@@ -469,8 +471,8 @@ TEST(CudaLinearTest, GatedMlpHandsGateUpOverInBf16WhereAMatmulRuns) {
       LinearForward(*gpu, **down, LinearInput::SiluMul(gu_out.data<float>(), act.data<float>()), m, dy.data<float>(),
                     Epilogue::kAccumulate);
       EXPECT_EQ(got[1], Download(*gpu, dy.data<float>(), static_cast<size_t>(m * h))) << "hand-off off";
-      if (gemv) {
-        EXPECT_EQ(got[0], got[1]) << "rows a GEMV takes: no hand-off";
+      if (gemv || (2 * inter) % 8 != 0) {
+        EXPECT_EQ(got[0], got[1]) << (gemv ? "rows a GEMV takes" : "an unaligned gate_up width") << ": no hand-off";
         continue;
       }
       EXPECT_NE(got[0], got[1]) << "the hand-off's rounding should show";
@@ -499,59 +501,66 @@ TEST(CudaLinearTest, LinearForwardToBf16IsTheF32OutputRounded) {
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   cuda::CudaDevice& cuda = Cuda(*gpu);
-  const int64_t in = 1280, out = 3 * 80 + 16, ldy = out + 8;
+  const int64_t in = 1280;
   static constexpr uint16_t kUntouched = 0xABCD;
-  std::vector<float> w;
-  const Tensor weight = MakeWeight(out, in, DType::kBF16, 610, &w);
-  // A bf16-exact bias: cuBLASLt's bf16 copy of it is the same bias.
-  const std::vector<float> b = RoundedToBf16(testing::RandomFloats(out, 611));
-  Tensor bias = Tensor::Empty(DType::kF32, {out});
-  std::memcpy(bias.raw(), b.data(), b.size() * sizeof(float));
-  auto lin = Linear::Create(*gpu, weight, &bias, ComputeType::kBF16);
-  ASSERT_TRUE(lin.ok()) << lin.status();
-  EXPECT_TRUE(KeepsQkvInBf16(*gpu, **lin, /*bf16_attention=*/true));
-  EXPECT_FALSE(KeepsQkvInBf16(*gpu, **lin, /*bf16_attention=*/false));
-  cuda.SetBf16Handoff(false);
-  EXPECT_FALSE(KeepsQkvInBf16(*gpu, **lin, true));
-  cuda.SetBf16Handoff(true);
-  cuda.SetFoldLinearInputs(false);
-  EXPECT_FALSE(KeepsQkvInBf16(*gpu, **lin, true));
-  cuda.SetFoldLinearInputs(true);
-  for (const int64_t m : {int64_t{2}, int64_t{77}}) {
-    SCOPED_TRACE(::testing::Message() << "m " << m);
-    const Tensor dx = Upload(*gpu, testing::RandomFloats(m * in, 612));
-    const Tensor dnorm = Upload(*gpu, testing::RandomFloats(in, 613));
-    Tensor staging = Upload(*gpu, std::vector<float>(m * in, 0.f));
-    Tensor dy = Upload(*gpu, std::vector<float>(m * out, 0.f));
-    const LinearInput x = LinearInput::RmsNorm(dx.data<float>(), dnorm.data<float>(), 1e-6f, staging.data<float>());
-    LinearForward(*gpu, **lin, x, m, dy.data<float>());
-    const std::vector<float> f32 = Download(*gpu, dy.data<float>(), static_cast<size_t>(m * out));
-    absl::StatusOr<Tensor> rows = gpu->Allocate(DType::kBF16, {m, ldy});
-    ASSERT_TRUE(rows.ok()) << rows.status();
-    std::vector<uint16_t> got(static_cast<size_t>(m * ldy), kUntouched);
-    gpu->CopyToDevice(got.data(), rows->raw(), got.size() * sizeof(uint16_t));
-    LinearForwardToBf16(*gpu, **lin, x, m, static_cast<uint16_t*>(rows->raw()), ldy);
-    gpu->CopyToHost(rows->raw(), got.data(), got.size() * sizeof(uint16_t));
-    ASSERT_TRUE(cuda.status().ok()) << cuda.status();
-    const bool gemv = m <= cuda.gemv_max_rows();
-    int differ = 0;
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t c = 0; c < ldy; ++c) {
-        const uint16_t g = got[r * ldy + c];
-        if (c >= out) {
-          ASSERT_EQ(g, kUntouched) << "padding column " << c;
-          continue;
-        }
-        const uint16_t want = core::FloatToBf16(f32[r * out + c]);
-        if (gemv) {
-          ASSERT_EQ(g, want) << "row " << r << " column " << c;
-        } else {
-          ASSERT_LE(std::abs(int{g} - int{want}), 1) << "row " << r << " column " << c;
-          differ += g != want;
+  // 256 wide: cuBLASLt's bf16 output. 252: not whole 16-byte vectors, so the f32 output rounded
+  // by one conversion (a bf16 output 684 wide was 0.4% off on an H200), exact for every row.
+  for (const int64_t out : {int64_t{3 * 80 + 16}, int64_t{3 * 80 + 12}}) {
+    const int64_t ldy = out + 8;
+    const bool bf16_output = out % 8 == 0;
+    std::vector<float> w;
+    const Tensor weight = MakeWeight(out, in, DType::kBF16, 610, &w);
+    // A bf16-exact bias: cuBLASLt's bf16 copy of it is the same bias.
+    const std::vector<float> b = RoundedToBf16(testing::RandomFloats(out, 611));
+    Tensor bias = Tensor::Empty(DType::kF32, {out});
+    std::memcpy(bias.raw(), b.data(), b.size() * sizeof(float));
+    auto lin = Linear::Create(*gpu, weight, &bias, ComputeType::kBF16);
+    ASSERT_TRUE(lin.ok()) << lin.status();
+    EXPECT_TRUE(KeepsQkvInBf16(*gpu, **lin, /*bf16_attention=*/true));
+    EXPECT_FALSE(KeepsQkvInBf16(*gpu, **lin, /*bf16_attention=*/false));
+    cuda.SetBf16Handoff(false);
+    EXPECT_FALSE(KeepsQkvInBf16(*gpu, **lin, true));
+    cuda.SetBf16Handoff(true);
+    cuda.SetFoldLinearInputs(false);
+    EXPECT_FALSE(KeepsQkvInBf16(*gpu, **lin, true));
+    cuda.SetFoldLinearInputs(true);
+    for (const int64_t m : {int64_t{2}, int64_t{77}}) {
+      SCOPED_TRACE(::testing::Message() << "out " << out << ", m " << m);
+      const Tensor dx = Upload(*gpu, testing::RandomFloats(m * in, 612));
+      const Tensor dnorm = Upload(*gpu, testing::RandomFloats(in, 613));
+      Tensor staging = Upload(*gpu, std::vector<float>(m * in, 0.f));
+      Tensor dy = Upload(*gpu, std::vector<float>(m * out, 0.f));
+      const LinearInput x =
+          LinearInput::RmsNorm(dx.data<float>(), dnorm.data<float>(), 1e-6f, staging.data<float>());
+      LinearForward(*gpu, **lin, x, m, dy.data<float>());
+      const std::vector<float> f32 = Download(*gpu, dy.data<float>(), static_cast<size_t>(m * out));
+      absl::StatusOr<Tensor> rows = gpu->Allocate(DType::kBF16, {m, ldy});
+      ASSERT_TRUE(rows.ok()) << rows.status();
+      std::vector<uint16_t> got(static_cast<size_t>(m * ldy), kUntouched);
+      gpu->CopyToDevice(got.data(), rows->raw(), got.size() * sizeof(uint16_t));
+      LinearForwardToBf16(*gpu, **lin, x, m, static_cast<uint16_t*>(rows->raw()), ldy);
+      gpu->CopyToHost(rows->raw(), got.data(), got.size() * sizeof(uint16_t));
+      ASSERT_TRUE(cuda.status().ok()) << cuda.status();
+      const bool exact = m <= cuda.gemv_max_rows() || !bf16_output;
+      int differ = 0;
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < ldy; ++c) {
+          const uint16_t g = got[r * ldy + c];
+          if (c >= out) {
+            ASSERT_EQ(g, kUntouched) << "padding column " << c;
+            continue;
+          }
+          const uint16_t want = core::FloatToBf16(f32[r * out + c]);
+          if (exact) {
+            ASSERT_EQ(g, want) << "row " << r << " column " << c;
+          } else {
+            ASSERT_LE(std::abs(int{g} - int{want}), 1) << "row " << r << " column " << c;
+            differ += g != want;
+          }
         }
       }
+      EXPECT_LE(differ, m * out / 20) << "more than rare one-step differences";
     }
-    EXPECT_LE(differ, m * out / 20) << "more than rare one-step differences";
   }
 }
 

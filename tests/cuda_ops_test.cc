@@ -494,7 +494,7 @@ TEST(CudaOpsTest, RotaryPagedAttentionInOneLaunchEqualsTheTwoLaunches) {
       EXPECT_EQ(got_v[1], got_v[0]) << "v pool";
     }
   }
-  g->cuda().SetFusedDecodeRotary(true);
+  g->cuda().SetFusedDecodeRotary(false);  // the default
   g->cuda().SetDecodeAttention(cuda::CudaDevice::DecodeAttention::kCudaCores);
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
 }

@@ -371,21 +371,27 @@ TEST(LinearKernelsOnSimtTest, FoldedOpsGiveTheOpKernelThenTheGemvBitForBit) {
 }
 
 #ifdef IRIS_HAVE_CUDA
-// The H200's measurements as a rule (linear_kernels.h): one row always on the CUDA cores; more
-// rows only for small weights, the tensor cores past 4 rows; never past the limit.
-TEST(LinearKernelsTest, PickGemvFollowsRowsAndWeightSize) {
-  const int64_t small = int64_t{10} << 20, large = int64_t{90} << 20;
+// The H200's measurements as a rule (linear_kernels.h): one row always on the CUDA cores,
+// streamed where the weight's rows are long (the 3b's down, 2048 x 11008); more rows only for
+// small weights (the 3b's qkv 10.5 MB, not its gate_up 90 MB), the tensor cores past 4 rows;
+// never past the limit.
+TEST(LinearKernelsTest, PickGemvFollowsRowsAndWeightShape) {
   GemvKernel k = GemvKernel::kTensorCores;
-  ASSERT_TRUE(PickGemv(1, large, 8, &k));
+  ASSERT_TRUE(PickGemv(1, 22016, 2048, 8, &k));  // gate_up
   EXPECT_EQ(k, GemvKernel::kCudaCores);
-  ASSERT_TRUE(PickGemv(4, small, 8, &k));
+  ASSERT_TRUE(PickGemv(1, 2048, 2048, 8, &k));  // o
   EXPECT_EQ(k, GemvKernel::kCudaCores);
-  ASSERT_TRUE(PickGemv(5, small, 8, &k));
+  ASSERT_TRUE(PickGemv(1, 2048, 11008, 8, &k));  // down
+  EXPECT_EQ(k, GemvKernel::kCudaCoresStreamed);
+  ASSERT_TRUE(PickGemv(4, 2560, 2048, 8, &k));  // qkv
+  EXPECT_EQ(k, GemvKernel::kCudaCores);
+  ASSERT_TRUE(PickGemv(5, 2560, 2048, 8, &k));
   EXPECT_EQ(k, GemvKernel::kTensorCores);
-  EXPECT_FALSE(PickGemv(2, large, 8, &k));
-  EXPECT_FALSE(PickGemv(9, small, 8, &k));
-  EXPECT_FALSE(PickGemv(1, small, 0, &k));
-  EXPECT_FALSE(PickGemv(5, small, 4, &k));
+  EXPECT_FALSE(PickGemv(5, 2048, 11008, 8, &k));  // down: 45 MB, past 32 MiB
+  EXPECT_FALSE(PickGemv(2, 22016, 2048, 8, &k));
+  EXPECT_FALSE(PickGemv(9, 2560, 2048, 8, &k));
+  EXPECT_FALSE(PickGemv(1, 2560, 2048, 0, &k));
+  EXPECT_FALSE(PickGemv(5, 2560, 2048, 4, &k));
 }
 #endif
 

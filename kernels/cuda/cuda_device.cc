@@ -219,13 +219,13 @@ absl::Status CudaDevice::SetGemvMaxRows(int rows) {
   return absl::OkStatus();
 }
 
-std::optional<GemvKernel> CudaDevice::GemvFor(int64_t rows, int64_t weight_bytes) const {
+std::optional<GemvKernel> CudaDevice::GemvFor(int64_t rows, int64_t out_features, int64_t in_features) const {
   if (forced_gemv_kernel_) {
     if (rows >= 1 && rows <= gemv_max_rows_) return forced_gemv_kernel_;
     return std::nullopt;
   }
   GemvKernel kernel;
-  if (PickGemv(rows, weight_bytes, gemv_max_rows_, &kernel)) return kernel;
+  if (PickGemv(rows, out_features, in_features, gemv_max_rows_, &kernel)) return kernel;
   return std::nullopt;
 }
 

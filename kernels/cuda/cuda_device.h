@@ -102,15 +102,16 @@ class CudaDevice final : public Device {
   // bf16 Linears called with at most this many rows (a decode step's batch) may run one of iris's
   // GEMV kernels (linear_kernels.h) instead of cuBLASLt: they stream the weight and round x to
   // bf16 as they read it, with no conversion launch. Which, and where: PickGemv (by rows and
-  // weight size), unless a kernel is forced, which then takes every call of up to this many
+  // weight shape), unless a kernel is forced, which then takes every call of up to this many
   // rows. 0: cuBLASLt always. INVALID_ARGUMENT past kGemvMaxRowsPerLaunch. Benchmarks and tests
   // switch both per run.
   int gemv_max_rows() const { return gemv_max_rows_; }
   absl::Status SetGemvMaxRows(int rows);
   const std::optional<GemvKernel>& forced_gemv_kernel() const { return forced_gemv_kernel_; }
   void ForceGemvKernel(std::optional<GemvKernel> kernel) { forced_gemv_kernel_ = kernel; }
-  // The GEMV a bf16 Linear of `rows` rows and `weight_bytes` of weight runs, or none (cuBLASLt).
-  std::optional<GemvKernel> GemvFor(int64_t rows, int64_t weight_bytes) const;
+  // The GEMV a bf16 Linear of `rows` rows and an [out_features, in_features] weight runs, or
+  // none (cuBLASLt).
+  std::optional<GemvKernel> GemvFor(int64_t rows, int64_t out_features, int64_t in_features) const;
 
   // Whether bf16 Linears fold the op before them (LinearInput: the RMSNorm before qkv and
   // gate_up, the SiLU·mul before down) into their read of x: the GEMVs apply it as they load x,
@@ -132,8 +133,8 @@ class CudaDevice final : public Device {
 
   // Whether iris's flash attention on bf16 q/k/v rows (the qkv chain in bf16) runs its pipelined
   // kernel (FlashVarlenParams::pipeline: the next K/V tile copied to shared memory while the
-  // warps compute on this one; the same result bit for bit). Off by default until a GPU has timed
-  // it (encoder_bench's "flash pipelined" column).
+  // warps compute on this one; the same result bit for bit). On by default: on an H200 it took
+  // 6-15% off every encoder_bench input (its "flash unpipelined" column times the other).
   bool flash_pipeline() const { return flash_pipeline_; }
   void SetFlashPipeline(bool pipeline) { flash_pipeline_ = pipeline; }
 
@@ -147,8 +148,9 @@ class CudaDevice final : public Device {
 
   // Whether a step of decode rows only has its rotary and KV write done by the paged attention
   // (kernels::RotaryPagedAttention: the CUDA-core kernel, or the packed tensor-core one where its
-  // key slices apply; on by default: one launch a layer fewer, the same results bit for bit) or
-  // by a launch of their own (decode_bench --decode_rotary times both).
+  // key slices apply: one launch a layer fewer, the same results bit for bit) or by a launch of
+  // their own, the default: on an H200 the fused steps were no faster at 3b batches 1 and 8 and
+  // 5-8% slower at 32 and 64 (decode_bench --decode_rotary times both).
   bool fused_decode_rotary() const { return fused_decode_rotary_; }
   void SetFusedDecodeRotary(bool fused) { fused_decode_rotary_ = fused; }
 
@@ -213,10 +215,10 @@ class CudaDevice final : public Device {
   std::optional<GemvKernel> forced_gemv_kernel_;
   bool fold_linear_inputs_ = true;
   bool bf16_handoff_ = true;
-  bool flash_pipeline_ = false;
+  bool flash_pipeline_ = true;
   bool paged_prefill_mma_ = true;
   DecodeAttention decode_attention_ = DecodeAttention::kCudaCores;
-  bool fused_decode_rotary_ = true;
+  bool fused_decode_rotary_ = false;
   bool early_start_;
   int64_t weight_prefetch_bytes_ = 0;
   bool matmul_tuning_ = false;

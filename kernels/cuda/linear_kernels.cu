@@ -143,14 +143,14 @@ int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, in
   return LastLaunchError();
 }
 
-bool PickGemv(int64_t rows, int64_t weight_bytes, int max_rows, GemvKernel* kernel) {
+bool PickGemv(int64_t rows, int64_t out_features, int64_t in_features, int max_rows, GemvKernel* kernel) {
   constexpr int64_t kSmallWeightBytes = int64_t{32} << 20;
   if (rows < 1 || rows > max_rows) return false;
   if (rows == 1) {
-    *kernel = GemvKernel::kCudaCores;
+    *kernel = in_features >= 4 * out_features ? GemvKernel::kCudaCoresStreamed : GemvKernel::kCudaCores;
     return true;
   }
-  if (weight_bytes > kSmallWeightBytes) return false;
+  if (out_features * in_features * int64_t{2} > kSmallWeightBytes) return false;
   *kernel = rows <= 4 ? GemvKernel::kCudaCores : GemvKernel::kTensorCores;
   return true;
 }

@@ -21,12 +21,15 @@ constexpr int kGemvMaxRowsPerLaunch = 8;
 // gemv_streamed.cuh; an x that is not whole 16-byte vectors takes kCudaCores), or on the tensor
 // cores (two m16n8k16 products per 16 bytes a lane loads of two weight rows, whatever the rows).
 enum class GemvKernel { kCudaCores, kCudaCoresStreamed, kTensorCores };
-// Which path a bf16 Linear of `rows` rows and `weight_bytes` of weight takes, as measured on an
-// H200 (README): the CUDA-core GEMV for one row (every shape of the 3b decoder, 1.1-2.4x the
-// bandwidth cuBLASLt reaches); for 2..max_rows rows only weights of at most 32 MiB (qkv, o), on
-// the CUDA cores up to 4 rows and on the tensor cores past that, where cuBLASLt has too few
-// tiles to fill the GPU; cuBLASLt for larger weights and past max_rows. False: cuBLASLt.
-bool PickGemv(int64_t rows, int64_t weight_bytes, int max_rows, GemvKernel* kernel);
+// Which path a bf16 Linear of `rows` rows and an [out_features, in_features] weight takes, as
+// measured on an H200 (README): a GEMV for one row (every shape of the 3b decoder, 1.1-2.4x the
+// bandwidth cuBLASLt reaches), the streamed one where the weight's rows are long (in_features at
+// least 4x out_features: the MLP's down, 3486 against 2933 GB/s at 3b; it lost 4-7% on the
+// other shapes) and the CUDA-core one otherwise; for 2..max_rows rows only weights of at most
+// 32 MiB (qkv, o), on the CUDA cores up to 4 rows and on the tensor cores past that, where
+// cuBLASLt has too few tiles to fill the GPU; cuBLASLt for larger weights and past max_rows.
+// False: cuBLASLt.
+bool PickGemv(int64_t rows, int64_t out_features, int64_t in_features, int max_rows, GemvKernel* kernel);
 // The op a GEMV applies to its input rows as it reads them (kernels/linear.h's LinearInput ops),
 // each value computed as the op's own kernel computes it (kernels.cuh; row_math.cuh).
 enum class GemvX {

@@ -29,9 +29,9 @@ ABSL_FLAG(std::string, out, "", "output .safetensors: pixel_values, image_grid_t
 ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu, or cuda / cuda:N (a GPU, in a build with the CUDA backend)");
 ABSL_FLAG(std::string, attention, "flash", "with --device cuda and --dtype bf16: the varlen attention, flash (iris's "
           "tensor-core kernel) or cudnn (cuDNN's SDPA operation, cuDNN 9.15 or later)");
-ABSL_FLAG(bool, flash_pipeline, false,
+ABSL_FLAG(bool, flash_pipeline, true,
           "with --device cuda and --dtype bf16: the flash attention runs its pipelined kernel (the next K/V tile "
-          "copied to shared memory while the warps compute; same result; not yet timed on a GPU)");
+          "copied to shared memory while the warps compute; same result; 6-15% faster encodes on an H200)");
 ABSL_FLAG(bool, matmul_tuning, false,
           "with --device cuda: the matmuls run the fastest of cuBLASLt's candidates, timed on the first forward of "
           "each shape (not yet timed on a GPU)");
