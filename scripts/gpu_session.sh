@@ -13,16 +13,19 @@
 #              hand-offs, the pipelined flash kernel, matmul tuning) and the tuned matmuls' table
 #   transformers  transformers' Qwen2.5-VL vision tower (sdpa) on the same 3b weights and inputs
 #              (bench/hf_vision_tower.py), for the same-run ratio against the encoder stage
-#   sanitize   compute-sanitizer memcheck and racecheck over the kernel suites
 #   sampling   sampler_bench --device cuda: a step's sampled rows (1, 8, 64 of 152k logits) brought
 #              back and picked on the host vs drawn on the GPU (kernels::SampleRows), same tokens
 #   decode_ab  the 3b step with each decode candidate that is off by default as a variant, side by
-#              side with the defaults, alternating (gpu_ab.sh): the streamed GEMV, the L2 weight
-#              prefetch, and the decode rotary fused into the paged attention (graph-replayed steps; the
-#              tensor-core decode attention has its table in `decode`)
-#   profile    why the two attention kernels iris owns take their time (Nsight Compute sections):
-#              the encoder's flash kernel at 448x448 x8, the decode rows' paged attention at 3b
-#              batch 1
+#              side with the defaults, alternating (gpu_ab.sh): the streamed GEMV everywhere, the
+#              plain CUDA-core GEMV everywhere (at batch 1 the default before down took the
+#              streamed one; its other batches are not a default), the L2 weight prefetch, and the
+#              decode rotary fused into the paged attention (graph-replayed steps; the tensor-core
+#              decode attention has its table in `decode`)
+#   profile    where the GPU time of a 448x448 x8 encoder forward and of a 3b batch-1 decode step
+#              goes (every kernel, Nsight Compute), then why the two attention kernels iris owns
+#              take theirs (its sections): the encoder's flash kernel, the decode rows' paged
+#              attention
+#   sanitize   compute-sanitizer memcheck and racecheck over the kernel suites
 # --from STAGE starts at that stage (a second call, after a first ran out of time). Logs go to
 # --out (default a temporary folder); where $OUT is set (the device tool's folder that comes
 # back, at most 8 files), they are also packed into one $OUT/gpu_session_logs.tar.xz.
@@ -38,11 +41,11 @@ while [ $# -gt 0 ]; do
     --deadline) DEADLINE=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
     --from) FROM=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/{/^set -uo/!p}' "$0"; exit 0 ;;
     *) echo "gpu_session: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-STAGES=(tests decode encoder transformers sanitize sampling decode_ab profile)
+STAGES=(tests decode encoder transformers sampling decode_ab profile sanitize)
 [[ " ${STAGES[*]} " == *" $FROM "* ]] || { echo "gpu_session: --from must be one of ${STAGES[*]}" >&2; exit 2; }
 [ -n "$BUNDLE" ] || { echo "gpu_session: --bundle FILE is required (scripts/gpu_bundle.sh makes it)" >&2; exit 2; }
 [ -n "$OUT_DIR" ] || OUT_DIR=$(mktemp -d)
@@ -95,6 +98,7 @@ decode_ab() {
   make_model 3b || return 1
   bash scripts/gpu_ab.sh --bundle "$BUNDLE" --models 3b --models-dir "$MODELS" --batches 1,8,32,64 --rounds 2 \
     --out "$OUT_DIR/decode_ab" --variant "streamed: --gemv_kernel=streamed" \
+    --variant "plain_gemv: --gemv_kernel=cuda_cores" \
     --variant "prefetch: --weight_prefetch=0.5" --variant "fused_rotary: --decode_rotary=fused"
 }
 encoder() {
@@ -109,6 +113,11 @@ transformers() {
 profile() {
   make_model 3b || return 1
   local rc=0
+  # Where each forward's and step's GPU time goes (every kernel summed), then why the two
+  # attention kernels take theirs.
+  bash scripts/gpu_profile_encoder.sh --bundle "$BUNDLE" --model "$MODELS/3b" --out "$OUT_DIR/profile_encoder_sum" || rc=1
+  bash scripts/gpu_profile_decode.sh --bundle "$BUNDLE" --model "$MODELS/3b" --preset 3b --batch 1 \
+    --out "$OUT_DIR/profile_decode_sum" || rc=1
   bash scripts/gpu_profile_encoder.sh --bundle "$BUNDLE" --model "$MODELS/3b" --out "$OUT_DIR/profile_encoder" \
     --detail FlashVarlenMma || rc=1
   bash scripts/gpu_profile_decode.sh --bundle "$BUNDLE" --model "$MODELS/3b" --preset 3b --batch 1 \
@@ -121,11 +130,11 @@ run_stage tests 120 env TEST_TIMEOUT_S=150 bash scripts/gpu_check.sh --bundle "$
 run_stage decode 90 decode
 run_stage encoder 90 encoder
 run_stage transformers 60 transformers
-run_stage sanitize 60 env SANITIZE_TIMEOUT_S=90 bash scripts/gpu_check.sh --bundle "$BUNDLE" --no-tests --sanitize \
-  --out "$OUT_DIR/sanitize"
 run_stage sampling 30 sampling
 run_stage decode_ab 120 decode_ab
 run_stage profile 90 profile
+run_stage sanitize 60 env SANITIZE_TIMEOUT_S=90 bash scripts/gpu_check.sh --bundle "$BUNDLE" --no-tests --sanitize \
+  --out "$OUT_DIR/sanitize"
 
 if [ -n "${OUT:-}" ] && [ "$OUT_DIR" != "$OUT" ]; then
   # Text only, each file under 4 MB: what comes back is bounded.

@@ -365,13 +365,16 @@ TEST(CudaLinearTest, FoldedInputOpsGiveTheOpThenForwardBitForBit) {
 // GEMVs launched to start early (programmatic dependent launch) still wait for the kernel ahead
 // of them: a chain of Linears, each reading the one before's output (a plain GEMV, a folded norm,
 // a folded SiLU·mul, an accumulate), gives the same bits with early start on and off, run
-// directly and replayed from a graph.
+// directly and replayed from a graph. down's rows are long (4096 for 1024 outputs, as the 3b's
+// 11008 for 2048), so PickGemv gives it the streamed GEMV, the others the plain one.
 TEST(CudaLinearTest, EarlyStartGemvsWaitForTheKernelAhead) {
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   cuda::CudaDevice& cuda = Cuda(*gpu);
   if (absl::Status s = cuda.SetEarlyStart(true); !s.ok()) GTEST_SKIP() << s;
-  const int64_t h = 2048, inter = 1024, m = 1;
+  const int64_t h = 1024, inter = 4096, m = 1;
+  ASSERT_EQ(cuda.GemvFor(m, h, inter), cuda::GemvKernel::kCudaCoresStreamed);
+  ASSERT_EQ(cuda.GemvFor(m, 2 * inter, h), cuda::GemvKernel::kCudaCores);
   std::vector<float> held;
   auto make = [&](int64_t out, int64_t in, uint32_t seed) {
     auto lin = Linear::Create(*gpu, MakeWeight(out, in, DType::kBF16, seed, &held), nullptr, ComputeType::kBF16);

@@ -207,9 +207,9 @@ class MatmulPlan {
     for (const auto& [attr, value] : aligns) {
       if (e == CUBLAS_STATUS_SUCCESS) e = cublasLtMatmulPreferenceSetAttribute(pref_, attr, &value, sizeof(value));
     }
-    // A split-K for a bf16 D must sum its partial products in f32 (the compute type): reduced "in
-    // place" or "in the output type" they are rounded to bf16 at each split, several bf16 steps in
-    // all (on an H200, GatedMlp's gate_up at 77 rows came out 0.5% off in L2 that way).
+    // A split-K for a bf16 D sums its partial products in f32 (the compute type): reduced "in
+    // place" or "in the output type" they would be rounded to bf16 at each split. (Not the cause
+    // of the 684-wide bf16 output's error below: it stayed with this on.)
     if (e == CUBLAS_STATUS_SUCCESS && s.d_type == CUDA_R_16BF) {
       const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
       e = cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
@@ -455,8 +455,6 @@ class CudaLinear final : public Linear {
   }
 
  private:
-  int64_t WeightBytes() const { return out_ * ld_ * int64_t{2}; }
-
   void Gemv(GemvKernel kernel, const GemvInput& x, int64_t m, float* y, Epilogue epilogue) const {
     const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
     const bool gelu = epilogue == Epilogue::kGeluErf;
