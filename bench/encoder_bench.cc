@@ -51,6 +51,9 @@ ABSL_FLAG(bool, flash_pipeline, true,
           "GPU, bf16: iris's flash attention on the qkv chain's bf16 rows runs its pipelined kernel (the next K/V "
           "tile copied to shared memory while the warps compute; CudaDevice::SetFlashPipeline, the default). The "
           "switch table also times the other setting");
+ABSL_FLAG(int, flash_heads_per_block, 1,
+          "GPU, bf16, pipelined flash kernel: consecutive q heads a block walks, 1 or 2 "
+          "(CudaDevice::SetFlashHeadsPerBlock). The switch table also times the other setting");
 ABSL_FLAG(bool, matmul_tuning, false,
           "GPU: the matmuls run the fastest of cuBLASLt's candidates, timed on the first forward of each shape "
           "(CudaDevice::SetMatmulTuning, off by default until timed). The switch table also times the other "
@@ -170,10 +173,15 @@ int main(int argc, char** argv) {
   const bool gpu = dev.kind() == kernels::DeviceKind::kCuda;
   const bool flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
   const bool matmul_tuning = absl::GetFlag(FLAGS_matmul_tuning);
+  const int flash_heads = absl::GetFlag(FLAGS_flash_heads_per_block);
 #ifdef IRIS_HAVE_CUDA
   if (gpu) {
     kernels::cuda::AsCuda(dev).SetFlashPipeline(flash_pipeline);
     kernels::cuda::AsCuda(dev).SetMatmulTuning(matmul_tuning);
+    if (const absl::Status s = kernels::cuda::AsCuda(dev).SetFlashHeadsPerBlock(flash_heads); !s.ok()) {
+      std::fprintf(stderr, "encoder_bench: --flash_heads_per_block: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
   }
 #endif
   auto encoder = vision::VisionEncoder::Load(dev, *ckpt, config->vision, options);
@@ -367,6 +375,8 @@ int main(int argc, char** argv) {
       bool flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
       // GPU: cuBLASLt's candidates timed per shape (--matmul_tuning).
       bool matmul_tuning = absl::GetFlag(FLAGS_matmul_tuning);
+      // GPU: q heads a pipelined flash block walks (--flash_heads_per_block).
+      int flash_heads = absl::GetFlag(FLAGS_flash_heads_per_block);
     };
     std::vector<Config> configs = {
         {"fused rotary off", {false, true, true}},
@@ -381,6 +391,11 @@ int main(int argc, char** argv) {
       configs.push_back({flash_pipeline ? "flash unpipelined" : "flash pipelined", {}, true, true, !flash_pipeline});
       configs.push_back(
           {matmul_tuning ? "matmul untuned" : "matmul tuned", {}, true, true, flash_pipeline, !matmul_tuning});
+      if (flash_pipeline) {
+        const int other = flash_heads == 1 ? 2 : 1;
+        configs.push_back({other == 2 ? "flash 2 heads a block" : "flash 1 head a block", {}, true, true, true,
+                           matmul_tuning, other});
+      }
     }
 #endif
     // Configurations alternate within each round, so machine drift hits them alike; the table
@@ -404,6 +419,7 @@ int main(int argc, char** argv) {
             kernels::cuda::AsCuda(dev).SetBf16Handoff(configs[c].bf16_handoff);
             kernels::cuda::AsCuda(dev).SetFlashPipeline(configs[c].flash_pipeline);
             kernels::cuda::AsCuda(dev).SetMatmulTuning(configs[c].matmul_tuning);
+            (void)kernels::cuda::AsCuda(dev).SetFlashHeadsPerBlock(configs[c].flash_heads);
             // The tuning's own timing (once per shape) stays out of the table: a first forward
             // with tuning on runs untimed.
             if (r == 0 && configs[c].matmul_tuning != matmul_tuning) {
@@ -434,6 +450,7 @@ int main(int argc, char** argv) {
         kernels::cuda::AsCuda(dev).SetBf16Handoff(true);
         kernels::cuda::AsCuda(dev).SetFlashPipeline(flash_pipeline);
         kernels::cuda::AsCuda(dev).SetMatmulTuning(matmul_tuning);
+        (void)kernels::cuda::AsCuda(dev).SetFlashHeadsPerBlock(flash_heads);
       }
 #endif
     }

@@ -33,6 +33,7 @@ void VarlenAttention(Device& device, const AttentionArgs& args) {
       }
       cuda::FlashVarlenParams p = cuda::FlashVarlenParamsOf(args);
       p.pipeline = gpu.flash_pipeline();
+      p.heads_per_block = gpu.flash_heads_per_block();
       return gpu.Check(args.bf16 ? cuda::LaunchFlashVarlenMma(gpu.stream(), p) : cuda::LaunchFlashVarlen(gpu.stream(), p),
                        "VarlenAttention");
 #else

@@ -171,11 +171,13 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
     if (rows <= 0) continue;
     // Hand-off on, off, the two ops called directly; then q, k, v read from bf16 rows (the qkv
     // chain's AttentionInput::bf16) through the op with the hand-off on, and through the two ops;
-    // then both again with the pipelined flash kernel (CudaDevice::SetFlashPipeline).
-    std::vector<float> got[7];
-    for (int path = 0; path < 7; ++path) {
+    // then both again with the pipelined flash kernel (CudaDevice::SetFlashPipeline), and again
+    // with two heads a block (CudaDevice::SetFlashHeadsPerBlock).
+    std::vector<float> got[9];
+    for (int path = 0; path < 9; ++path) {
       cuda.SetBf16Handoff(path != 1);
       cuda.SetFlashPipeline(path >= 5);
+      ASSERT_TRUE(cuda.SetFlashHeadsPerBlock(path >= 7 ? 2 : 1).ok());
       core::Tensor staging = up(staging_init.data(), core::DType::kF32, c.rows * width);
       core::Tensor y = up(y0.data(), core::DType::kF32, rows * width);
       AttentionArgs a = c.Args(qkv.data<float>(), cu.data<int32_t>(), staging.data<float>());
@@ -189,7 +191,7 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
         a.k = {nullptr, c.row_stride(), c.head_stride, q16 + k_at};
         a.v = {nullptr, c.row_stride(), c.head_stride, q16 + v_at};
       }
-      if (path < 2 || path == 3 || path == 5) {
+      if (path < 2 || path == 3 || path == 5 || path == 7) {
         AttendAndProject(*gpu, a, **proj, y.data<float>());
       } else {
         VarlenAttention(*gpu, a);
@@ -200,6 +202,8 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
     }
     cuda.SetBf16Handoff(true);
     cuda.SetFlashPipeline(true);  // the default
+    ASSERT_TRUE(cuda.SetFlashHeadsPerBlock(1).ok());
+    EXPECT_FALSE(cuda.SetFlashHeadsPerBlock(3).ok());
     ASSERT_TRUE(cuda.status().ok()) << cuda.status();
     EXPECT_EQ(got[0], got[2]) << "hand-off on";
     EXPECT_EQ(got[1], got[2]) << "hand-off off";
@@ -207,6 +211,8 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
     EXPECT_EQ(got[4], got[2]) << "bf16 inputs, the two ops";
     EXPECT_EQ(got[5], got[2]) << "bf16 inputs, pipelined flash, hand-off on";
     EXPECT_EQ(got[6], got[2]) << "bf16 inputs, pipelined flash, the two ops";
+    EXPECT_EQ(got[7], got[2]) << "bf16 inputs, pipelined flash, two heads a block, hand-off on";
+    EXPECT_EQ(got[8], got[2]) << "bf16 inputs, pipelined flash, two heads a block, the two ops";
     EXPECT_NE(got[2], std::vector<float>(y0.begin(), y0.begin() + rows * width));
   }
 }

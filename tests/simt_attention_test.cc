@@ -242,7 +242,10 @@ TEST(FlashVarlenMmaOnSimtTest, Bf16InputsGiveTheWidenedInputsResultBitForBit) {
 // per sequence (the double buffer turns over), GQA, causal, clipped ranges, a head dim with zero
 // padding dims (72 in the 80 instantiation) and the small instantiations. The harness lands a
 // copy only at the wait that retires it, so a tile read before its wait reads the old buffer.
-// Then the calls it refuses, which LaunchFlashVarlenMma gives to the other kernel.
+// Both as one head a block and as two (kHeads = 2: a block walks two heads' tiles as one
+// sequence of items, the next head's first tile copied while this head's last computes; an odd
+// head count leaves the last block one). Then the calls it refuses, which LaunchFlashVarlenMma
+// gives to the other kernel.
 TEST(FlashVarlenMmaOnSimtTest, PipelinedKernelIsTheKernelItReplacesBitForBit) {
   const std::tuple<VarlenShape, int64_t, int64_t> cases[] = {
       {VarlenShape{{9, 70, 20, 130}, 4, 2, 80, 80, false}, 0, 229},
@@ -273,6 +276,30 @@ TEST(FlashVarlenMmaOnSimtTest, PipelinedKernelIsTheKernelItReplacesBitForBit) {
               } else {
                 Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, true>, a);
                 Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedKernel<kDim, false>, b);
+              }
+            }
+          });
+        });
+    SCOPED_TRACE("two heads a block");
+    ExpectTwoRunsBitEqual(
+        c, q_begin, q_end,
+        [&](FlashVarlenParams& a, FlashVarlenParams& b) {
+          ReadBf16Rows(c, qkv16, a);
+          ReadBf16Rows(c, qkv16, b);
+          b.pipeline = true;
+          b.heads_per_block = 2;
+        },
+        [&](const Dim3& grid, bool bf16_out, const FlashVarlenParams& a, const FlashVarlenParams& b) {
+          const Dim3 pairs(grid.x, grid.y, (grid.z + 1) / 2);
+          WithMmaFlashDim(c.head_dim, [&](auto dim) {
+            constexpr int kDim = decltype(dim)::value;
+            if constexpr (kDim <= kMmaFlashPipelinedMaxHeadDim) {
+              if (bf16_out) {
+                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, true>, a);
+                Launch(pairs, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedHeadsKernel<kDim, true, 2>, b);
+              } else {
+                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, true>, a);
+                Launch(pairs, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedHeadsKernel<kDim, false, 2>, b);
               }
             }
           });

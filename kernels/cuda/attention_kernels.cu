@@ -38,6 +38,7 @@ int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p) {
   if ((p.q_bf16 != nullptr) != (p.k_bf16 != nullptr) || (p.q_bf16 != nullptr) != (p.v_bf16 != nullptr)) {
     return static_cast<int>(cudaErrorInvalidValue);  // q, k, v all bf16 or all f32
   }
+  if (p.heads_per_block != 1 && p.heads_per_block != 2) return static_cast<int>(cudaErrorInvalidValue);
   if (p.num_seqs <= 0 || p.max_seqlen <= 0) return 0;
   const int row_blocks = (p.max_seqlen + kMmaFlashRows - 1) / kMmaFlashRows;
   if (row_blocks > 65535 || p.num_heads > 65535) return static_cast<int>(cudaErrorInvalidValue);  // grid y, z
@@ -47,6 +48,15 @@ int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p) {
     constexpr int kDim = decltype(dim)::value;
     const unsigned threads = kMmaFlashWarps * kWarpSize;
     if constexpr (kDim <= kMmaFlashPipelinedMaxHeadDim) {
+      if (p.pipeline && threads == kMmaFlashThreads && MmaFlashPipelinedTakes(p) && p.heads_per_block == 2) {
+        const dim3 pairs(grid.x, grid.y, (grid.z + 1) / 2);
+        if (p.out_bf16 != nullptr) {
+          FlashVarlenMmaPipelinedHeadsKernel<kDim, true, 2><<<pairs, threads, 0, stream>>>(p);
+        } else {
+          FlashVarlenMmaPipelinedHeadsKernel<kDim, false, 2><<<pairs, threads, 0, stream>>>(p);
+        }
+        return;
+      }
       if (p.pipeline && threads == kMmaFlashThreads && MmaFlashPipelinedTakes(p)) {
         if (p.out_bf16 != nullptr) {
           FlashVarlenMmaPipelinedKernel<kDim, true><<<grid, threads, 0, stream>>>(p);

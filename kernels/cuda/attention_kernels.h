@@ -49,6 +49,11 @@ struct FlashVarlenParams {
   // (MmaFlashPipelinedTakes: head dims up to 80 whose K/V rows are whole 16-byte vectors), the
   // same result bit for bit. CudaDevice::flash_pipeline sets it.
   bool pipeline = false;
+  // The pipelined kernel only: how many consecutive q heads a block walks (1 or 2; 2: the next
+  // head's first K/V tile copied while this head's last computes, for sequences of a tile or two
+  // such as the vision tower's windows). The same result bit for bit.
+  // CudaDevice::flash_heads_per_block sets it.
+  int heads_per_block = 1;
 };
 
 // A step's prefill rows against the paged KV cache on the tensor cores (paged_flash_mma.cuh):

@@ -219,6 +219,14 @@ absl::Status CudaDevice::SetGemvMaxRows(int rows) {
   return absl::OkStatus();
 }
 
+absl::Status CudaDevice::SetFlashHeadsPerBlock(int heads) {
+  if (heads != 1 && heads != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("flash heads per block must be 1 or 2, got ", heads));
+  }
+  flash_heads_per_block_ = heads;
+  return absl::OkStatus();
+}
+
 std::optional<GemvKernel> CudaDevice::GemvFor(int64_t rows, int64_t out_features, int64_t in_features) const {
   if (forced_gemv_kernel_) {
     if (rows >= 1 && rows <= gemv_max_rows_) return forced_gemv_kernel_;

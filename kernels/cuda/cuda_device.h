@@ -137,6 +137,12 @@ class CudaDevice final : public Device {
   // 6-15% off every encoder_bench input (its "flash unpipelined" column times the other).
   bool flash_pipeline() const { return flash_pipeline_; }
   void SetFlashPipeline(bool pipeline) { flash_pipeline_ = pipeline; }
+  // How many consecutive q heads a block of the pipelined flash kernel walks, 1 or 2
+  // (FlashVarlenParams::heads_per_block: 2 overlaps the next head's first tile's copy with this
+  // head's last tile, for the vision tower's one-tile windows). 1 by default until a GPU has timed
+  // it (encoder_bench's "flash 2 heads a block" column). INVALID_ARGUMENT otherwise.
+  int flash_heads_per_block() const { return flash_heads_per_block_; }
+  absl::Status SetFlashHeadsPerBlock(int heads);
 
   // Whether a step's prefill rows (sequences of more than one query row) attend on the tensor
   // cores (kernels/cuda/paged_flash_mma.cuh: 64 rows a block, the bf16 compute mode's numerics,
@@ -216,6 +222,7 @@ class CudaDevice final : public Device {
   bool fold_linear_inputs_ = true;
   bool bf16_handoff_ = true;
   bool flash_pipeline_ = true;
+  int flash_heads_per_block_ = 1;
   bool paged_prefill_mma_ = true;
   DecodeAttention decode_attention_ = DecodeAttention::kCudaCores;
   bool fused_decode_rotary_ = false;

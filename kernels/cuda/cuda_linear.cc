@@ -648,6 +648,7 @@ bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, con
   p.out_bf16 = act;
   p.out_bf16_ld = pr->ld();
   p.pipeline = dev.flash_pipeline();
+  p.heads_per_block = dev.flash_heads_per_block();
   dev.Check(LaunchFlashVarlenMma(dev.stream(), p), "AttendAndProject: flash attention -> bf16 rows");
   pr->Matmul(act, pr->ld(), rows, y, Epilogue::kAccumulate);
   return true;

@@ -524,6 +524,48 @@ IRIS_UNROLL
   }
 }
 
+// One K/V tile of the pipelined kernels, from shared memory (kt, vt: the tile's K and V rows,
+// stride kMmaFlashKWords): S = q·kᵀ, the online softmax, O += P·V, into st. mat, mat_row: the
+// lane's ldmatrix tile and row (lane / 8, lane % 8).
+template <int kDim>
+IRIS_DEVICE void MmaFlashPipelinedTile(const FlashVarlenParams& p, const MmaFlashBlock& b, int kb,
+                                       const uint32_t (&qa)[kDim / 16][4], const uint32_t* kt, const uint32_t* vt,
+                                       int mat, int mat_row, MmaFlashRowState<kDim>& st) {
+  constexpr int kWords = kMmaFlashKWords<kDim>;
+  float sc[kMmaFlashKeys / 8][4];
+IRIS_UNROLL
+  for (int j = 0; j < kMmaFlashKeys / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+  // S = q·kᵀ: one ldmatrix gives K's B fragments for key tiles j and j + 1 at head dims
+  // [16c, 16c + 16) (its four 8x8 tiles: keys 8j or 8j + 8, dims 16c or 16c + 8).
+IRIS_UNROLL
+  for (int j = 0; j < kMmaFlashKeys / 8; j += 2) {
+IRIS_UNROLL
+    for (int c = 0; c < kDim / 16; ++c) {
+      uint32_t kf[4];
+      LdMatrixX4(kf, kt + (8 * (j + mat / 2) + mat_row) * kWords + 8 * c + 4 * (mat % 2));
+      const uint32_t k0[2] = {kf[0], kf[1]}, k1[2] = {kf[2], kf[3]};
+      MmaBf16(sc[j], qa[c], k0);
+      MmaBf16(sc[j + 1], qa[c], k1);
+    }
+  }
+  MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, st);
+  // O += P·V: one transposing ldmatrix gives V's B fragments for head dims [8c, 8c + 8) and
+  // [8c + 8, 8c + 16) at keys kb + [16kk, 16kk + 16) (tiles: keys + 0 or 8, dims 8c or 8c + 8).
+IRIS_UNROLL
+  for (int kk = 0; kk < kMmaFlashKeys / 16; ++kk) {
+    uint32_t pa[4];
+    MmaFlashProbs(sc, kk, pa);
+IRIS_UNROLL
+    for (int c = 0; c < kDim / 8; c += 2) {
+      uint32_t vf[4];
+      LdMatrixX4Trans(vf, vt + (16 * kk + 8 * (mat % 2) + mat_row) * kWords + 4 * (c + mat / 2));
+      const uint32_t v0[2] = {vf[0], vf[1]}, v1[2] = {vf[2], vf[3]};
+      MmaBf16(st.acc[c], pa, v0);
+      MmaBf16(st.acc[c + 1], pa, v1);
+    }
+  }
+}
+
 // As FlashVarlenMmaKernel<kDim, kBf16Out, true> where MmaFlashPipelinedTakes(p), 128 threads.
 template <int kDim, bool kBf16Out>
 IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, 3) FlashVarlenMmaPipelinedKernel(FlashVarlenParams p) {
@@ -561,44 +603,91 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, 3) FlashVarlenMmaPipelined
     CpAsyncWait<1>();  // this thread's copies of tile i have landed
     SyncThreads();     // and every thread's
     if (b.warp_active && !(p.causal && kb > b.warp_row0 + 15)) {
-      const uint32_t* kt = ks + i % 2 * kTileWords;
-      const uint32_t* vt = vs + i % 2 * kTileWords;
-      float sc[kMmaFlashKeys / 8][4];
-IRIS_UNROLL
-      for (int j = 0; j < kMmaFlashKeys / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
-      // S = q·kᵀ: one ldmatrix gives K's B fragments for key tiles j and j + 1 at head dims
-      // [16c, 16c + 16) (its four 8x8 tiles: keys 8j or 8j + 8, dims 16c or 16c + 8).
-IRIS_UNROLL
-      for (int j = 0; j < kMmaFlashKeys / 8; j += 2) {
-IRIS_UNROLL
-        for (int c = 0; c < kDim / 16; ++c) {
-          uint32_t kf[4];
-          LdMatrixX4(kf, kt + (8 * (j + mat / 2) + mat_row) * kWords + 8 * c + 4 * (mat % 2));
-          const uint32_t k0[2] = {kf[0], kf[1]}, k1[2] = {kf[2], kf[3]};
-          MmaBf16(sc[j], qa[c], k0);
-          MmaBf16(sc[j + 1], qa[c], k1);
-        }
-      }
-      MmaFlashSoftmaxTile<kDim>(p, b, kb, sc, st);
-      // O += P·V: one transposing ldmatrix gives V's B fragments for head dims [8c, 8c + 8) and
-      // [8c + 8, 8c + 16) at keys kb + [16kk, 16kk + 16) (tiles: keys + 0 or 8, dims 8c or 8c + 8).
-IRIS_UNROLL
-      for (int kk = 0; kk < kMmaFlashKeys / 16; ++kk) {
-        uint32_t pa[4];
-        MmaFlashProbs(sc, kk, pa);
-IRIS_UNROLL
-        for (int c = 0; c < kDim / 8; c += 2) {
-          uint32_t vf[4];
-          LdMatrixX4Trans(vf, vt + (16 * kk + 8 * (mat % 2) + mat_row) * kWords + 4 * (c + mat / 2));
-          const uint32_t v0[2] = {vf[0], vf[1]}, v1[2] = {vf[2], vf[3]};
-          MmaBf16(st.acc[c], pa, v0);
-          MmaBf16(st.acc[c + 1], pa, v1);
-        }
-      }
+      MmaFlashPipelinedTile<kDim>(p, b, kb, qa, ks + i % 2 * kTileWords, vs + i % 2 * kTileWords, mat, mat_row, st);
     }
     SyncThreads();  // tile i's buffers are read before tile i + 2's copies refill them
   }
   MmaFlashStore<kDim, kBf16Out>(p, b, st);
+}
+
+// The pipelined kernel with a block owning the same rows of kHeads consecutive q heads (grid z:
+// the heads / kHeads, rounded up; FlashVarlenParams::heads_per_block), walking their tiles as
+// one sequence of (head, tile) items: the next head's first K/V tile is copied while the warps
+// compute on this head's last, and its q rows are asked into the L2 a head ahead. A window
+// attention's sequence (64 rows, one tile) then overlaps its loads with another head's products
+// instead of only with other blocks' (on the H200 such a layer ran at ~26 TFLOP/s, latency-bound).
+// Each head's products and store are the one-head kernel's, bit for bit. Two blocks an SM (255
+// registers): at three, the head loop's extra live state spilled 350 bytes.
+template <int kDim, bool kBf16Out, int kHeads>
+IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, 2) FlashVarlenMmaPipelinedHeadsKernel(FlashVarlenParams p) {
+  static_assert(kDim % 16 == 0 && kDim <= kMmaFlashPipelinedMaxHeadDim && kHeads >= 2);
+  constexpr int kWords = kMmaFlashKWords<kDim>;
+  constexpr int kTileWords = kMmaFlashKeys * kWords;
+  // Two buffers of each (item i in buffer i % 2), declared as 16-byte chunks for the alignment
+  // the copies and ldmatrix need.
+  IRIS_SHARED Chunk16 k_tiles[2 * kTileWords / 4];
+  IRIS_SHARED Chunk16 v_tiles[2 * kTileWords / 4];
+
+  MmaFlashBlock b;
+  if (!MmaFlashBlockOf(p, b)) return;  // (the rows, the same for every head of the block)
+  uint32_t* const ks = k_tiles[0].w;
+  uint32_t* const vs = v_tiles[0].w;
+  const int tiles = (b.key_end + kMmaFlashKeys - 1) / kMmaFlashKeys;
+  const int h0 = static_cast<int>(blockIdx.z) * kHeads;
+  const int heads = p.num_heads - h0 < kHeads ? p.num_heads - h0 : kHeads;
+  const int group = p.num_heads / p.num_kv_heads;
+  // A head's K and V rows (its kv head's), from the sequence's first row.
+  const auto kv_of = [&](int hh) {
+    const int g = (h0 + hh) / group;
+    return MmaFlashKvRows{p.k_bf16 + b.start * p.k_row_stride + g * p.k_head_stride,
+                          p.v_bf16 + b.start * p.v_row_stride + g * p.v_head_stride,
+                          static_cast<int>(p.k_row_stride), static_cast<int>(p.v_row_stride)};
+  };
+  // The block's rows of a head's q, asked into the L2 (two 128-byte lines a row up to head dim
+  // 64, three to 80) while the head before computes, so that its q loads find them there.
+  const auto prefetch_q = [&](int hh) {
+    for (int e = b.tid; e < kMmaFlashRows * 3; e += kMmaFlashThreads) {
+      const int r = b.r_lo + e / 3, byte = 128 * (e % 3);
+      if (r < b.r_hi && byte < p.head_dim * 2) {
+        PrefetchL2(reinterpret_cast<const char*>(p.q_bf16 + (b.start + r) * p.q_row_stride +
+                                                 static_cast<int64_t>(h0 + hh) * p.q_head_stride) + byte);
+      }
+    }
+  };
+  MmaFlashCopyTile<kDim>(kv_of(0), p.head_dim, b, 0, ks, vs);
+  CpAsyncCommit();
+  // The lane's ldmatrix row: tile lane / 8, row lane % 8 of it.
+  const int mat = b.lane / 8, mat_row = b.lane % 8;
+
+  int item = 0;  // (head, tile) items walked so far: item i is in buffer i % 2
+  for (int hh = 0; hh < heads; ++hh) {
+    b.h = h0 + hh;
+    b.g = b.h / group;
+    if (hh + 1 < heads) prefetch_q(hh + 1);
+    uint32_t qa[kDim / 16][4];  // q's loads wait while the head's first tile is in flight
+    MmaFlashLoadQ<kDim, true>(p, b, qa);
+    MmaFlashRowState<kDim> st;
+    for (int t = 0; t < tiles; ++t, ++item) {
+      const int kb = t * kMmaFlashKeys;
+      // The next item's copies: this head's next tile, or the next head's first.
+      uint32_t* const next_k = ks + (item + 1) % 2 * kTileWords;
+      uint32_t* const next_v = vs + (item + 1) % 2 * kTileWords;
+      if (t + 1 < tiles) {
+        MmaFlashCopyTile<kDim>(kv_of(hh), p.head_dim, b, kb + kMmaFlashKeys, next_k, next_v);
+      } else if (hh + 1 < heads) {
+        MmaFlashCopyTile<kDim>(kv_of(hh + 1), p.head_dim, b, 0, next_k, next_v);
+      }
+      CpAsyncCommit();  // (an empty group after the last item: the wait below still means this one)
+      CpAsyncWait<1>();  // this thread's copies of this item have landed
+      SyncThreads();     // and every thread's
+      if (b.warp_active && !(p.causal && kb > b.warp_row0 + 15)) {
+        MmaFlashPipelinedTile<kDim>(p, b, kb, qa, ks + item % 2 * kTileWords, vs + item % 2 * kTileWords, mat, mat_row,
+                                    st);
+      }
+      SyncThreads();  // this item's buffers are read before item + 2's copies refill them
+    }
+    MmaFlashStore<kDim, kBf16Out>(p, b, st);
+  }
 }
 
 }  // namespace iris::kernels::cuda
