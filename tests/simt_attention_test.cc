@@ -257,53 +257,40 @@ TEST(FlashVarlenMmaOnSimtTest, PipelinedKernelIsTheKernelItReplacesBitForBit) {
   for (const auto& [s, q_begin, q_end] : cases) {
     const VarlenCase c = s.Case().RoundedToBf16();
     const std::vector<uint16_t> qkv16 = Bf16Rows(c);
-    // a: the first kernel; b: the pipelined one, on the same bf16 rows.
-    ExpectTwoRunsBitEqual(
-        c, q_begin, q_end,
-        [&](FlashVarlenParams& a, FlashVarlenParams& b) {
-          ReadBf16Rows(c, qkv16, a);
-          ReadBf16Rows(c, qkv16, b);
-          b.pipeline = true;
-          ASSERT_TRUE(MmaFlashPipelinedTakes(b));
-        },
-        [&](const Dim3& grid, bool bf16_out, const FlashVarlenParams& a, const FlashVarlenParams& b) {
-          WithMmaFlashDim(c.head_dim, [&](auto dim) {
-            constexpr int kDim = decltype(dim)::value;
-            if constexpr (kDim <= kMmaFlashPipelinedMaxHeadDim) {
-              if (bf16_out) {
-                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, true>, a);
-                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedKernel<kDim, true>, b);
-              } else {
-                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, true>, a);
-                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedKernel<kDim, false>, b);
+    // a: the first kernel; b: the pipelined one, on the same bf16 rows, one or two heads a block.
+    for (const int heads : {1, 2}) {
+      SCOPED_TRACE(heads == 1 ? "one head a block" : "two heads a block");
+      ExpectTwoRunsBitEqual(
+          c, q_begin, q_end,
+          [&](FlashVarlenParams& a, FlashVarlenParams& b) {
+            ReadBf16Rows(c, qkv16, a);
+            ReadBf16Rows(c, qkv16, b);
+            b.pipeline = true;
+            b.heads_per_block = heads;
+            ASSERT_TRUE(MmaFlashPipelinedTakes(b));
+          },
+          [&](const Dim3& grid, bool bf16_out, const FlashVarlenParams& a, const FlashVarlenParams& b) {
+            const Dim3 b_grid(grid.x, grid.y, (grid.z + heads - 1) / heads);
+            WithMmaFlashDim(c.head_dim, [&](auto dim) {
+              constexpr int kDim = decltype(dim)::value;
+              if constexpr (kDim <= kMmaFlashPipelinedMaxHeadDim) {
+                const auto both = [&]<bool kBf16Out>() {
+                  Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, kBf16Out, true>, a);
+                  if (heads == 1) {
+                    Launch(b_grid, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedKernel<kDim, kBf16Out>, b);
+                  } else {
+                    Launch(b_grid, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedHeadsKernel<kDim, kBf16Out, 2>, b);
+                  }
+                };
+                if (bf16_out) {
+                  both.template operator()<true>();
+                } else {
+                  both.template operator()<false>();
+                }
               }
-            }
+            });
           });
-        });
-    SCOPED_TRACE("two heads a block");
-    ExpectTwoRunsBitEqual(
-        c, q_begin, q_end,
-        [&](FlashVarlenParams& a, FlashVarlenParams& b) {
-          ReadBf16Rows(c, qkv16, a);
-          ReadBf16Rows(c, qkv16, b);
-          b.pipeline = true;
-          b.heads_per_block = 2;
-        },
-        [&](const Dim3& grid, bool bf16_out, const FlashVarlenParams& a, const FlashVarlenParams& b) {
-          const Dim3 pairs(grid.x, grid.y, (grid.z + 1) / 2);
-          WithMmaFlashDim(c.head_dim, [&](auto dim) {
-            constexpr int kDim = decltype(dim)::value;
-            if constexpr (kDim <= kMmaFlashPipelinedMaxHeadDim) {
-              if (bf16_out) {
-                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, true, true>, a);
-                Launch(pairs, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedHeadsKernel<kDim, true, 2>, b);
-              } else {
-                Launch(grid, Dim3(kMmaFlashThreads), FlashVarlenMmaKernel<kDim, false, true>, a);
-                Launch(pairs, Dim3(kMmaFlashThreads), FlashVarlenMmaPipelinedHeadsKernel<kDim, false, 2>, b);
-              }
-            }
-          });
-        });
+    }
   }
 
   // Refused: f32 inputs, a head dim past 80 or not a multiple of 8, K/V strides or addresses that
