@@ -48,16 +48,16 @@ int LaunchFlashVarlenMma(CUstream_st* stream, const FlashVarlenParams& p) {
     constexpr int kDim = decltype(dim)::value;
     const unsigned threads = kMmaFlashWarps * kWarpSize;
     if constexpr (kDim <= kMmaFlashPipelinedMaxHeadDim) {
-      if (p.pipeline && threads == kMmaFlashThreads && MmaFlashPipelinedTakes(p) && p.heads_per_block == 2) {
-        const dim3 pairs(grid.x, grid.y, (grid.z + 1) / 2);
-        if (p.out_bf16 != nullptr) {
-          FlashVarlenMmaPipelinedHeadsKernel<kDim, true, 2><<<pairs, threads, 0, stream>>>(p);
-        } else {
-          FlashVarlenMmaPipelinedHeadsKernel<kDim, false, 2><<<pairs, threads, 0, stream>>>(p);
-        }
-        return;
-      }
       if (p.pipeline && threads == kMmaFlashThreads && MmaFlashPipelinedTakes(p)) {
+        if (p.heads_per_block == 2) {
+          const dim3 pairs(grid.x, grid.y, (grid.z + 1) / 2);
+          if (p.out_bf16 != nullptr) {
+            FlashVarlenMmaPipelinedHeadsKernel<kDim, true, 2><<<pairs, threads, 0, stream>>>(p);
+          } else {
+            FlashVarlenMmaPipelinedHeadsKernel<kDim, false, 2><<<pairs, threads, 0, stream>>>(p);
+          }
+          return;
+        }
         if (p.out_bf16 != nullptr) {
           FlashVarlenMmaPipelinedKernel<kDim, true><<<grid, threads, 0, stream>>>(p);
         } else {

@@ -390,13 +390,18 @@ class CudaLinear final : public Linear {
   // one bf16 step of it; the cause is not yet found, so such widths take the f32 output.
   bool Bf16OutputOk() const { return out_ % 8 == 0; }
 
-  // bf16 rows (stride ld_) -> y: bf16 rows of stride ldy, with the bias (in bf16, as cuBLASLt
-  // takes it for a bf16 output) and no other epilogue. False, with nothing enqueued, where
-  // cuBLASLt has no kernel for it or !Bf16OutputOk() (the caller then runs Matmul into f32).
+  // The plan for m bf16 rows at `rows` into bf16 rows y of stride ldy (the bias in bf16, as
+  // cuBLASLt takes it for a bf16 output), or null where cuBLASLt has none or !Bf16OutputOk().
+  MatmulPlan* Bf16OutputPlan(int64_t m, const void* rows, const void* y, int64_t ldy) const {
+    if (!Bf16OutputOk()) return nullptr;
+    return GetPlan(m, ld_, bias_bf16_.raw(), Alignment(rows), Alignment(y), CUDA_R_16BF, ldy);
+  }
+
+  // bf16 rows (stride ld_) -> y: bf16 rows of stride ldy, with the bias and no other epilogue.
+  // False, with nothing enqueued, where Bf16OutputPlan has no plan (the caller then runs Matmul
+  // into f32).
   bool MatmulToBf16(const uint16_t* rows, int64_t m, uint16_t* y, int64_t ldy) const {
-    if (!Bf16OutputOk()) return false;
-    const void* bias = bias_bf16_.raw();
-    MatmulPlan* plan = GetPlan(m, ld_, bias, Alignment(rows), Alignment(y), CUDA_R_16BF, ldy);
+    MatmulPlan* plan = Bf16OutputPlan(m, rows, y, ldy);
     if (plan == nullptr) return false;
     const cublasStatus_t s = RunPlan(*plan, rows, m, 0.f, y, CUDA_R_16BF, ldy);
     if (s != CUBLAS_STATUS_SUCCESS) {
@@ -423,8 +428,7 @@ class CudaLinear final : public Linear {
       // rows first: growing the scratch after the rows are written would lose them.
       const uint16_t* base = ScratchBf16Rows(m);
       if (base == nullptr) return;
-      if (Bf16OutputOk() &&
-          GetPlan(m, ld_, bias_bf16_.raw(), Alignment(base), Alignment(y), CUDA_R_16BF, ldy) != nullptr) {
+      if (Bf16OutputPlan(m, base, y, ldy) != nullptr) {
         const uint16_t* rows = InputRowsBf16(in, m);  // at `base`: the scratch is big enough already
         if (rows != nullptr) MatmulToBf16(rows, m, y, ldy);
         return;

@@ -643,12 +643,14 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kMmaFlashThreads, 2) FlashVarlenMmaPipelined
                           p.v_bf16 + b.start * p.v_row_stride + g * p.v_head_stride,
                           static_cast<int>(p.k_row_stride), static_cast<int>(p.v_row_stride)};
   };
-  // The block's rows of a head's q, asked into the L2 (two 128-byte lines a row up to head dim
-  // 64, three to 80) while the head before computes, so that its q loads find them there.
+  // The block's rows of a head's q, asked into the L2 while the head before computes, so that
+  // its q loads find them there: the lines holding bytes 0, 128 and the last of each row's
+  // head_dim values (a row of up to 80 bf16 values, 160 bytes, spans at most three lines).
   const auto prefetch_q = [&](int hh) {
+    const int row_bytes = p.head_dim * 2;
     for (int e = b.tid; e < kMmaFlashRows * 3; e += kMmaFlashThreads) {
-      const int r = b.r_lo + e / 3, byte = 128 * (e % 3);
-      if (r < b.r_hi && byte < p.head_dim * 2) {
+      const int r = b.r_lo + e / 3, byte = 128 * (e % 3) < row_bytes ? 128 * (e % 3) : row_bytes - 1;
+      if (r < b.r_hi) {
         PrefetchL2(reinterpret_cast<const char*>(p.q_bf16 + (b.start + r) * p.q_row_stride +
                                                  static_cast<int64_t>(h0 + hh) * p.q_head_stride) + byte);
       }
