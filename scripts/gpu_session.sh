@@ -26,7 +26,8 @@
 #              take theirs (its sections): the encoder's flash kernel, the decode rows' paged
 #              attention
 #   sanitize   compute-sanitizer memcheck and racecheck over the kernel suites
-# --from STAGE starts at that stage (a second call, after a first ran out of time). Logs go to
+# --from STAGE starts at that stage (a second call, after a first ran out of time); --only A,B runs
+# just those stages, in the order above; --no-detail keeps profile to the per-kernel sums. Logs go to
 # --out (default a temporary folder); where $OUT is set (the device tool's folder that comes
 # back, at most 8 files), they are also packed into one $OUT/gpu_session_logs.tar.xz.
 set -uo pipefail
@@ -35,18 +36,25 @@ BUNDLE=""
 DEADLINE=540
 OUT_DIR=""
 FROM=tests
+ONLY=""
+PROFILE_DETAIL=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
     --deadline) DEADLINE=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
     --from) FROM=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
+    --no-detail) PROFILE_DETAIL=0; shift ;;
     -h|--help) sed -n '2,/^set -uo/{/^set -uo/!p}' "$0"; exit 0 ;;
     *) echo "gpu_session: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 STAGES=(tests decode encoder transformers sampling decode_ab profile sanitize)
 [[ " ${STAGES[*]} " == *" $FROM "* ]] || { echo "gpu_session: --from must be one of ${STAGES[*]}" >&2; exit 2; }
+for s in ${ONLY//,/ }; do
+  [[ " ${STAGES[*]} " == *" $s "* ]] || { echo "gpu_session: --only takes stages of ${STAGES[*]}, not $s" >&2; exit 2; }
+done
 [ -n "$BUNDLE" ] || { echo "gpu_session: --bundle FILE is required (scripts/gpu_bundle.sh makes it)" >&2; exit 2; }
 [ -n "$OUT_DIR" ] || OUT_DIR=$(mktemp -d)
 mkdir -p "$OUT_DIR"
@@ -68,6 +76,7 @@ run_stage() {
   shift 2
   [ "$name" = "$FROM" ] && started=1
   [ "$started" = 1 ] || return 0
+  [ -z "$ONLY" ] || [[ ",$ONLY," == *",$name,"* ]] || return 0
   if [ "$(left)" -lt "$min" ]; then
     SKIPPED+=("$name")
     return 0
@@ -80,7 +89,7 @@ run_stage() {
   [ "$rc" -eq 0 ] || FAILED+=("$name")
 }
 # The stages below run under `timeout` in a child bash: it sees these.
-export BIN BUNDLE MODELS OUT_DIR LD_LIBRARY_PATH
+export BIN BUNDLE MODELS OUT_DIR LD_LIBRARY_PATH PROFILE_DETAIL
 # make_model PRESET [FLAGS]: once, under $MODELS/PRESET.
 make_model() {
   [ -d "$MODELS/$1" ] && return 0
@@ -118,6 +127,7 @@ profile() {
   bash scripts/gpu_profile_encoder.sh --bundle "$BUNDLE" --model "$MODELS/3b" --out "$OUT_DIR/profile_encoder_sum" || rc=1
   bash scripts/gpu_profile_decode.sh --bundle "$BUNDLE" --model "$MODELS/3b" --preset 3b --batch 1 \
     --out "$OUT_DIR/profile_decode_sum" || rc=1
+  [ "$PROFILE_DETAIL" = 1 ] || return $rc
   bash scripts/gpu_profile_encoder.sh --bundle "$BUNDLE" --model "$MODELS/3b" --out "$OUT_DIR/profile_encoder" \
     --detail FlashVarlenMma || rc=1
   bash scripts/gpu_profile_decode.sh --bundle "$BUNDLE" --model "$MODELS/3b" --preset 3b --batch 1 \
