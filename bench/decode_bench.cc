@@ -90,6 +90,9 @@ ABSL_FLAG(bool, early_start, true,
           "GPU: launch the GEMVs and the paged attention to start early (programmatic dependent launch, the default "
           "on sm_90+): the GEMVs' first weight pass and the attention's first keys are read while the kernel ahead "
           "finishes (false: launched plainly, to measure it)");
+ABSL_FLAG(int, paged_attention_max_splits, 16,
+          "GPU: at most this many blocks split one decode row's keys (per q head) in the CUDA-core paged "
+          "attention, 1 .. 16 (16: the device's default)");
 ABSL_FLAG(double, weight_prefetch, 0.0,
           "GPU: the share of the L2 a decode step asks to fill with the weights of o and gate_up while its "
           "attention runs (CudaDevice::SetWeightPrefetchBytes; 0, the default: none)");
@@ -309,6 +312,9 @@ int main(int argc, char** argv) {
       Die("--decode_rotary must be fused or separate, got " + decode_rotary);
     }
     gpu.SetFusedDecodeRotary(decode_rotary == "fused");
+    if (absl::Status s = gpu.SetPagedAttentionMaxSplits(absl::GetFlag(FLAGS_paged_attention_max_splits)); !s.ok()) {
+      Die(std::string(s.message()));
+    }
     if (const double share = absl::GetFlag(FLAGS_weight_prefetch); share != 0) {
       if (!(share > 0 && share <= 1)) Die("--weight_prefetch must be in [0, 1], got " + std::to_string(share));
       const auto bytes = static_cast<int64_t>(share * static_cast<double>(gpu.l2_bytes()));

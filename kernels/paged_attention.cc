@@ -60,7 +60,8 @@ void DecodeRowsOnCudaCores(cuda::CudaDevice& gpu, const PagedAttentionArgs& args
   // partials live in the activation scratch, which nothing else uses during the launch, and the
   // device's split counters (sm_count ints: enough, as splits > 1 only where rows x heads <=
   // sm_count / 2) say which block merges them.
-  const int splits = cuda::PagedAttentionSplits(rows, args.num_heads, gpu.sm_count());
+  const int splits =
+      cuda::PagedAttentionSplits(rows, args.num_heads, gpu.sm_count(), gpu.paged_attention_max_splits());
   float* partials = nullptr;
   if (splits > 1) {
     if (rows * args.num_heads > gpu.sm_count()) {

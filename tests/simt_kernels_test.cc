@@ -480,6 +480,39 @@ TEST(CudaKernelsOnSimtTest, FusedRotaryOnBf16RowsIsTheF32KernelOnTheWidenedValue
   }
 }
 
+// The four-pairs-a-thread bf16 rotary (the launch's pick where RotaryQKBf16Vec4Fits): bit for bit
+// the one-block-a-row kernel, over a grid-stride loop of a few blocks, with and without k.
+TEST(CudaKernelsOnSimtTest, Bf16RotaryFourPairsAThreadIsTheRowKernelBitForBit) {
+  for (const int hd : {80, 128}) {
+    for (const int kh : {2, 0}) {
+      const int rows = 13, qh = 3, half = hd / 2;
+      const int64_t stride = static_cast<int64_t>(qh + 2 * 2) * hd + 8;  // a padded row, 4-value aligned
+      std::vector<uint16_t> bf16(static_cast<size_t>(rows * stride));
+      const std::vector<float> x = RandomNormal(rows * stride, 50 + hd);
+      for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = core::FloatToBf16(x[i]);
+      const std::vector<float> cos = RandomNormal(rows * half, 51), sin = RandomNormal(rows * half, 52);
+      uint16_t* no_k = nullptr;
+      std::vector<uint16_t> want = bf16, got = bf16;
+      Launch(Dim3(rows), Dim3(64), RotaryQKKernel<uint16_t>, want.data(), stride, qh,
+             kh > 0 ? want.data() + qh * hd : no_k, stride, kh, hd, cos.data(), sin.data());
+      ASSERT_TRUE(RotaryQKBf16Vec4Fits(got.data(), stride, qh, kh > 0 ? got.data() + qh * hd : no_k, stride, kh, hd,
+                                       rows, cos.data(), sin.data()));
+      Launch(Dim3(3), Dim3(64), RotaryQKBf16Vec4Kernel, got.data(), stride, qh, kh > 0 ? got.data() + qh * hd : no_k,
+             stride, kh, hd, int64_t{rows}, cos.data(), sin.data());
+      EXPECT_EQ(got, want) << "head dim " << hd << ", k heads " << kh;
+      EXPECT_NE(got, bf16) << "head dim " << hd;
+    }
+  }
+  // What it does not take: an odd head dim, a row stride off 4 values, a misaligned table.
+  std::vector<uint16_t> rows(4096);
+  std::vector<float> table(256);
+  EXPECT_FALSE(RotaryQKBf16Vec4Fits(rows.data(), 560, 3, rows.data() + 210, 560, 2, 70, 4, table.data(), table.data()));
+  EXPECT_FALSE(RotaryQKBf16Vec4Fits(rows.data(), 562, 3, rows.data() + 240, 562, 2, 80, 4, table.data(), table.data()));
+  EXPECT_FALSE(
+      RotaryQKBf16Vec4Fits(rows.data(), 560, 3, rows.data() + 240, 560, 2, 80, 4, table.data() + 1, table.data()));
+  EXPECT_TRUE(RotaryQKBf16Vec4Fits(rows.data(), 560, 3, rows.data() + 240, 560, 2, 80, 4, table.data(), table.data()));
+}
+
 // The decode step's rotary and KV write in one launch: q and k rotated in the qkv buffer and the
 // pools written exactly as RotaryQKKernel then WritePagedKvKernel leave them, f32 and bf16 pools,
 // with a padding row (kPadSlot: rotated, not stored) and shuffled slots; blocks of fewer threads
@@ -715,6 +748,9 @@ TEST(CudaKernelsOnSimtTest, DecodeAttentionWithTheRotaryAndKvWriteEqualsTheTwoLa
 TEST(CudaLaunchShapesTest, SplitsFitOneWaveAndTheDevicesCounters) {
   EXPECT_EQ(PagedAttentionSplits(1, 16, 132), 8);  // 3b batch 1: 128 blocks, one wave
   EXPECT_EQ(PagedAttentionSplits(8, 16, 132), 1);  // 128 (row, head) pairs fill it alone
+  EXPECT_EQ(PagedAttentionSplits(1, 16, 132, 4), 4);  // a lower cap (CudaDevice's max splits)
+  EXPECT_EQ(PagedAttentionSplits(1, 2, 132, 1), 1);
+  EXPECT_EQ(PagedAttentionSplits(1, 2, 132, 99), 16);  // never past the kernel's own cap
   for (const int sms : {1, 78, 108, 132}) {
     for (int64_t rows = 1; rows <= 64; ++rows) {
       for (const int heads : {1, 2, 12, 16, 28}) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/memory_plan.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cudnn_sdpa.h"
 #include "kernels/cuda/linear_kernels.h"
 
@@ -253,6 +254,15 @@ absl::Status CudaDevice::SetWeightPrefetchBytes(int64_t bytes) {
         absl::StrCat(description_, ": weight prefetch needs compute capability 9.0 (bulk L2 prefetch)"));
   }
   weight_prefetch_bytes_ = bytes;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::SetPagedAttentionMaxSplits(int splits) {
+  if (splits < 1 || splits > kPagedAttentionMaxSplits) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("paged attention max splits must be in [1, ", kPagedAttentionMaxSplits, "], got ", splits));
+  }
+  paged_attention_max_splits_ = splits;
   return absl::OkStatus();
 }
 

@@ -160,6 +160,14 @@ class CudaDevice final : public Device {
   bool fused_decode_rotary() const { return fused_decode_rotary_; }
   void SetFusedDecodeRotary(bool fused) { fused_decode_rotary_ = fused; }
 
+  // At most how many blocks the CUDA-core paged attention splits one decode row's keys over, per
+  // q head (cuda_kernels.h's PagedAttentionSplits: as many as fill one wave, at most 16, the
+  // default). Fewer splits: each block walks more of the row's key tiles but the step merges
+  // fewer partials through global memory (decode_bench --paged_attention_max_splits times it).
+  // INVALID_ARGUMENT outside [1, 16].
+  int paged_attention_max_splits() const { return paged_attention_max_splits_; }
+  absl::Status SetPagedAttentionMaxSplits(int splits);
+
   // How a step's decode rows attend in the bf16 mode over bf16 pages: kCudaCores, a block per
   // (row, q head) (kernels.cuh's PagedAttentionKernel, the default); kTensorCores, where the rows
   // are more (row, q head) pairs than the GPU has SMs (a large batch), on the tensor cores with a
@@ -226,6 +234,7 @@ class CudaDevice final : public Device {
   bool paged_prefill_mma_ = true;
   DecodeAttention decode_attention_ = DecodeAttention::kCudaCores;
   bool fused_decode_rotary_ = false;
+  int paged_attention_max_splits_ = 16;  // kPagedAttentionMaxSplits
   bool early_start_;
   int64_t weight_prefetch_bytes_ = 0;
   bool matmul_tuning_ = false;

@@ -46,7 +46,7 @@ int LaunchSiluMulRowsTo(CUstream_st* stream, In gu, const void* gu_base, bool in
   if (n == 0) return 0;
   if (inter % 4 == 0 && in_vec_ok && out_vec_ok && reinterpret_cast<uintptr_t>(gu_base) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(out_base) % 16 == 0) {
-    SiluMulRows4Kernel<<<RowsGrid(rows, inter / 4), kLaunchThreads, 0, stream>>>(gu, rows, inter, out);
+    SiluMulRows4Kernel<<<FlatBlocks(rows * (inter / 4)), kFlatThreads, 0, stream>>>(gu, rows, inter, out);
     return LastLaunchError();
   }
   SiluMulRowsKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(gu, rows, inter, out);
@@ -131,6 +131,11 @@ int LaunchRotaryQK(CUstream_st* stream, float* q, int64_t q_stride, int q_heads,
 
 int LaunchRotaryQKBf16(CUstream_st* stream, uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k,
                        int64_t k_stride, int k_heads, int64_t rows, int head_dim, const float* cos, const float* sin) {
+  if (rows > 0 && RotaryQKBf16Vec4Fits(q, q_stride, q_heads, k, k_stride, k_heads, head_dim, rows, cos, sin)) {
+    RotaryQKBf16Vec4Kernel<<<FlatBlocks(rows * (q_heads + k_heads) * (head_dim / 8)), kFlatThreads, 0, stream>>>(
+        q, q_stride, q_heads, k, k_stride, k_heads, head_dim, rows, cos, sin);
+    return LastLaunchError();
+  }
   return LaunchRotaryQKRows(stream, q, q_stride, q_heads, k, k_stride, k_heads, rows, head_dim, cos, sin);
 }
 
@@ -323,10 +328,11 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
   return LastLaunchError();
 }
 
-int PagedAttentionSplits(int64_t rows, int num_heads, int sm_count) {
+int PagedAttentionSplits(int64_t rows, int num_heads, int sm_count, int max_splits) {
   const int64_t pairs = rows * num_heads;
   if (pairs <= 0) return 1;
-  return static_cast<int>(std::clamp<int64_t>(sm_count / pairs, 1, 16));
+  const int cap = std::clamp(max_splits, 1, kPagedAttentionMaxSplits);
+  return static_cast<int>(std::clamp<int64_t>(sm_count / pairs, 1, cap));
 }
 
 size_t PagedAttentionPartialBytes(int64_t rows, int num_heads, int head_dim, int splits) {

@@ -123,8 +123,10 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
 // most 16; 1 where the (row, head) pairs alone fill half the SMs. A second wave would double
 // the step's latency (at 3b batch 1, 16 heads: 8 splits, 128 blocks, not 16 and 256). So
 // splits > 1 only where rows x heads <= sm_count / 2. Each split past the first needs
-// PagedAttentionPartialBytes of device scratch in all.
-int PagedAttentionSplits(int64_t rows, int num_heads, int sm_count);
+// PagedAttentionPartialBytes of device scratch in all. `max_splits` (1 .. kPagedAttentionMaxSplits)
+// lowers the cap (CudaDevice::SetPagedAttentionMaxSplits: decode_bench times other caps).
+constexpr int kPagedAttentionMaxSplits = 16;
+int PagedAttentionSplits(int64_t rows, int num_heads, int sm_count, int max_splits = kPagedAttentionMaxSplits);
 size_t PagedAttentionPartialBytes(int64_t rows, int num_heads, int head_dim, int splits);
 
 }  // namespace iris::kernels::cuda

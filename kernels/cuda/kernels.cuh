@@ -183,23 +183,33 @@ IRIS_GLOBAL void SiluMulRowsKernel(In gu, int64_t rows, int64_t inter, Out out) 
 }
 
 // The same, 4 values a thread (vector loads and store) where inter % 4 == 0 and the rows are
-// aligned for In's Get4 and Out's Put4: rows over blockIdx.y, a row's quads over the x threads
-// (any grid). The element kernel's 64-bit division per element made it run at half the memory's
-// bandwidth.
+// aligned for In's Get4 and Out's Put4: one flat index over (row, quad) across the whole grid (any
+// grid), so that no thread idles at a row's end, divided in 32 bits where it fits (the element
+// kernel's 64-bit division per element made it run at half the memory's bandwidth).
+template <typename In, typename Out>
+IRIS_DEVICE void SiluMulQuad(const In& gu, int64_t r, int64_t c, int64_t inter, const Out& out) {
+  const Float4 g = gu.Get4(r, 4 * c), u = gu.Get4(r, inter + 4 * c);
+  Float4 y;
+  y.x = Silu(g.x) * u.x;
+  y.y = Silu(g.y) * u.y;
+  y.z = Silu(g.z) * u.z;
+  y.w = Silu(g.w) * u.w;
+  out.Put4(r, 4 * c, y);
+}
 template <typename In, typename Out>
 IRIS_GLOBAL void SiluMulRows4Kernel(In gu, int64_t rows, int64_t inter, Out out) {
   GridDependencyTrigger();  // a GEMV behind may start early (it waits for this kernel's output)
-  const int64_t quads = inter / 4, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < quads; c += stride) {
-      const Float4 g = gu.Get4(r, 4 * c), u = gu.Get4(r, inter + 4 * c);
-      Float4 y;
-      y.x = Silu(g.x) * u.x;
-      y.y = Silu(g.y) * u.y;
-      y.z = Silu(g.z) * u.z;
-      y.w = Silu(g.w) * u.w;
-      out.Put4(r, 4 * c, y);
+  const int64_t quads = inter / 4, n = rows * quads;
+  const int64_t first = (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * gridDim.y * blockDim.x;
+  if (n <= 0xffffffffll) {
+    const uint32_t q32 = static_cast<uint32_t>(quads);
+    for (int64_t e = first; e < n; e += stride) {
+      const uint32_t flat = static_cast<uint32_t>(e), r = flat / q32;
+      SiluMulQuad(gu, r, flat - r * q32, inter, out);
     }
+  } else {
+    for (int64_t e = first; e < n; e += stride) SiluMulQuad(gu, e / quads, e % quads, inter, out);
   }
 }
 
@@ -244,6 +254,51 @@ IRIS_GLOBAL void RotaryQKKernel(T* q, int64_t q_stride, int q_heads, T* k, int64
     RotatePair(LoadAsF32(p + i), LoadAsF32(p + i + half), c[i], s[i], &y1, &y2);
     StoreRounded(p + i, y1);
     StoreRounded(p + i + half, y2);
+  }
+}
+
+// RotaryQKKernel<uint16_t> four pairs a thread: 8-byte loads and stores of bf16 rows, 16-byte
+// loads of cos/sin, over a flat (row, head, quad) index (the one-block-a-row kernel's 2-byte
+// accesses ran at a third of the memory's bandwidth on the vision tower's qkv rows). The same
+// products rounded the same way: bit for bit that kernel's result. The caller checks
+// RotaryQKBf16Vec4Fits (which also keeps the flat index in 32 bits: its divisions are per element).
+IRIS_HOST_DEVICE bool RotaryQKBf16Vec4Fits(const void* q, int64_t q_stride, int q_heads, const void* k,
+                                           int64_t k_stride, int k_heads, int head_dim, int64_t rows,
+                                           const float* cos, const float* sin) {
+  const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
+  return head_dim % 8 == 0 && q_stride % 4 == 0 && aligned(q, 8) && aligned(cos, 16) && aligned(sin, 16) &&
+         (k_heads == 0 || (k_stride % 4 == 0 && aligned(k, 8))) &&
+         rows * (q_heads + k_heads) * (head_dim / 8) <= 2147483647;
+}
+IRIS_GLOBAL void RotaryQKBf16Vec4Kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k, int64_t k_stride,
+                                        int k_heads, int head_dim, int64_t rows, const float* cos, const float* sin) {
+  const int half = head_dim / 2, quads = half / 4;
+  const uint32_t per_row = static_cast<uint32_t>((q_heads + k_heads) * quads);
+  const int64_t n = rows * per_row;
+  for (int64_t e = GridStart(); e < n; e += GridStride()) {
+    const uint32_t flat = static_cast<uint32_t>(e), row32 = flat / per_row, within = flat - row32 * per_row;
+    const int64_t row = row32;
+    const int h = static_cast<int>(within / static_cast<uint32_t>(quads));
+    const int i = (static_cast<int>(within) - h * quads) * 4;
+    uint16_t* p = h < q_heads ? q + row * q_stride + static_cast<int64_t>(h) * head_dim
+                              : k + row * k_stride + static_cast<int64_t>(h - q_heads) * head_dim;
+    const Chunk8 a = *reinterpret_cast<const Chunk8*>(p + i), b = *reinterpret_cast<const Chunk8*>(p + i + half);
+    const Float4 c4 = *reinterpret_cast<const Float4*>(cos + row * half + i);
+    const Float4 s4 = *reinterpret_cast<const Float4*>(sin + row * half + i);
+    const float x1[4] = {BitsToFloat(a.w[0] << 16), BitsToFloat(a.w[0] & 0xffff0000u), BitsToFloat(a.w[1] << 16),
+                         BitsToFloat(a.w[1] & 0xffff0000u)};
+    const float x2[4] = {BitsToFloat(b.w[0] << 16), BitsToFloat(b.w[0] & 0xffff0000u), BitsToFloat(b.w[1] << 16),
+                         BitsToFloat(b.w[1] & 0xffff0000u)};
+    const float c[4] = {c4.x, c4.y, c4.z, c4.w}, s[4] = {s4.x, s4.y, s4.z, s4.w};
+    float y1[4], y2[4];
+    for (int j = 0; j < 4; ++j) RotatePair(x1[j], x2[j], c[j], s[j], &y1[j], &y2[j]);
+    Chunk8 ya, yb;
+    ya.w[0] = PackBf16x2(y1[0], y1[1]);
+    ya.w[1] = PackBf16x2(y1[2], y1[3]);
+    yb.w[0] = PackBf16x2(y2[0], y2[1]);
+    yb.w[1] = PackBf16x2(y2[2], y2[3]);
+    *reinterpret_cast<Chunk8*>(p + i) = ya;
+    *reinterpret_cast<Chunk8*>(p + i + half) = yb;
   }
 }
 
