@@ -90,9 +90,9 @@ ABSL_FLAG(bool, early_start, true,
           "GPU: launch the GEMVs and the paged attention to start early (programmatic dependent launch, the default "
           "on sm_90+): the GEMVs' first weight pass and the attention's first keys are read while the kernel ahead "
           "finishes (false: launched plainly, to measure it)");
-ABSL_FLAG(int, paged_attention_max_splits, 16,
+ABSL_FLAG(int, paged_attention_max_splits, 4,
           "GPU: at most this many blocks split one decode row's keys (per q head) in the CUDA-core paged "
-          "attention, 1 .. 16 (16: the device's default)");
+          "attention, 1 .. 16 (4: the device's default)");
 ABSL_FLAG(double, weight_prefetch, 0.0,
           "GPU: the share of the L2 a decode step asks to fill with the weights of o and gate_up while its "
           "attention runs (CudaDevice::SetWeightPrefetchBytes; 0, the default: none)");

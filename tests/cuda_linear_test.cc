@@ -365,15 +365,15 @@ TEST(CudaLinearTest, FoldedInputOpsGiveTheOpThenForwardBitForBit) {
 // GEMVs launched to start early (programmatic dependent launch) still wait for the kernel ahead
 // of them: a chain of Linears, each reading the one before's output (a plain GEMV, a folded norm,
 // a folded SiLU·mul, an accumulate), gives the same bits with early start on and off, run
-// directly and replayed from a graph. down's rows are long (4096 for 1024 outputs, as the 3b's
-// 11008 for 2048), so PickGemv gives it the streamed GEMV, the others the plain one.
+// directly and replayed from a graph; with the GEMVs PickGemv gives them (the plain one at one row)
+// and with every GEMV forced to the streamed one.
 TEST(CudaLinearTest, EarlyStartGemvsWaitForTheKernelAhead) {
   std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
   ASSERT_NE(gpu, nullptr);
   cuda::CudaDevice& cuda = Cuda(*gpu);
   if (absl::Status s = cuda.SetEarlyStart(true); !s.ok()) GTEST_SKIP() << s;
   const int64_t h = 1024, inter = 4096, m = 1;
-  ASSERT_EQ(cuda.GemvFor(m, h, inter), cuda::GemvKernel::kCudaCoresStreamed);
+  ASSERT_EQ(cuda.GemvFor(m, h, inter), cuda::GemvKernel::kCudaCores);
   ASSERT_EQ(cuda.GemvFor(m, 2 * inter, h), cuda::GemvKernel::kCudaCores);
   std::vector<float> held;
   auto make = [&](int64_t out, int64_t in, uint32_t seed) {
@@ -398,23 +398,29 @@ TEST(CudaLinearTest, EarlyStartGemvsWaitForTheKernelAhead) {
                     Epilogue::kAccumulate);
     }
   };
-  std::vector<float> got[2];
-  for (const bool early : {false, true}) {
-    ASSERT_TRUE(cuda.SetEarlyStart(early).ok());
-    gpu->CopyToDevice(x0.data(), x.data<float>(), x0.size() * sizeof(float));
+  for (const auto& [name, forced] : {std::pair{"picked", std::optional<cuda::GemvKernel>{}},
+                                      std::pair{"streamed", std::optional{cuda::GemvKernel::kCudaCoresStreamed}}}) {
+    cuda.ForceGemvKernel(forced);
+    if (forced) ASSERT_EQ(cuda.GemvFor(m, h, inter), *forced);
+    std::vector<float> got[2];
+    for (const bool early : {false, true}) {
+      ASSERT_TRUE(cuda.SetEarlyStart(early).ok());
+      gpu->CopyToDevice(x0.data(), x.data<float>(), x0.size() * sizeof(float));
+      step();
+      got[early] = Download(*gpu, x.data<float>(), x0.size());
+    }
+    EXPECT_EQ(got[1], got[0]) << "direct, " << name;
+    EXPECT_NE(got[0], x0);
+    ASSERT_TRUE(cuda.SetEarlyStart(true).ok());
+    ASSERT_TRUE(gpu->BeginCapture().ok());
     step();
-    got[early] = Download(*gpu, x.data<float>(), x0.size());
+    absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = gpu->EndCapture();
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    gpu->CopyToDevice(x0.data(), x.data<float>(), x0.size() * sizeof(float));
+    ASSERT_TRUE((*graph)->Replay().ok());
+    EXPECT_EQ(Download(*gpu, x.data<float>(), x0.size()), got[0]) << "replayed, " << name;
   }
-  EXPECT_EQ(got[1], got[0]) << "direct";
-  EXPECT_NE(got[0], x0);
-  ASSERT_TRUE(cuda.SetEarlyStart(true).ok());
-  ASSERT_TRUE(gpu->BeginCapture().ok());
-  step();
-  absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = gpu->EndCapture();
-  ASSERT_TRUE(graph.ok()) << graph.status();
-  gpu->CopyToDevice(x0.data(), x.data<float>(), x0.size() * sizeof(float));
-  ASSERT_TRUE((*graph)->Replay().ok());
-  EXPECT_EQ(Download(*gpu, x.data<float>(), x0.size()), got[0]) << "replayed";
+  cuda.ForceGemvKernel(std::nullopt);
   ASSERT_TRUE(cuda.SetEarlyStart(false).ok());
   EXPECT_TRUE(cuda.status().ok()) << cuda.status();
 }

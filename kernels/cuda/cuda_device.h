@@ -161,10 +161,11 @@ class CudaDevice final : public Device {
   void SetFusedDecodeRotary(bool fused) { fused_decode_rotary_ = fused; }
 
   // At most how many blocks the CUDA-core paged attention splits one decode row's keys over, per
-  // q head (cuda_kernels.h's PagedAttentionSplits: as many as fill one wave, at most 16, the
-  // default). Fewer splits: each block walks more of the row's key tiles but the step merges
-  // fewer partials through global memory (decode_bench --paged_attention_max_splits times it).
-  // INVALID_ARGUMENT outside [1, 16].
+  // q head (cuda_kernels.h's PagedAttentionSplits: as many as fill one wave, at most this). 4 by
+  // default: on an H200 the 3b batch-1 step (context 512) took 2.27-2.28 ms with 4, 2.33 with the
+  // kernel's own cap of 16 (8 splits) and 2.55-2.58 with 1 (same run, graph-replayed): fewer
+  // splits walk more key tiles a block, more merge more partials through global memory
+  // (decode_bench --paged_attention_max_splits). INVALID_ARGUMENT outside [1, 16].
   int paged_attention_max_splits() const { return paged_attention_max_splits_; }
   absl::Status SetPagedAttentionMaxSplits(int splits);
 
@@ -234,7 +235,7 @@ class CudaDevice final : public Device {
   bool paged_prefill_mma_ = true;
   DecodeAttention decode_attention_ = DecodeAttention::kCudaCores;
   bool fused_decode_rotary_ = false;
-  int paged_attention_max_splits_ = 16;  // kPagedAttentionMaxSplits
+  int paged_attention_max_splits_ = 4;
   bool early_start_;
   int64_t weight_prefetch_bytes_ = 0;
   bool matmul_tuning_ = false;

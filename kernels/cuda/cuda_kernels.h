@@ -124,7 +124,8 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
 // the step's latency (at 3b batch 1, 16 heads: 8 splits, 128 blocks, not 16 and 256). So
 // splits > 1 only where rows x heads <= sm_count / 2. Each split past the first needs
 // PagedAttentionPartialBytes of device scratch in all. `max_splits` (1 .. kPagedAttentionMaxSplits)
-// lowers the cap (CudaDevice::SetPagedAttentionMaxSplits: decode_bench times other caps).
+// lowers the cap: the device passes its paged_attention_max_splits, 4 by default (at 3b batch 1
+// a step with 4 splits was faster than with 8 or 1 on an H200: CudaDevice says by how much).
 constexpr int kPagedAttentionMaxSplits = 16;
 int PagedAttentionSplits(int64_t rows, int num_heads, int sm_count, int max_splits = kPagedAttentionMaxSplits);
 size_t PagedAttentionPartialBytes(int64_t rows, int num_heads, int head_dim, int splits);

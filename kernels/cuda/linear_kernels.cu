@@ -147,7 +147,7 @@ bool PickGemv(int64_t rows, int64_t out_features, int64_t in_features, int max_r
   constexpr int64_t kSmallWeightBytes = int64_t{32} << 20;
   if (rows < 1 || rows > max_rows) return false;
   if (rows == 1) {
-    *kernel = in_features >= 4 * out_features ? GemvKernel::kCudaCoresStreamed : GemvKernel::kCudaCores;
+    *kernel = GemvKernel::kCudaCores;
     return true;
   }
   if (out_features * in_features * int64_t{2} > kSmallWeightBytes) return false;

@@ -23,9 +23,9 @@ constexpr int kGemvMaxRowsPerLaunch = 8;
 enum class GemvKernel { kCudaCores, kCudaCoresStreamed, kTensorCores };
 // Which path a bf16 Linear of `rows` rows and an [out_features, in_features] weight takes, as
 // measured on an H200 (README): a GEMV for one row (every shape of the 3b decoder, 1.1-2.4x the
-// bandwidth cuBLASLt reaches), the streamed one where the weight's rows are long (in_features at
-// least 4x out_features: the MLP's down, 3486 against 2933 GB/s at 3b; it lost 4-7% on the
-// other shapes) and the CUDA-core one otherwise; for 2..max_rows rows only weights of at most
+// bandwidth cuBLASLt reaches), on the CUDA cores (the streamed one read the MLP's down faster
+// alone, 3486 against 2933 GB/s, but its 3b batch-1 step was 1.3% slower: 2.33 against 2.30 ms,
+// same run); for 2..max_rows rows only weights of at most
 // 32 MiB (qkv, o), on the CUDA cores up to 4 rows and on the tensor cores past that, where
 // cuBLASLt has too few tiles to fill the GPU; cuBLASLt for larger weights and past max_rows.
 // False: cuBLASLt.
