@@ -93,6 +93,9 @@ ABSL_FLAG(bool, early_start, true,
 ABSL_FLAG(int, paged_attention_max_splits, 4,
           "GPU: at most this many blocks split one decode row's keys (per q head) in the CUDA-core paged "
           "attention, 1 .. 16 (4: the device's default)");
+ABSL_FLAG(bool, step_breakdown, true,
+          "GPU with graphs: what each op of a decode step costs inside the graph-replayed step (the step with "
+          "that op's launches issued twice, minus the step), at the batches up to the GEMV limit");
 ABSL_FLAG(double, weight_prefetch, 0.0,
           "GPU: the share of the L2 a decode step asks to fill with the weights of o and gate_up while its "
           "attention runs (CudaDevice::SetWeightPrefetchBytes; 0, the default: none)");
@@ -456,8 +459,8 @@ int main(int argc, char** argv) {
 
   // Decode graphs, one per batch size measured, as wide as the sequences get in this run.
   const bool graphs = absl::GetFlag(FLAGS_graphs) && dev.records_graphs();
+  llm::DecodeGraphOptions g;
   if (graphs) {
-    llm::DecodeGraphOptions g;
     g.batch_sizes = batches;
     std::sort(g.batch_sizes.begin(), g.batch_sizes.end());
     g.batch_sizes.erase(std::unique(g.batch_sizes.begin(), g.batch_sizes.end()), g.batch_sizes.end());
@@ -583,6 +586,81 @@ int main(int argc, char** argv) {
       if (graphs) dec.PauseDecodeGraphs(false);
       gpu.SetFusedDecodeRotary(setting);
       decode_rotary_rows.push_back({b, fused_s, separate_s});
+    }
+  }
+#endif
+
+  // What each op of a decode step costs inside the graph-replayed step (METHOD.md's differences):
+  // the step with that op's launches issued twice (CudaDevice::SetLaunchRepeat) against the step
+  // as it is, each setting's graphs recorded afresh, the settings in turn for two rounds (median
+  // of `steps` steps each, the two rounds' medians averaged). Only the ops iris's own kernels run:
+  // the GEMVs (batches up to the GEMV limit), the decode rotary + KV write where it is a launch of
+  // its own, the paged attention.
+  struct BreakdownRow {
+    int batch;
+    std::string op;
+    int per_step;
+    double plain_s, twice_s;
+  };
+  std::vector<BreakdownRow> breakdown_rows;
+#ifdef IRIS_HAVE_CUDA
+  if (dev.kind() == kernels::DeviceKind::kCuda && graphs && absl::GetFlag(FLAGS_step_breakdown)) {
+    kernels::cuda::CudaDevice& gpu = kernels::cuda::AsCuda(dev);
+    using Repeat = kernels::cuda::CudaDevice::LaunchRepeat;
+    using Op = kernels::cuda::CudaDevice::RepeatedOp;
+    const int64_t hd = tc.head_dim(), heads = tc.num_attention_heads, kv_heads = tc.num_key_value_heads;
+    const int layers = tc.num_hidden_layers;
+    struct Variant {
+      std::string name;
+      Repeat repeat;
+      int per_step;
+    };
+    std::fprintf(stderr, "decode_bench: each op of a step twice...\n");
+    for (int b : batches) {
+      if (b > kernels::cuda::kGemvMaxRowsPerLaunch) continue;
+      std::vector<Variant> variants = {{"(the step as it is)", Repeat{}, 0}};
+      const struct {
+        const char* name;
+        int64_t out, in;
+        int per_step;
+      } gemvs[] = {{"qkv GEMV", (heads + 2 * kv_heads) * hd, h, layers},
+                   {"o GEMV", h, heads * hd, layers},
+                   {"gate_up GEMV", 2 * int64_t{tc.intermediate_size}, h, layers},
+                   {"down GEMV", h, tc.intermediate_size, layers},
+                   {"lm_head GEMV", tc.vocab_size, h, 1}};
+      for (const auto& lin : gemvs) {
+        if (gpu.GemvFor(b, lin.out, lin.in)) {
+          variants.push_back({lin.name, Repeat{Op::kGemv, lin.out, lin.in, 2}, lin.per_step});
+        }
+      }
+      if (!gpu.fused_decode_rotary()) {
+        variants.push_back({"rotary + KV write", Repeat{Op::kDecodeRotary, 0, 0, 2}, layers});
+      }
+      variants.push_back({"paged attention", Repeat{Op::kPagedAttention, 0, 0, 2}, layers});
+      std::vector<llm::BlockTable*> tp;
+      for (int s2 = 0; s2 < b; ++s2) tp.push_back(&tables[s2]);
+      const std::vector<int64_t> ones(b, 1);
+      std::vector<double> sum(variants.size(), 0.0);
+      constexpr int kRounds = 2;
+      for (int round = 0; round < kRounds; ++round) {
+        for (size_t v = 0; v < variants.size(); ++v) {
+          gpu.SetLaunchRepeat(variants[v].repeat);
+          if (auto st = dec.EnableDecodeGraphs(g); !st.ok()) Die(std::string(st.message()));
+          std::vector<double> times;
+          for (int i = 0; i < kWarmup + steps; ++i) {
+            ReserveNextToken(cache, tp);
+            const double t = RunStep(dec, cache, tp, ones);
+            if (i >= kWarmup) times.push_back(t);
+          }
+          ResetTokens(cache, tp, context);
+          sum[v] += Median(times) / kRounds;
+        }
+      }
+      gpu.SetLaunchRepeat(Repeat{});
+      if (auto st = dec.EnableDecodeGraphs(g); !st.ok()) Die(std::string(st.message()));
+      for (size_t v = 1; v < variants.size(); ++v) {
+        breakdown_rows.push_back({b, variants[v].name, variants[v].per_step, sum[0], sum[v]});
+      }
     }
   }
 #endif
@@ -717,6 +795,30 @@ int main(int argc, char** argv) {
     }
   } else {
     std::printf("\ndecode graphs: %s\n", dev.records_graphs() ? "off (--graphs=false)" : "this device records none");
+  }
+  if (!breakdown_rows.empty()) {
+    std::printf("\neach op of a decode step inside the graph-replayed step: the step with that op's launches issued "
+                "twice minus the step as it is (context ~%d; each setting's graphs recorded afresh, two rounds of %d "
+                "steps each, medians averaged). A GEMV's second read of its weight may find part of it in the L2 "
+                "(all of qkv's and o's): theirs are lower bounds. The rest is what no repeated op covers (the "
+                "embedding, the pick, the gaps):\n"
+                "| batch | op | launches a step | step ms | with it twice ms | us a launch in the step | ms a step | "
+                "share of the step |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+                context, steps);
+    for (size_t i = 0; i < breakdown_rows.size();) {
+      const int b = breakdown_rows[i].batch;
+      const double step = breakdown_rows[i].plain_s;
+      double covered = 0;
+      for (; i < breakdown_rows.size() && breakdown_rows[i].batch == b; ++i) {
+        const BreakdownRow& r = breakdown_rows[i];
+        const double each = (r.twice_s - r.plain_s) / r.per_step;
+        covered += each * r.per_step;
+        std::printf("| %d | %s | %d | %.3f | %.3f | %.2f | %.3f | %.0f%% |\n", b, r.op.c_str(), r.per_step, 1e3 * step,
+                    1e3 * r.twice_s, 1e6 * each, 1e3 * each * r.per_step, 100.0 * each * r.per_step / step);
+      }
+      std::printf("| %d | the rest | | %.3f | | | %.3f | %.0f%% |\n", b, 1e3 * step, 1e3 * (step - covered),
+                  100.0 * (step - covered) / step);
+    }
   }
   if (!decode_attention_rows.empty()) {
     std::printf("\ndecode attention: a block per (row, q head) on the CUDA cores against a kv head's q heads as one "

@@ -44,9 +44,11 @@ void DecodeRowsPacked(cuda::CudaDevice& gpu, const PagedAttentionArgs& args, int
     if (pp.partials == nullptr) return;  // the device keeps the error
     pp.split_counters = gpu.paged_split_counters();
   }
-  gpu.Check(cuda::LaunchPagedDecodeMma(gpu.stream(), pp),
-            rotary != nullptr ? "PagedAttention: decode rows and their rotary on the tensor cores"
-                              : "PagedAttention: decode rows on the tensor cores");
+  for (int i = 0, n = gpu.LaunchesOf(cuda::CudaDevice::RepeatedOp::kPagedAttention); i < n; ++i) {
+    gpu.Check(cuda::LaunchPagedDecodeMma(gpu.stream(), pp),
+              rotary != nullptr ? "PagedAttention: decode rows and their rotary on the tensor cores"
+                                : "PagedAttention: decode rows on the tensor cores");
+  }
 }
 
 // The step's decode rows [md.row_begin, decode_end) on the CUDA cores, a block per (row, q head),
@@ -71,13 +73,15 @@ void DecodeRowsOnCudaCores(cuda::CudaDevice& gpu, const PagedAttentionArgs& args
         gpu.ActivationScratch(cuda::PagedAttentionPartialBytes(rows, args.num_heads, L.head_dim, splits)));
     if (partials == nullptr) return;  // the device keeps the error
   }
-  gpu.Check(cuda::LaunchPagedAttention(gpu.stream(), args.q, args.q_row_stride, args.out, args.out_row_stride,
-                                       args.num_heads, args.scale, L.k, L.v, L.dtype == core::DType::kBF16,
-                                       L.block_size, L.num_kv_heads, L.head_dim, md.query_start.data(),
-                                       md.context_lens.data(), md.block_tables.data(), md.max_blocks_per_seq,
-                                       md.num_seqs, md.row_begin, decode_end, splits, partials,
-                                       gpu.paged_split_counters(), gpu.early_start(), rotary),
-            rotary != nullptr ? "PagedAttention with the decode rotary" : "PagedAttention");
+  for (int i = 0, n = gpu.LaunchesOf(cuda::CudaDevice::RepeatedOp::kPagedAttention); i < n; ++i) {
+    gpu.Check(cuda::LaunchPagedAttention(gpu.stream(), args.q, args.q_row_stride, args.out, args.out_row_stride,
+                                         args.num_heads, args.scale, L.k, L.v, L.dtype == core::DType::kBF16,
+                                         L.block_size, L.num_kv_heads, L.head_dim, md.query_start.data(),
+                                         md.context_lens.data(), md.block_tables.data(), md.max_blocks_per_seq,
+                                         md.num_seqs, md.row_begin, decode_end, splits, partials,
+                                         gpu.paged_split_counters(), gpu.early_start(), rotary),
+              rotary != nullptr ? "PagedAttention with the decode rotary" : "PagedAttention");
+  }
 }
 
 }  // namespace
@@ -119,11 +123,14 @@ void RotaryQKWritePagedKv(Device& device, HeadsView q, HeadsView k, int64_t rows
       static_cast<int64_t>(slot_mapping.size()) == rows && rows > 0) {
     cpu::CheckWritableKvLayer(layer);
     cuda::CudaDevice& gpu = cuda::AsCuda(device);
-    return gpu.Check(cuda::LaunchRotaryQKWritePagedKv(
-                         gpu.stream(), q.data, q.row_stride, q.num_heads, k.data, k.row_stride, k.num_heads, rows,
-                         head_dim, cos, sin, v, v_row_stride, slot_mapping.data(), layer.num_blocks * layer.block_size,
-                         layer.k, layer.v, layer.dtype == core::DType::kBF16, gpu.early_start()),
-                     "RotaryQKWritePagedKv");
+    for (int i = 0, n = gpu.LaunchesOf(cuda::CudaDevice::RepeatedOp::kDecodeRotary); i < n; ++i) {
+      gpu.Check(cuda::LaunchRotaryQKWritePagedKv(gpu.stream(), q.data, q.row_stride, q.num_heads, k.data, k.row_stride,
+                                                 k.num_heads, rows, head_dim, cos, sin, v, v_row_stride,
+                                                 slot_mapping.data(), layer.num_blocks * layer.block_size, layer.k,
+                                                 layer.v, layer.dtype == core::DType::kBF16, gpu.early_start()),
+                "RotaryQKWritePagedKv");
+    }
+    return;
   }
 #endif
   RotaryQK(device, q, k, rows, head_dim, cos, sin);

@@ -92,6 +92,8 @@ for model in ${MODELS//,/ }; do
       [ "$side" = baseline ] && bench=$BIN/baseline/decode_bench
       # shellcheck disable=SC2207
       flags=($(variant_flags "$side"))
+      # This build's decode_bench skips its step breakdown (decode's stage runs it; a baseline's has none).
+      [ "$side" = baseline ] || flags+=(--step_breakdown=false)
       log="$OUT_DIR/$model.$round.$side.log"
       "$bench" --model "$dir" --device "$DEVICE" --batches "$BATCHES" --steps "$STEPS" --linears=false \
         --kv_compare_contexts= --prompt 0 "${flags[@]}" "${EXTRA[@]}" >"$log" 2>&1 || {

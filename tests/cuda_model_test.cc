@@ -486,6 +486,39 @@ TEST(CudaTinyDecoder, WeightPrefetchChangesNoValue) {
   EXPECT_TRUE(gpu->status().ok()) << gpu->status();
 }
 
+// The launch repeat behind decode_bench's step breakdown: the paged attention issued twice gives
+// the same steps bit for bit (it writes its output whole, and its split counters end at zero), on
+// the shared workload, directly and from graphs; the decode rotary issued twice rotates q and k
+// twice, so the steps differ: the repeat runs.
+TEST(CudaTinyDecoder, RepeatedAttentionLaunchesChangeNoValueRepeatedRotariesDo) {
+  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  kernels::cuda::CudaDevice& cuda = kernels::cuda::AsCuda(*gpu);
+  using Repeat = kernels::cuda::CudaDevice::LaunchRepeat;
+  using Op = kernels::cuda::CudaDevice::RepeatedOp;
+  const core::DType kv = core::DType::kBF16;
+  testing::DecodeRun runs[3][2];  // [plain, attention twice, rotary twice][direct, graphs]
+  const Repeat repeats[3] = {Repeat{}, Repeat{Op::kPagedAttention, 0, 0, 2}, Repeat{Op::kDecodeRotary, 0, 0, 2}};
+  for (int r = 0; r < 3; ++r) {
+    cuda.SetLaunchRepeat(repeats[r]);
+    DecoderOn direct(*gpu, ComputeType::kBF16), graphs(*gpu, ComputeType::kBF16);
+    ASSERT_TRUE(graphs.decoder->EnableDecodeGraphs(testing::WorkloadGraphOptions(/*capture=*/true)).ok());
+    runs[r][0] = testing::RunDecodeWorkload(*direct.decoder, *gpu, kv);
+    runs[r][1] = testing::RunDecodeWorkload(*graphs.decoder, *gpu, kv);
+    ASSERT_TRUE(gpu->status().ok()) << gpu->status();
+  }
+  cuda.SetLaunchRepeat(Repeat{});
+  testing::ExpectSameRun(runs[1][0], runs[0][0], 0.f, "direct, attention twice");
+  testing::ExpectSameRun(runs[1][1], runs[0][1], 0.f, "graphs, attention twice");
+  EXPECT_NE(runs[2][0].logits, runs[0][0].logits) << "the rotary issued twice changed nothing";
+  EXPECT_EQ(cuda.LaunchesOf(Op::kPagedAttention), 1);
+  cuda.SetLaunchRepeat(Repeat{Op::kGemv, 64, 32, 3});
+  EXPECT_EQ(cuda.LaunchesOf(Op::kGemv, 64, 32), 3);
+  EXPECT_EQ(cuda.LaunchesOf(Op::kGemv, 32, 64), 1) << "another weight shape";
+  EXPECT_EQ(cuda.LaunchesOf(Op::kPagedAttention), 1);
+  cuda.SetLaunchRepeat(Repeat{});
+}
+
 #else
 TEST(CudaModelTest, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
 #endif

@@ -113,6 +113,30 @@ class CudaDevice final : public Device {
   // none (cuBLASLt).
   std::optional<GemvKernel> GemvFor(int64_t rows, int64_t out_features, int64_t in_features) const;
 
+  // For measurement only (decode_bench's step breakdown: what each op costs inside a
+  // graph-replayed step, as the step's time with that op's launches issued twice minus its time
+  // without): the launches of one op are issued `times` times back to back. kGemv picks the GEMVs
+  // of one weight shape [out, in] (a decode step's qkv, o, gate_up, down or lm_head); kDecodeRotary
+  // a step's rotary + KV write launch (RotaryQKWritePagedKv); kPagedAttention the decode rows'
+  // paged attention (either
+  // kernel, the rotary inside it or not). The paged attention gives the same output however often
+  // it runs; a repeated accumulating GEMV or in-place rotary does not: time only. Graphs record
+  // the setting they were made with (EnableDecodeGraphs again after a change).
+  enum class RepeatedOp { kNone, kGemv, kDecodeRotary, kPagedAttention };
+  struct LaunchRepeat {
+    RepeatedOp op = RepeatedOp::kNone;
+    int64_t out = 0, in = 0;  // kGemv's weight shape
+    int times = 1;
+  };
+  void SetLaunchRepeat(const LaunchRepeat& repeat) { launch_repeat_ = repeat; }
+  // How many times to issue a launch of `op` (a GEMV's: of weight [out, in]): 1 but where the
+  // repeat set above names it.
+  int LaunchesOf(RepeatedOp op, int64_t out = 0, int64_t in = 0) const {
+    const LaunchRepeat& r = launch_repeat_;
+    const bool named = r.op == op && (op != RepeatedOp::kGemv || (r.out == out && r.in == in));
+    return named && r.times > 1 ? r.times : 1;
+  }
+
   // Whether bf16 Linears fold the op before them (LinearInput: the RMSNorm before qkv and
   // gate_up, the SiLU·mul before down) into their read of x: the GEMVs apply it as they load x,
   // and before cuBLASLt the op writes the matmul's bf16 rows itself (no f32 pass, no conversion
@@ -236,6 +260,7 @@ class CudaDevice final : public Device {
   DecodeAttention decode_attention_ = DecodeAttention::kCudaCores;
   bool fused_decode_rotary_ = false;
   int paged_attention_max_splits_ = 4;
+  LaunchRepeat launch_repeat_;
   bool early_start_;
   int64_t weight_prefetch_bytes_ = 0;
   bool matmul_tuning_ = false;

@@ -462,10 +462,12 @@ class CudaLinear final : public Linear {
   void Gemv(GemvKernel kernel, const GemvInput& x, int64_t m, float* y, Epilogue epilogue) const {
     const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
     const bool gelu = epilogue == Epilogue::kGeluErf;
-    dev_.Check(LaunchGemvBf16(dev_.stream(), kernel, static_cast<const uint16_t*>(weight_.raw()), ld_, in_, out_, x, m,
-                              gelu ? nullptr : bias, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y,
-                              dev_.sm_count(), dev_.early_start()),
-               "Linear: bf16 GEMV");
+    for (int i = 0, n = dev_.LaunchesOf(CudaDevice::RepeatedOp::kGemv, out_, in_); i < n; ++i) {
+      dev_.Check(LaunchGemvBf16(dev_.stream(), kernel, static_cast<const uint16_t*>(weight_.raw()), ld_, in_, out_, x,
+                                m, gelu ? nullptr : bias, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y,
+                                dev_.sm_count(), dev_.early_start()),
+                 "Linear: bf16 GEMV");
+    }
     if (gelu) dev_.Check(LaunchBiasGeluErf(dev_.stream(), y, m, out_, bias), "Linear: bias + gelu_erf");
   }
 
