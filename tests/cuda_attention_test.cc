@@ -217,6 +217,55 @@ TEST(CudaAttentionTest, AttendAndProjectEqualsTheAttentionThenTheProjectionBitFo
   }
 }
 
+// Every one of iris's flash kernels once on short cases — the f32-input and bf16-row tensor-core
+// kernels, the pipelined one with one and with two q heads a block — each within the bf16
+// probabilities' rounding of the definition. Small enough for compute-sanitizer's racecheck,
+// which gpu_check.sh runs on this test alone (the suite's full shapes take it minutes a test).
+TEST(CudaAttentionTest, EveryFlashKernelOnShortCasesForTheSanitizer) {
+  std::unique_ptr<Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  cuda::CudaDevice& cuda = cuda::AsCuda(*gpu);
+  const VarlenShape shapes[] = {{{64, 37, 100}, 4, 4, 80, 80, false}, {{1, 30, 70}, 4, 2, 128, 128, true}};
+  for (const VarlenShape& s : shapes) {
+    const VarlenCase c = s.Case().RoundedToBf16();
+    auto up = [&](const void* host, core::DType dtype, int64_t n) { return Upload(*gpu, host, dtype, n); };
+    std::vector<uint16_t> qkv16_host(c.qkv.size());
+    for (size_t i = 0; i < c.qkv.size(); ++i) qkv16_host[i] = core::FloatToBf16(c.qkv[i]);
+    const core::Tensor qkv = up(c.qkv.data(), core::DType::kF32, static_cast<int64_t>(c.qkv.size()));
+    const core::Tensor qkv16 = up(qkv16_host.data(), core::DType::kBF16, static_cast<int64_t>(c.qkv.size()));
+    const core::Tensor cu = up(c.cu.data(), core::DType::kI32, static_cast<int64_t>(c.cu.size()));
+    // (bf16 rows, pipelined, heads a block): f32 rows; bf16 rows unpipelined; pipelined, 1 and 2.
+    const struct {
+      bool bf16_rows, pipelined;
+      int heads;
+    } kernels_run[] = {{false, false, 1}, {true, false, 1}, {true, true, 1}, {true, true, 2}};
+    for (const auto& k : kernels_run) {
+      SCOPED_TRACE(::testing::Message() << "causal " << c.causal << ", bf16 rows " << k.bf16_rows << ", pipelined "
+                                        << k.pipelined << ", heads a block " << k.heads);
+      cuda.SetFlashPipeline(k.pipelined);
+      ASSERT_TRUE(cuda.SetFlashHeadsPerBlock(k.heads).ok());
+      const std::vector<float> init(static_cast<size_t>(c.rows) * c.out_stride(), NAN);
+      core::Tensor out = up(init.data(), core::DType::kF32, static_cast<int64_t>(init.size()));
+      AttentionArgs a = c.Args(qkv.data<float>(), cu.data<int32_t>(), out.data<float>());
+      a.bf16 = true;
+      if (k.bf16_rows) {
+        const uint16_t* q16 = static_cast<const uint16_t*>(qkv16.raw());
+        const int64_t k_at = int64_t{c.heads} * c.head_stride, v_at = k_at + int64_t{c.kv_heads} * c.head_stride;
+        a.q = {nullptr, c.row_stride(), c.head_stride, q16};
+        a.k = {nullptr, c.row_stride(), c.head_stride, q16 + k_at};
+        a.v = {nullptr, c.row_stride(), c.head_stride, q16 + v_at};
+      }
+      VarlenAttention(*gpu, a);
+      std::vector<float> got(init.size());
+      gpu->CopyToHost(out.data<float>(), got.data(), got.size() * sizeof(float));
+      ASSERT_TRUE(cuda.status().ok()) << cuda.status();
+      testing::ExpectWithinBf16ProbabilityRounding(got, c, "flash vs bf16-input definition");
+    }
+  }
+  cuda.SetFlashPipeline(true);  // the defaults
+  ASSERT_TRUE(cuda.SetFlashHeadsPerBlock(1).ok());
+}
+
 #else
 TEST(CudaAttentionTest, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
 #endif
