@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -133,6 +134,20 @@ void ParallelFor(int n, absl::FunctionRef<void(int item, int worker)> body) {
     }
   }
   pool.Finish(job.get());
+}
+
+void ParallelCopy(void* dst, const void* src, size_t bytes) {
+  constexpr size_t kPiece = size_t{1} << 20;
+  const size_t pieces = (bytes + kPiece - 1) / kPiece;
+  if (pieces <= 1) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return;
+  }
+  ParallelFor(static_cast<int>(std::min<size_t>(pieces, 1 << 30)), [&](int item, int) {
+    // (pieces past 2^30 MiB cannot be: host memory is smaller.)
+    const size_t at = static_cast<size_t>(item) * kPiece;
+    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, std::min(kPiece, bytes - at));
+  });
 }
 
 }  // namespace iris::core

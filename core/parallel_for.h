@@ -5,6 +5,8 @@
 // descheduled thread delays the region by a scheduler tick or more).
 #pragma once
 
+#include <cstddef>
+
 #include "absl/functional/function_ref.h"
 
 namespace iris::core {
@@ -18,5 +20,11 @@ int ParallelWorkers();
 // duration (0 is the caller), so per-worker scratch can be indexed by it. Returns when every
 // item is done. Nested or concurrent calls run on the calling thread alone.
 void ParallelFor(int n, absl::FunctionRef<void(int item, int worker)> body);
+
+// memcpy(dst, src, bytes) in 1 MiB pieces over ParallelFor's workers: one thread's copy runs at a
+// fraction of the memory's bandwidth (a GPU encoder's output for eight 448² images, 16.8 MB, took
+// ~1.8 ms to copy on one core of the development machine; the forward itself ~28 ms on an H200).
+// dst and src must not overlap.
+void ParallelCopy(void* dst, const void* src, size_t bytes);
 
 }  // namespace iris::core

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "core/weights.h"
 #include "kernels/attention.h"
@@ -869,7 +870,7 @@ absl::StatusOr<Tensor> VisionEncoder::Finish() {
   IRIS_ASSIGN_OR_RETURN(const float* raster, EndInRaster(&r, &made));
   if (made.raw() != nullptr) return made;
   Tensor out = Tensor::Empty(DType::kF32, {r->plan->host->num_merged, config_.out_hidden_size});
-  std::memcpy(out.data<float>(), raster, out.nbytes());
+  core::ParallelCopy(out.data<float>(), raster, out.nbytes());
   return out;
 }
 
@@ -884,7 +885,7 @@ absl::StatusOr<std::vector<Tensor>> VisionEncoder::FinishImages() {
   for (const GridThw& g : r->grids) {
     const int64_t rows = g[0] * g[1] * g[2] / unit;
     Tensor image = Tensor::Empty(DType::kF32, {rows, out_dim});
-    std::memcpy(image.data<float>(), raster + row * out_dim, image.nbytes());
+    core::ParallelCopy(image.data<float>(), raster + row * out_dim, image.nbytes());
     images.push_back(std::move(image));
     row += rows;
   }
