@@ -118,10 +118,10 @@ class CudaDevice final : public Device {
   // without): the launches of one op are issued `times` times back to back. kGemv picks the GEMVs
   // of one weight shape [out, in] (a decode step's qkv, o, gate_up, down or lm_head); kDecodeRotary
   // a step's rotary + KV write launch (RotaryQKWritePagedKv); kPagedAttention the decode rows'
-  // paged attention (either
-  // kernel, the rotary inside it or not). The paged attention gives the same output however often
-  // it runs; a repeated accumulating GEMV or in-place rotary does not: time only. Graphs record
-  // the setting they were made with (EnableDecodeGraphs again after a change).
+  // paged attention (either kernel, the rotary inside it or not). The paged attention gives the
+  // same output however often it runs; a repeated accumulating GEMV or in-place rotary does not:
+  // time only. Graphs record the setting they were made with (EnableDecodeGraphs again after a
+  // change).
   enum class RepeatedOp { kNone, kGemv, kDecodeRotary, kPagedAttention };
   struct LaunchRepeat {
     RepeatedOp op = RepeatedOp::kNone;
