@@ -273,6 +273,49 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
+  // Where a forward's wall time goes: its three calls timed apart, the device waited on after each
+  // (BeginRgb: the bytes' upload and the plan; AdvanceToEnd: the device's work; Finish: the
+  // embeddings back to host memory), medians over the runs, against the whole forward above. The
+  // device's own time is the middle one; the rest is what a forward pays outside its kernels.
+  std::printf("\nencoder forward by phase (each call timed apart, the device waited on after it; medians):\n"
+              "| input | begin ms (upload, plan) | advance ms (device work) | finish ms (embeddings to host) | "
+              "sum ms | whole forward ms |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Prepared& p = inputs[i];
+    std::vector<double> phase[3];
+    const auto start = Clock::now();
+    for (int run = 0; run < 21 && (run < 3 || Seconds(start) < min_s); ++run) {
+      auto t = Clock::now();
+      absl::Status st = (*encoder)->BeginRgb(p.rgb, p.grids, normalization);
+      dev.Synchronize();
+      const double begin_s = Seconds(t);
+      t = Clock::now();
+      if (st.ok()) st = (*encoder)->AdvanceToEnd();
+      dev.Synchronize();
+      const double advance_s = Seconds(t);
+      t = Clock::now();
+      absl::StatusOr<core::Tensor> out = st.ok() ? (*encoder)->Finish() : absl::StatusOr<core::Tensor>(st);
+      const double finish_s = Seconds(t);
+      if (!out.ok() || !dev.status().ok()) {
+        std::fprintf(stderr, "encoder_bench: %s\n",
+                     std::string((out.ok() ? dev.status() : out.status()).message()).c_str());
+        return 1;
+      }
+      if (run == 0) continue;  // a warm-up
+      phase[0].push_back(begin_s);
+      phase[1].push_back(advance_s);
+      phase[2].push_back(finish_s);
+    }
+    double med[3];
+    for (int k = 0; k < 3; ++k) {
+      std::sort(phase[k].begin(), phase[k].end());
+      med[k] = 1e3 * phase[k][phase[k].size() / 2];
+    }
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", shapes[i].label.c_str(), med[0], med[1], med[2],
+                med[0] + med[1] + med[2], forward_ms[i]);
+    std::fflush(stdout);
+  }
+
   // What the engine hands the encoder: the images' bytes, from which the encoder makes the pixel
   // values where it runs (kernels::PatchRows), against the host's pixel values handed over (what
   // crossed to a GPU before): the two forwards alternating, in the same run.
