@@ -79,7 +79,11 @@ struct VisionEncoder::Graphs {
   int max_graphs = 0;
   bool paused = false;
   std::vector<std::unique_ptr<Entry>> entries;  // grid lists seen, at most 4 * max_graphs
-  Tensor input;  // U8: every forward from bytes, at one address
+  Tensor input;       // U8: every forward from bytes, at one address
+  Tensor input_host;  // U8, pinned: the bytes staged for input's asynchronous upload
+  // Whether an upload from input_host may still be running (set by BeginRgb; EndInRaster's wait on
+  // the stream clears it): BeginRgb waits before it rewrites the staging.
+  bool upload_pending = false;
   uint64_t clock = 0;
   int64_t replays = 0;
 
@@ -280,6 +284,8 @@ absl::Status VisionEncoder::ReserveActivations(int64_t max_patches) {
     graphs_->entries.clear();
     const int64_t p = config_.patch_size;
     IRIS_ASSIGN_OR_RETURN(graphs_->input, device_.Allocate(DType::kU8, {max_patches * p * p * 3}));
+    IRIS_ASSIGN_OR_RETURN(graphs_->input_host, device_.AllocateStaging(DType::kU8, {max_patches * p * p * 3}));
+    graphs_->upload_pending = false;
   }
   act_ = std::move(act);
   max_patches_ = max_patches;
@@ -495,8 +501,13 @@ absl::Status VisionEncoder::BeginRgb(const Tensor& rgb, std::span<const GridThw>
   IRIS_RETURN_IF_ERROR(UsePixelTable(normalization));
   if (graphs_ != nullptr && !graphs_->paused && options_.techniques.cached_cu_seqlens &&
       options_.techniques.fused_rotary && !observer_) {
-    // The bytes at the one address every graph reads them from.
-    device_.CopyToDevice(rgb.raw(), graphs_->input.raw(), static_cast<size_t>(bytes));
+    // The bytes at the one address every graph reads them from, through the pinned staging: copied
+    // there over several threads, then uploaded behind nothing (from pageable memory the driver
+    // stages them itself, on one thread, before the call returns).
+    if (graphs_->upload_pending) device_.Synchronize();  // a forward abandoned before its end
+    core::ParallelCopy(graphs_->input_host.raw(), rgb.raw(), static_cast<size_t>(bytes));
+    device_.CopyToDevice(graphs_->input_host.raw(), graphs_->input.raw(), static_cast<size_t>(bytes));
+    graphs_->upload_pending = true;
     IRIS_RETURN_IF_ERROR(device_.status());
     run->rgb = graphs_->input;
     Graphs::Entry& e = graphs_->Find(grid_thw, device_);
@@ -534,6 +545,7 @@ absl::Status VisionEncoder::EnableGraphs(int max_graphs) {
   g->max_graphs = max_graphs;
   const int64_t p = config_.patch_size;
   IRIS_ASSIGN_OR_RETURN(g->input, device_.Allocate(DType::kU8, {max_patches_ * p * p * 3}));
+  IRIS_ASSIGN_OR_RETURN(g->input_host, device_.AllocateStaging(DType::kU8, {max_patches_ * p * p * 3}));
   graphs_ = std::move(g);
   return absl::OkStatus();
 }
@@ -859,7 +871,8 @@ absl::StatusOr<const float*> VisionEncoder::EndInRaster(std::unique_ptr<Run>* en
   // for this device's stream only.
   kernels::ScatterRows(device_, act_->window_out.data<float>(), out_dim, order, act_->raster.data<float>());
   const size_t bytes = static_cast<size_t>(merged * out_dim) * sizeof(float);
-  device_.CopyToHost(act_->raster.data<float>(), act_->raster_host.data<float>(), bytes);
+  device_.CopyToHost(act_->raster.data<float>(), act_->raster_host.data<float>(), bytes);  // waits
+  if (graphs_ != nullptr) graphs_->upload_pending = false;
   IRIS_RETURN_IF_ERROR(device_.status());
   return act_->raster_host.data<float>();
 }
