@@ -181,11 +181,14 @@ TEST(CudaKernelsOnSimtTest, RmsNormAndSiluMulWriteBf16RowsAsTheF32KernelsRounded
 
 // From bf16 gate/up rows (the GPU's gated MLP hands gate_up's output over in bf16, strided rows
 // of a matmul's output) to bf16 rows: each value is the f32 kernel's on the widened inputs,
-// rounded, bit for bit, in the element and the 4-wide kernels; padding columns untouched.
+// rounded, bit for bit, in the element, the 4-wide and (the vision tower's padded 3456, and 64)
+// the 8-wide kernels; padding columns untouched.
 TEST(CudaKernelsOnSimtTest, SiluMulFromBf16RowsIsTheF32KernelOnTheWidenedValues) {
   static constexpr uint16_t kUntouched = 0xABCD;
+  int eight_wide = 0;
   for (const auto& [rows, inter, gu_ld, ld] :
-       {std::tuple{3, int64_t{3420}, int64_t{6840}, int64_t{3424}}, {2, 64, 136, 64}, {5, 37, 75, 40}}) {
+       {std::tuple{3, int64_t{3420}, int64_t{6840}, int64_t{3424}}, {2, 64, 136, 64}, {5, 37, 75, 40},
+        {3, 3456, 6912, 3456}}) {
     const std::vector<float> src = RandomNormal(static_cast<size_t>(rows * gu_ld), 11 + inter, 3.f);
     std::vector<uint16_t> gu(src.size());
     std::vector<float> widened(static_cast<size_t>(rows * 2 * inter));
@@ -210,7 +213,15 @@ TEST(CudaKernelsOnSimtTest, SiluMulFromBf16RowsIsTheF32KernelOnTheWidenedValues)
              Bf16Rows{got.data(), ld});
       EXPECT_EQ(got, want) << "4-wide silu_mul from bf16, inter " << inter;
     }
+    if (SiluMulBf16Rows8Fits(gu.data(), gu_ld, inter, got.data(), ld)) {
+      std::fill(got.begin(), got.end(), kUntouched);
+      Launch(Dim3(3, 2), Dim3(32), SiluMulBf16Rows8Kernel, static_cast<const uint16_t*>(gu.data()), gu_ld,
+             int64_t{rows}, inter, got.data(), ld);
+      EXPECT_EQ(got, want) << "8-wide silu_mul from bf16, inter " << inter;
+      ++eight_wide;
+    }
   }
+  EXPECT_EQ(eight_wide, 2) << "the 8-wide kernel takes 64 and 3456";
 }
 
 // The flat kernels run on 3 blocks of 64 threads: every size below needs the grid-stride loop.

@@ -86,6 +86,10 @@ int LaunchSiluMulRowsBf16(CUstream_st* stream, const float* gu, int64_t rows, in
 int LaunchSiluMulBf16RowsBf16(CUstream_st* stream, const uint16_t* gu, int64_t gu_ld, int64_t rows, int64_t inter,
                               uint16_t* out, int64_t ld) {
   if (ld < inter || gu_ld < 2 * inter) return static_cast<int>(cudaErrorInvalidValue);
+  if (rows > 0 && inter > 0 && SiluMulBf16Rows8Fits(gu, gu_ld, inter, out, ld)) {
+    SiluMulBf16Rows8Kernel<<<FlatBlocks(rows * (inter / 8)), kFlatThreads, 0, stream>>>(gu, gu_ld, rows, inter, out, ld);
+    return LastLaunchError();
+  }
   return LaunchSiluMulRowsTo(stream, Bf16In{gu, gu_ld}, gu, gu_ld % 4 == 0, rows, inter, out, ld % 4 == 0,
                              Bf16Rows{out, ld});
 }
