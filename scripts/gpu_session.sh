@@ -3,12 +3,14 @@
 # --deadline seconds (default 540: one device call may run 600, and a session's device time,
 # about 900 s, includes the machine's start). From a bundle made by scripts/gpu_bundle.sh:
 #   scripts/gpu_session.sh --bundle .gpu/bundle.tar.xz [--deadline 540] [--out DIR] [--from STAGE]
+#       [--only A,B] [--no-detail]
 # Stages in this order, each bounded by the time left (one that cannot have its minimum is skipped
 # and named):
 #   tests      every GPU test suite (gpu_check.sh, each suite bounded)
 #   decode     decode_bench on the 3b at batches 1, 8, 32, 64, with its same-run tables (graphs,
 #              decode attention on the CUDA cores against the tensor cores, the prompt step both
-#              ways, each Linear alone)
+#              ways, each op's cost inside the graph-replayed step at batches 1 and 8, each Linear
+#              alone)
 #   encoder    encoder_bench on the 3b vision tower: the switch table (the three techniques, bf16
 #              hand-offs, the pipelined flash kernel, matmul tuning) and the tuned matmuls' table
 #   transformers  transformers' Qwen2.5-VL vision tower (sdpa) on the same 3b weights and inputs
