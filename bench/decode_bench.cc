@@ -27,6 +27,7 @@
 
 #include "bench/bench_device.h"
 #include "bench/bench_machine.h"
+#include "bench/bench_stats.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -108,6 +109,7 @@ namespace {
 
 using namespace iris;
 using Clock = std::chrono::steady_clock;
+using iris::bench::Median;
 
 double Seconds(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
 
@@ -122,12 +124,6 @@ std::vector<int> ParseInts(const std::string& list, const char* flag) {
     out.push_back(v);
   }
   return out;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Random rows scaled like token embeddings (~0.02 std).

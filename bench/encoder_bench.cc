@@ -14,6 +14,7 @@
 
 #include "bench/bench_device.h"
 #include "bench/bench_machine.h"
+#include "bench/bench_stats.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -307,10 +308,7 @@ int main(int argc, char** argv) {
       phase[2].push_back(finish_s);
     }
     double med[3];
-    for (int k = 0; k < 3; ++k) {
-      std::sort(phase[k].begin(), phase[k].end());
-      med[k] = 1e3 * phase[k][phase[k].size() / 2];
-    }
+    for (int k = 0; k < 3; ++k) med[k] = 1e3 * iris::bench::Median(phase[k]);
     std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", shapes[i].label.c_str(), med[0], med[1], med[2],
                 med[0] + med[1] + med[2], forward_ms[i]);
     std::fflush(stdout);
@@ -476,10 +474,7 @@ int main(int argc, char** argv) {
         }
       }
       std::vector<double> med;
-      for (auto& v : ms) {
-        std::sort(v.begin(), v.end());
-        med.push_back(v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
-      }
+      for (const auto& v : ms) med.push_back(iris::bench::Median(v));
       std::printf("| %s | %.1f |", shapes[i].label.c_str(), med[0]);
       for (size_t c = 1; c < configs.size(); ++c) {
         std::printf(" %.1f (%+.1f%%) |", med[c], 100.0 * (med[c] - med[0]) / med[0]);

@@ -282,10 +282,7 @@ absl::Status VisionEncoder::ReserveActivations(int64_t max_patches) {
     device_.Synchronize();
     run_.reset();
     graphs_->entries.clear();
-    const int64_t p = config_.patch_size;
-    IRIS_ASSIGN_OR_RETURN(graphs_->input, device_.Allocate(DType::kU8, {max_patches * p * p * 3}));
-    IRIS_ASSIGN_OR_RETURN(graphs_->input_host, device_.AllocateStaging(DType::kU8, {max_patches * p * p * 3}));
-    graphs_->upload_pending = false;
+    IRIS_RETURN_IF_ERROR(AllocateGraphInput(*graphs_, max_patches));
   }
   act_ = std::move(act);
   max_patches_ = max_patches;
@@ -536,6 +533,14 @@ absl::Status VisionEncoder::UsePixelTable(const PixelNormalization& normalizatio
   return absl::OkStatus();
 }
 
+absl::Status VisionEncoder::AllocateGraphInput(Graphs& g, int64_t max_patches) {
+  const int64_t p = config_.patch_size, bytes = max_patches * p * p * 3;  // a forward's bytes at most
+  IRIS_ASSIGN_OR_RETURN(g.input, device_.Allocate(DType::kU8, {bytes}));
+  IRIS_ASSIGN_OR_RETURN(g.input_host, device_.AllocateStaging(DType::kU8, {bytes}));
+  g.upload_pending = false;
+  return absl::OkStatus();
+}
+
 absl::Status VisionEncoder::EnableGraphs(int max_graphs) {
   if (!device_.records_graphs()) {
     return absl::UnimplementedError(absl::StrCat("encoder graphs: ", device_.Describe(), " records no graphs"));
@@ -543,9 +548,7 @@ absl::Status VisionEncoder::EnableGraphs(int max_graphs) {
   if (max_graphs < 1) return absl::InvalidArgumentError(absl::StrCat("encoder graphs: max_graphs ", max_graphs, " < 1"));
   auto g = std::make_unique<Graphs>();
   g->max_graphs = max_graphs;
-  const int64_t p = config_.patch_size;
-  IRIS_ASSIGN_OR_RETURN(g->input, device_.Allocate(DType::kU8, {max_patches_ * p * p * 3}));
-  IRIS_ASSIGN_OR_RETURN(g->input_host, device_.AllocateStaging(DType::kU8, {max_patches_ * p * p * 3}));
+  IRIS_RETURN_IF_ERROR(AllocateGraphInput(*g, max_patches_));
   graphs_ = std::move(g);
   return absl::OkStatus();
 }

@@ -185,6 +185,8 @@ class VisionEncoder {
   absl::Status UsePixelTable(const PixelNormalization& normalization);
   // The forward just run directly, issued again into a graph for its grid list (run_ done).
   absl::Status RecordGraph();
+  // g's input buffer and its pinned staging, for forwards of up to max_patches patches.
+  absl::Status AllocateGraphInput(Graphs& g, int64_t max_patches);
   // Patch rows [r0, r1) of a forward begun from bytes, made into `out` (row r0 first).
   void MakePatchRows(int64_t r0, int64_t r1, float* out);
   // Attention for query rows [r0, r1) of the forward's n rows and block b's proj on it, added

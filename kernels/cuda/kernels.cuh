@@ -54,6 +54,20 @@ IRIS_DEVICE float BlockMax(float v, float* partials) {
 IRIS_DEVICE int64_t GridStart() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 IRIS_DEVICE int64_t GridStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
+// A flat element index e of rows of `width`: its row and column, divided in 32 bits where `narrow`
+// (the whole range below 2^32, as the callers check once): a 64-bit division per element held the
+// row kernels to about half the memory's bandwidth.
+IRIS_DEVICE void RowAndColumn(int64_t e, int64_t width, bool narrow, int64_t* row, int64_t* column) {
+  if (narrow) {
+    const uint32_t e32 = static_cast<uint32_t>(e), w32 = static_cast<uint32_t>(width), r32 = e32 / w32;
+    *row = r32;
+    *column = e32 - r32 * w32;
+  } else {
+    *row = e / width;
+    *column = e % width;
+  }
+}
+
 // Where a row op's results go: f32 rows (y may alias the op's input where each thread rewrites
 // only what it read), or bf16 rows of a matmul's input (rounded as core::FloatToBf16; the
 // padding columns of the row stride are left as they are).
@@ -202,14 +216,11 @@ IRIS_GLOBAL void SiluMulRows4Kernel(In gu, int64_t rows, int64_t inter, Out out)
   const int64_t quads = inter / 4, n = rows * quads;
   const int64_t first = (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * gridDim.y * blockDim.x;
-  if (n <= 0xffffffffll) {
-    const uint32_t q32 = static_cast<uint32_t>(quads);
-    for (int64_t e = first; e < n; e += stride) {
-      const uint32_t flat = static_cast<uint32_t>(e), r = flat / q32;
-      SiluMulQuad(gu, r, flat - r * q32, inter, out);
-    }
-  } else {
-    for (int64_t e = first; e < n; e += stride) SiluMulQuad(gu, e / quads, e % quads, inter, out);
+  const bool narrow = n <= 0xffffffffll;
+  for (int64_t e = first; e < n; e += stride) {
+    int64_t r, c;
+    RowAndColumn(e, quads, narrow, &r, &c);
+    SiluMulQuad(gu, r, c, inter, out);
   }
 }
 
@@ -227,16 +238,10 @@ IRIS_GLOBAL void SiluMulBf16Rows8Kernel(const uint16_t* gu, int64_t gu_ld, int64
   const int64_t octs = inter / 8, n = rows * octs;
   const int64_t first = (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * gridDim.y * blockDim.x;
+  const bool narrow = n <= 0xffffffffll;
   for (int64_t e = first; e < n; e += stride) {
     int64_t r, c;
-    if (n <= 0xffffffffll) {
-      const uint32_t flat = static_cast<uint32_t>(e), o32 = static_cast<uint32_t>(octs), r32 = flat / o32;
-      r = r32;
-      c = flat - r32 * o32;
-    } else {
-      r = e / octs;
-      c = e % octs;
-    }
+    RowAndColumn(e, octs, narrow, &r, &c);
     const uint16_t* row = gu + r * gu_ld + 8 * c;
     const Chunk16 g = *reinterpret_cast<const Chunk16*>(row), u = *reinterpret_cast<const Chunk16*>(row + inter);
     float gv[8], uv[8];
@@ -308,12 +313,12 @@ IRIS_HOST_DEVICE bool RotaryQKBf16Vec4Fits(const void* q, int64_t q_stride, int 
 IRIS_GLOBAL void RotaryQKBf16Vec4Kernel(uint16_t* q, int64_t q_stride, int q_heads, uint16_t* k, int64_t k_stride,
                                         int k_heads, int head_dim, int64_t rows, const float* cos, const float* sin) {
   const int half = head_dim / 2, quads = half / 4;
-  const uint32_t per_row = static_cast<uint32_t>((q_heads + k_heads) * quads);
+  const int per_row = (q_heads + k_heads) * quads;
   const int64_t n = rows * per_row;
   for (int64_t e = GridStart(); e < n; e += GridStride()) {
-    const uint32_t flat = static_cast<uint32_t>(e), row32 = flat / per_row, within = flat - row32 * per_row;
-    const int64_t row = row32;
-    const int h = static_cast<int>(within / static_cast<uint32_t>(quads));
+    int64_t row, within;
+    RowAndColumn(e, per_row, /*narrow=*/true, &row, &within);  // (RotaryQKBf16Vec4Fits: n < 2^31)
+    const int h = static_cast<int>(within) / quads;
     const int i = (static_cast<int>(within) - h * quads) * 4;
     uint16_t* p = h < q_heads ? q + row * q_stride + static_cast<int64_t>(h) * head_dim
                               : k + row * k_stride + static_cast<int64_t>(h - q_heads) * head_dim;
@@ -508,20 +513,6 @@ IRIS_DEVICE float F16ToFloat(uint16_t h) {
 }
 
 // --- Rows: gathers, scatters, the embedding lookup ---
-
-// A flat element index e of rows of `width`: its row and column, divided in 32 bits where `narrow`
-// (the whole range below 2^32, as the callers check once): a 64-bit division per element held the
-// row kernels to about half the memory's bandwidth.
-IRIS_DEVICE void RowAndColumn(int64_t e, int64_t width, bool narrow, int64_t* row, int64_t* column) {
-  if (narrow) {
-    const uint32_t e32 = static_cast<uint32_t>(e), w32 = static_cast<uint32_t>(width), r32 = e32 / w32;
-    *row = r32;
-    *column = e32 - r32 * w32;
-  } else {
-    *row = e / width;
-    *column = e % width;
-  }
-}
 
 // dst[i, :] = src[index[i], :] for i < n.
 IRIS_GLOBAL void GatherRowsKernel(const float* src, int64_t width, const int32_t* index, int64_t n, float* dst) {
