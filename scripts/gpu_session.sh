@@ -18,11 +18,11 @@
 #   sampling   sampler_bench --device cuda: a step's sampled rows (1, 8, 64 of 152k logits) brought
 #              back and picked on the host vs drawn on the GPU (kernels::SampleRows), same tokens
 #   decode_ab  the 3b step at batches 1 and 4 with each candidate as a variant, side by side with
-#              the defaults, alternating (gpu_ab.sh): the plain CUDA-core GEMV everywhere (at
-#              batch 1 the default before down took the streamed one), and the CUDA-core paged
-#              attention's key splits capped at 1 and at 4 (the default cap, 16, gives 8 at batch
-#              1 and 2 at batch 4). The streamed GEMV everywhere, the L2 weight prefetch and the
-#              fused decode rotary were timed by earlier runs (README) and are not repeated.
+#              the defaults, alternating (gpu_ab.sh): the CUDA-core paged attention's key splits
+#              capped at 2 and at 16 (the default cap, 4, gives 4 splits at batch 1 and 2 at batch
+#              4; 16 gives 8 at batch 1, the default before). The streamed GEMV, the plain GEMV
+#              everywhere, the L2 weight prefetch and the fused decode rotary were timed by earlier
+#              runs (README) and are not repeated.
 #   profile    where the GPU time of a 448x448 x8 encoder forward and of a 3b batch-1 decode step
 #              goes (every kernel, Nsight Compute), then why the two attention kernels iris owns
 #              take theirs (its sections): the encoder's flash kernel, the decode rows' paged
@@ -108,8 +108,8 @@ sampling() {
 decode_ab() {
   make_model 3b || return 1
   bash scripts/gpu_ab.sh --bundle "$BUNDLE" --models 3b --models-dir "$MODELS" --batches 1,4 --rounds 2 \
-    --out "$OUT_DIR/decode_ab" --variant "plain_gemv: --gemv_kernel=cuda_cores" \
-    --variant "splits1: --paged_attention_max_splits=1" --variant "splits4: --paged_attention_max_splits=4"
+    --out "$OUT_DIR/decode_ab" --variant "splits2: --paged_attention_max_splits=2" \
+    --variant "splits16: --paged_attention_max_splits=16"
 }
 encoder() {
   make_model 3b || return 1
