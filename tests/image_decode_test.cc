@@ -325,6 +325,46 @@ TEST(ImageDecodeErrorTest, CorruptOpenCvFormats) {
   }
 }
 
+// A WebP that OpenCV's WebP decoder would not claim (its header fails libwebp's WebPGetFeatures)
+// must stop at iris's header check: cv::imdecode offered the image_fuzzer's find — a VP8L chunk
+// larger than its RIFF, "DICM" at byte 128 — to OpenCV's DICOM reader, which aborted the process.
+TEST(ImageDecodeErrorTest, WebpHeadersOpenCvsWebpDecoderWouldNotClaimAreRefused) {
+  // (tests/fuzz/corpus/image_fuzzer/webp_vp8l_chunk_past_riff_dicm_at_128.webp)
+  const std::vector<uint8_t> found = {
+      0x52, 0x49, 0x46, 0x46, 0xec, 0x00, 0x00, 0x00, 0x57, 0x45, 0x42, 0x50, 0x56, 0x50, 0x38, 0x4c,
+      0xde, 0xff, 0xff, 0xfc, 0x2f, 0x27, 0x8a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x20, 0x4b,
+      0x88, 0xe8, 0x3f, 0x73, 0x7f, 0x0a, 0xe5, 0x8f, 0xfe, 0x47, 0x32, 0x32, 0x32, 0xff, 0xc0, 0x00,
+      0x11, 0x08, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0xff, 0xc4, 0x00, 0x11, 0x01, 0x03, 0x11, 0x00,
+      0x00, 0x00, 0x01, 0x02, 0x03, 0x5a, 0x63, 0x64, 0x02, 0x77, 0x00, 0x01, 0x02, 0x03, 0x11, 0x04,
+      0x05, 0x21, 0x31, 0x06, 0x12, 0x41, 0x51, 0xb0, 0x70, 0xdb, 0x36, 0x92, 0xfd, 0xde, 0x50, 0x56,
+      0x50, 0x38, 0x4c, 0xde, 0xff, 0xff, 0xfc, 0x25, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x3f,
+      0x50, 0x44, 0x46, 0xb0, 0xe0, 0x8c, 0xcd, 0x96, 0xa0, 0x30, 0x0c, 0x98, 0xac, 0x03, 0x1e, 0x17,
+      0x44, 0x49, 0x43, 0x4d, 0x9c, 0x89,
+  };
+  ExpectInvalid(DecodeStatus(found), "invalid WebP data: VP8L chunk of 4244635614 bytes in a RIFF of 236");
+  const std::vector<uint8_t> lossy = ReadFile(DataPath("decode/webp_lossy_41x27.webp"));
+  ASSERT_EQ(std::string(lossy.begin() + 12, lossy.begin() + 16), "VP8 ");
+  std::vector<uint8_t> b = lossy;
+  b[4] = 11, b[5] = b[6] = b[7] = 0;  // a RIFF size under its own header's
+  ExpectInvalid(DecodeStatus(b), "invalid WebP data: RIFF size 11, under 12");
+  b = lossy;
+  b[20] |= 1;  // an inter frame
+  ExpectInvalid(DecodeStatus(b), "invalid WebP data: bad VP8 frame tag");
+  std::vector<uint8_t> lossless = ReadFile(DataPath("decode/webp_lossless_alpha_41x27.webp"));
+  ASSERT_EQ(std::string(lossless.begin() + 12, lossless.begin() + 16), "VP8L");
+  lossless[24] |= 0x20;  // version 1
+  ExpectInvalid(DecodeStatus(lossless), "invalid WebP data: bad VP8L signature or version");
+  std::vector<uint8_t> extended = ReadFile(DataPath("decode/webp_lossy_alpha_41x27.webp"));
+  ASSERT_EQ(std::string(extended.begin() + 12, extended.begin() + 16), "VP8X");
+  extended[16] = 11;
+  ExpectInvalid(DecodeStatus(extended), "invalid WebP data: VP8X chunk of 11 bytes, not 10");
+  // The files themselves still decode.
+  for (const auto* f : {"decode/webp_lossy_41x27.webp", "decode/webp_lossless_alpha_41x27.webp",
+                        "decode/webp_lossy_alpha_41x27.webp"}) {
+    EXPECT_TRUE(DecodeImageFile(DataPath(f)).ok()) << f;
+  }
+}
+
 // Every prefix and a few thousand single-byte corruptions of small files of each format:
 // whatever happens must be a status, never a crash (and, under ASan, never a bad access or leak).
 TEST(ImageDecodeRobustnessTest, PrefixesAndCorruptionsNeverCrash) {

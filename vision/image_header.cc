@@ -128,20 +128,42 @@ absl::StatusOr<PngIhdr> ReadPngIhdr(std::span<const uint8_t> b) {
   return h;
 }
 
+// Besides the dimensions, the header checks libwebp's WebPGetFeatures makes on a file's first 32
+// bytes, which is how OpenCV's WebP decoder claims a buffer: a WebP it would not claim went on to
+// OpenCV's other decoders (GDCM aborted the process on one that had "DICM" at byte 128).
 absl::StatusOr<HeaderDims> ReadWebpDims(std::span<const uint8_t> b) {
   if (b.size() < 30) return Truncated("WebP", b.size());
+  const uint32_t riff_size = Le32(&b[4]), chunk_size = Le32(&b[16]);
+  if (riff_size < 12) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid WebP data: RIFF size ", riff_size, ", under 12"));
+  }
   const uint8_t* c = &b[12];
   if (std::memcmp(c, "VP8X", 4) == 0) {
+    if (chunk_size != 10) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid WebP data: VP8X chunk of ", chunk_size, " bytes, not 10"));
+    }
     return HeaderDims{int64_t{Le24(&b[24])} + 1, int64_t{Le24(&b[27])} + 1};
   }
-  if (std::memcmp(c, "VP8L", 4) == 0) {
-    if (b[20] != 0x2F) return absl::InvalidArgumentError("invalid WebP data: bad VP8L signature");
+  const bool lossless = std::memcmp(c, "VP8L", 4) == 0;
+  if ((lossless || std::memcmp(c, "VP8 ", 4) == 0) && chunk_size > riff_size - 12) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid WebP data: ", lossless ? "VP8L" : "VP8", " chunk of ",
+                                                   chunk_size, " bytes in a RIFF of ", riff_size));
+  }
+  if (lossless) {
+    if (b[20] != 0x2F || (b[24] >> 5) != 0) {
+      return absl::InvalidArgumentError("invalid WebP data: bad VP8L signature or version");
+    }
     const uint32_t bits = Le32(&b[21]);
     return HeaderDims{int64_t{bits & 0x3FFF} + 1, int64_t{(bits >> 14) & 0x3FFF} + 1};
   }
   if (std::memcmp(c, "VP8 ", 4) == 0) {
     if (b[23] != 0x9D || b[24] != 0x01 || b[25] != 0x2A) {
       return absl::InvalidArgumentError("invalid WebP data: bad VP8 key frame start code");
+    }
+    // The frame tag: a shown key frame of profile 0..3 whose first partition fits in the chunk.
+    const uint32_t tag = Le24(&b[20]);
+    if ((tag & 1) != 0 || ((tag >> 1) & 7) > 3 || ((tag >> 4) & 1) == 0 || (tag >> 5) >= chunk_size) {
+      return absl::InvalidArgumentError("invalid WebP data: bad VP8 frame tag");
     }
     return HeaderDims{Le16(&b[26]) & 0x3FFF, Le16(&b[28]) & 0x3FFF};
   }
