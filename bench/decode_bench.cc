@@ -103,7 +103,8 @@ ABSL_FLAG(double, weight_prefetch, 0.0,
 ABSL_FLAG(int, gemv_max_rows, -1, "GPU: bf16 Linears with at most this many rows run a GEMV (-1: the device's default)");
 ABSL_FLAG(std::string, gemv_kernel, "auto",
           "GPU: which GEMV takes bf16 Linears of up to --gemv_max_rows rows: auto (the device's pick by rows and "
-          "weight size; cuBLASLt where it is faster), or cuda_cores / streamed / tensor_cores for every such call");
+          "weight size; cuBLASLt where it is faster), or cuda_cores / pipelined / streamed / tensor_cores for every "
+          "such call");
 
 namespace {
 
@@ -326,12 +327,14 @@ int main(int argc, char** argv) {
     const std::string kernel = absl::GetFlag(FLAGS_gemv_kernel);
     if (kernel == "cuda_cores") {
       gpu.ForceGemvKernel(kernels::cuda::GemvKernel::kCudaCores);
+    } else if (kernel == "pipelined") {
+      gpu.ForceGemvKernel(kernels::cuda::GemvKernel::kCudaCoresPipelined);
     } else if (kernel == "streamed") {
       gpu.ForceGemvKernel(kernels::cuda::GemvKernel::kCudaCoresStreamed);
     } else if (kernel == "tensor_cores") {
       gpu.ForceGemvKernel(kernels::cuda::GemvKernel::kTensorCores);
     } else if (kernel != "auto") {
-      Die("--gemv_kernel must be auto, cuda_cores, streamed or tensor_cores, got " + kernel);
+      Die("--gemv_kernel must be auto, cuda_cores, pipelined, streamed or tensor_cores, got " + kernel);
     }
   }
 #endif
@@ -684,7 +687,7 @@ int main(int argc, char** argv) {
     int per_step;
     // Where a GEMV took the call (a GPU): the same call on each GEMV kernel and through cuBLASLt;
     // else 0.
-    double cuda_cores_sec, streamed_sec, tensor_cores_sec, cublas_sec;
+    double cuda_cores_sec, pipelined_sec, streamed_sec, tensor_cores_sec, cublas_sec;
   };
   std::vector<std::vector<LinearRow>> linear_rows(batches.size());
   const std::string linear_load = iris::bench::LoadAverage();
@@ -732,7 +735,7 @@ int main(int argc, char** argv) {
       for (size_t bi = 0; bi < batches.size(); ++bi) {
         const int m = batches[bi];
         const double sec = time_calls(m);
-        double cuda_cores_sec = 0, streamed_sec = 0, tensor_cores_sec = 0, cublas_sec = 0;
+        double cuda_cores_sec = 0, pipelined_sec = 0, streamed_sec = 0, tensor_cores_sec = 0, cublas_sec = 0;
 #ifdef IRIS_HAVE_CUDA
         if (dev.kind() == kernels::DeviceKind::kCuda && bf16) {
           using kernels::cuda::GemvKernel;
@@ -742,6 +745,8 @@ int main(int argc, char** argv) {
           if (m <= gemv_rows) {
             gpu.ForceGemvKernel(GemvKernel::kCudaCores);
             cuda_cores_sec = time_calls(m);
+            gpu.ForceGemvKernel(GemvKernel::kCudaCoresPipelined);
+            pipelined_sec = time_calls(m);
             gpu.ForceGemvKernel(GemvKernel::kCudaCoresStreamed);
             streamed_sec = time_calls(m);
             gpu.ForceGemvKernel(GemvKernel::kTensorCores);
@@ -756,7 +761,7 @@ int main(int argc, char** argv) {
 #endif
         linear_rows[bi].push_back({m, s.name, std::to_string(s.out) + " x " + std::to_string(s.in),
                                    static_cast<double>(bytes), sec, 2.0 * m * s.out * s.in, s.per_step,
-                                   cuda_cores_sec, streamed_sec, tensor_cores_sec, cublas_sec});
+                                   cuda_cores_sec, pipelined_sec, streamed_sec, tensor_cores_sec, cublas_sec});
       }
     }
     measure_bw();
@@ -847,24 +852,25 @@ int main(int argc, char** argv) {
                 "on each GEMV kernel and through cuBLASLt, f32 -> bf16 launch included, as GB/s):\n", gemm,
                 linear_load.c_str());
     std::printf("| M | linear | out x in | MB | us/call | GB/s | of bandwidth | TFLOP/s | per step | ms/step | share of the step "
-                "| CUDA-core GEMV | streamed | tensor-core GEMV | cuBLASLt |\n");
-    std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+                "| CUDA-core GEMV | pipelined | streamed | tensor-core GEMV | cuBLASLt |\n");
+    std::printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+                "| ---: |\n");
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       double sum = 0;
       for (const LinearRow& r : linear_rows[bi]) {
         const double ms = 1e3 * r.sec * r.per_step;
         sum += ms;
         const std::string cublas =
-            r.cublas_sec > 0 ? absl::StrFormat("%.0f | %.0f | %.0f | %.0f", r.bytes / r.cuda_cores_sec / 1e9,
-                                               r.bytes / r.streamed_sec / 1e9, r.bytes / r.tensor_cores_sec / 1e9,
+            r.cublas_sec > 0 ? absl::StrFormat("%.0f | %.0f | %.0f | %.0f | %.0f", r.bytes / r.cuda_cores_sec / 1e9,
+                                               r.bytes / r.pipelined_sec / 1e9, r.bytes / r.streamed_sec / 1e9, r.bytes / r.tensor_cores_sec / 1e9,
                                                r.bytes / r.cublas_sec / 1e9)
-                             : " | | | ";
+                             : " | | | | ";
         std::printf("| %d | %s | %s | %.1f | %.1f | %.1f | %.0f%% | %.3f | %d | %.2f | %.0f%% | %s |\n", r.m,
                     r.name.c_str(), r.shape.c_str(), r.bytes / 1e6, 1e6 * r.sec, r.bytes / r.sec / 1e9,
                     100.0 * r.bytes / r.sec / bw, r.flops / r.sec / 1e12, r.per_step, ms, 100.0 * ms / step_ms[bi],
                     cublas.c_str());
       }
-      std::printf("| %d | all linears of a step | | %.1f | | %.1f | %.0f%% | %.3f | | %.2f | %.0f%% | | | | |\n", batches[bi],
+      std::printf("| %d | all linears of a step | | %.1f | | %.1f | %.0f%% | %.3f | | %.2f | %.0f%% | | | | | |\n", batches[bi],
                   weight_bytes / 1e6, weight_bytes / (sum / 1e3) / 1e9, 100.0 * weight_bytes / (sum / 1e3) / bw,
                   dec.MatmulFlops(batches[bi], batches[bi]) / (sum / 1e3) / 1e12, sum, 100.0 * sum / step_ms[bi]);
     }

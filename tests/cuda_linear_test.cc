@@ -203,14 +203,15 @@ TEST(CudaLinearTest, MatchesTheCpuLinearAndADoubleReferenceOnOddShapes) {
         const Tensor dx = Upload(*gpu, x);
         // Rows a GEMV may take: each GEMV kernel forced, then the device's own pick (PickGemv).
         const bool gemv = bf16 && m <= Cuda(*gpu).gemv_max_rows();
-        const std::optional<cuda::GemvKernel> kinds[] = {cuda::GemvKernel::kCudaCores,
-                                                         cuda::GemvKernel::kCudaCoresStreamed,
-                                                         cuda::GemvKernel::kTensorCores, std::nullopt};
-        const char* kind_names[] = {"GEMV on the CUDA cores", "GEMV on the CUDA cores, streamed",
-                                    "GEMV on the tensor cores", "as picked"};
-        for (int run = 0; run < (gemv ? 8 : 2); ++run) {
+        const std::optional<cuda::GemvKernel> kinds[] = {
+            cuda::GemvKernel::kCudaCores, cuda::GemvKernel::kCudaCoresPipelined, cuda::GemvKernel::kCudaCoresStreamed,
+            cuda::GemvKernel::kTensorCores, std::nullopt};
+        const char* kind_names[] = {"GEMV on the CUDA cores", "GEMV on the CUDA cores, pipelined",
+                                    "GEMV on the CUDA cores, streamed", "GEMV on the tensor cores", "as picked"};
+        constexpr int kKinds = 5;
+        for (int run = 0; run < (gemv ? 2 * kKinds : 2); ++run) {
           const int with_bias = run % 2;
-          const int kind = gemv ? run / 2 : 3;
+          const int kind = gemv ? run / 2 : kKinds - 1;
           Cuda(*gpu).ForceGemvKernel(kinds[kind]);
           SCOPED_TRACE(kind_names[kind]);
           for (const Epilogue ep : {Epilogue::kNone, Epilogue::kGeluErf, Epilogue::kAccumulate}) {
@@ -336,7 +337,8 @@ TEST(CudaLinearTest, FoldedInputOpsGiveTheOpThenForwardBitForBit) {
   using Op = LinearInput::Op;
   const std::pair<int64_t, std::optional<cuda::GemvKernel>> paths[] = {
       {1, cuda::GemvKernel::kCudaCores}, {3, cuda::GemvKernel::kCudaCores}, {8, cuda::GemvKernel::kTensorCores},
-      {1, cuda::GemvKernel::kCudaCoresStreamed}, {3, cuda::GemvKernel::kCudaCoresStreamed}, {max_m, std::nullopt}};
+      {1, cuda::GemvKernel::kCudaCoresStreamed}, {3, cuda::GemvKernel::kCudaCoresStreamed},
+      {1, cuda::GemvKernel::kCudaCoresPipelined}, {3, cuda::GemvKernel::kCudaCoresPipelined}, {max_m, std::nullopt}};
   for (const auto& [m, kernel] : paths) {
     cuda.ForceGemvKernel(kernel);
     for (const Op op : {Op::kRmsNorm, Op::kSiluMul}) {
@@ -399,7 +401,8 @@ TEST(CudaLinearTest, EarlyStartGemvsWaitForTheKernelAhead) {
     }
   };
   for (const auto& [name, forced] : {std::pair{"picked", std::optional<cuda::GemvKernel>{}},
-                                      std::pair{"streamed", std::optional{cuda::GemvKernel::kCudaCoresStreamed}}}) {
+                                      std::pair{"streamed", std::optional{cuda::GemvKernel::kCudaCoresStreamed}},
+                                      std::pair{"pipelined", std::optional{cuda::GemvKernel::kCudaCoresPipelined}}}) {
     cuda.ForceGemvKernel(forced);
     if (forced) ASSERT_EQ(cuda.GemvFor(m, h, inter), *forced);
     std::vector<float> got[2];

@@ -166,19 +166,22 @@ struct SimtGemv {
 std::string Name(const SimtGemv& g) {
   switch (g.kernel) {
     case GemvKernel::kCudaCores: return "CUDA cores";
+    case GemvKernel::kCudaCoresPipelined: return "CUDA cores pipelined";
     case GemvKernel::kCudaCoresStreamed: return "CUDA cores streamed, " + std::to_string(g.stream_blocks) + " blocks";
     case GemvKernel::kTensorCores: return "tensor cores";
   }
   return "?";
 }
 // The kernels every GEMV case runs: the streamed one on grids of one block (every group in turn),
-// two and three (groups strided over blocks), and more blocks than groups.
+// two and three (groups strided over blocks), and more blocks than groups. The pipelined one last:
+// BothGemvs... compares it with the first bit for bit.
 const SimtGemv kSimtGemvs[] = {{GemvKernel::kCudaCores},
                                {GemvKernel::kCudaCoresStreamed, 1},
                                {GemvKernel::kCudaCoresStreamed, 2},
                                {GemvKernel::kCudaCoresStreamed, 3},
                                {GemvKernel::kCudaCoresStreamed, 40},
-                               {GemvKernel::kTensorCores}};
+                               {GemvKernel::kTensorCores},
+                               {GemvKernel::kCudaCoresPipelined}};
 
 template <int kRows, GemvX kOp>
 void LaunchSimtGemvRows(const SimtGemv& g, bool vec, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
@@ -188,6 +191,15 @@ void LaunchSimtGemvRows(const SimtGemv& g, bool vec, const uint16_t* w, int64_t 
   if (g.kernel == GemvKernel::kCudaCoresStreamed && vec) {
     Launch(Dim3(g.stream_blocks), Dim3(kGemvSimtThreads), GemvStreamKernel<kRows, kOp>, w, ld, in, out, x, bias, beta,
            y, early);
+  } else if (g.kernel == GemvKernel::kCudaCoresPipelined) {
+    if constexpr (kOp == GemvX::kPlain) {
+      Launch(Dim3(blocks), Dim3(kGemvSimtThreads),
+             vec ? GemvSimtKernel<kRows, true, kOp, true> : GemvSimtKernel<kRows, false, kOp, true>, w, ld, in, out, x,
+             bias, beta, y, early);
+    } else {
+      Launch(Dim3(blocks), Dim3(kGemvSimtThreads), GemvSimtKernel<kRows, true, kOp, true>, w, ld, in, out, x, bias,
+             beta, y, early);
+    }
   } else if constexpr (kOp == GemvX::kPlain) {
     Launch(Dim3(blocks), Dim3(kGemvSimtThreads), vec ? GemvSimtKernel<kRows, true> : GemvSimtKernel<kRows, false>,
            w, ld, in, out, x, bias, beta, y, early);
@@ -255,6 +267,7 @@ TEST(LinearKernelsOnSimtTest, BothGemvsMatchADoubleReferenceOnTheBf16RoundedInpu
       {2, 4104, 21, 0, true, false},  // streamed: several groups of several passes each
       {2, 40, 3, 0, true, true},      // fewer outputs than a block owns
       {3, 1000, 17, 1, false, false}, // x not 16-byte aligned: element loads
+      {3, 4100, 9, 1, false, false},  // element loads over three passes, the last one chunk, partly past `in`
       {5, 13, 9, 0, true, true},      // in % 8 != 0: the last chunk is partly past `in`
       {7, 64, 16, 0, false, false},
       {8, 2056, 33, 0, true, true},
@@ -276,11 +289,15 @@ TEST(LinearKernelsOnSimtTest, BothGemvsMatchADoubleReferenceOnTheBf16RoundedInpu
     const float* b = k.bias ? bias.data() : nullptr;
     const float beta = k.accumulate ? 1.f : 0.f;
     const bool vec = k.in % 8 == 0 && k.x_offset % 4 == 0;
+    std::vector<float> cuda_cores_y;
     for (const SimtGemv& g : kSimtGemvs) {
       SCOPED_TRACE(Name(g));
       // Without accumulate, y holds NaNs the kernel must not read.
       std::vector<float> y = k.accumulate ? y0 : std::vector<float>(y0.size(), NAN);
       LaunchSimtGemv(g, k.rows, vec, w, ld, k.in, k.out, GemvInput{x}, b, beta, y.data());
+      // Pipelining moves the loads, not the products: the CUDA-core kernel's y exactly.
+      if (g.kernel == GemvKernel::kCudaCores) cuda_cores_y = y;
+      if (g.kernel == GemvKernel::kCudaCoresPipelined) EXPECT_EQ(y, cuda_cores_y);
       for (int r = 0; r < k.rows; ++r) {
         for (int64_t o = 0; o < k.out; ++o) {
           double dot = 0, scale = 0;
@@ -356,7 +373,7 @@ TEST(LinearKernelsOnSimtTest, FoldedOpsGiveTheOpKernelThenTheGemvBitForBit) {
       EXPECT_EQ(read, act) << "silu_mul x read by a block of " << threads;
     }
     // One grid of the streamed kernel here: BothGemvs... above runs the others.
-    for (const SimtGemv& g : {kSimtGemvs[0], kSimtGemvs[3], kSimtGemvs[5]}) {
+    for (const SimtGemv& g : {kSimtGemvs[0], kSimtGemvs[3], kSimtGemvs[5], kSimtGemvs[6]}) {
       SCOPED_TRACE(Name(g));
       for (const auto& [unfolded, folded, name] :
            {std::tuple{GemvInput{normed.data()}, folded_norm, "rms_norm"}, {GemvInput{act.data()}, folded_silu, "silu_mul"}}) {

@@ -60,9 +60,10 @@ void LaunchGemvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in
     LaunchMaybeEarly(stream, dim3(blocks), kGemvSimtThreads, early, GemvStreamKernel<kRows, kOp>, w, ld, in, out, x,
                      bias, beta, y, early);
   } else {
+    constexpr bool kPipelined = kKernel == GemvKernel::kCudaCoresPipelined;
     const auto blocks = static_cast<unsigned>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock);
-    LaunchMaybeEarly(stream, dim3(blocks), kGemvSimtThreads, early, GemvSimtKernel<kRows, kVecX, kOp>, w, ld, in,
-                     out, x, bias, beta, y, early);
+    LaunchMaybeEarly(stream, dim3(blocks), kGemvSimtThreads, early, GemvSimtKernel<kRows, kVecX, kOp, kPipelined>, w,
+                     ld, in, out, x, bias, beta, y, early);
   }
 }
 
@@ -137,6 +138,9 @@ int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, in
   }
   if (kernel == GemvKernel::kCudaCoresStreamed) {
     LaunchGemvSimt<GemvKernel::kCudaCoresStreamed>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, sm_count, early);
+  } else if (kernel == GemvKernel::kCudaCoresPipelined) {
+    LaunchGemvSimt<GemvKernel::kCudaCoresPipelined>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, sm_count,
+                                                    early);
   } else {
     LaunchGemvSimt<GemvKernel::kCudaCores>(stream, vec_x, w, ld, in, out, x, r, bias, beta, y, sm_count, early);
   }

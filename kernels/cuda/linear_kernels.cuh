@@ -190,7 +190,12 @@ IRIS_DEVICE void GemvSimtLoadWeights(const uint16_t* w, int64_t ld, int64_t o0, 
 
 // What GemvMmaKernel computes (below), for kRows rows. Grid: ceil(out / kGemvSimtOutPerBlock)
 // blocks of kGemvSimtThreads.
-template <int kRows, bool kVecX, GemvX kOp = GemvX::kPlain>
+// kPipelined (GemvKernel::kCudaCoresPipelined): a lane asks for its next pass's weight chunks
+// before it multiplies this pass's, so that a row of several passes (the 3b's down: 1376 chunks,
+// 5.4 passes) streams with a pass of loads always in flight, where the one-pass-at-a-time loop
+// leaves the memory idle while it computes and waits a full round trip per pass. The same
+// products in the same order: the same y, bit for bit.
+template <int kRows, bool kVecX, GemvX kOp = GemvX::kPlain, bool kPipelined = false>
 IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, GemvInput x,
                                 const float* bias, float beta, float* y, bool early_start) {
   IRIS_SHARED float partial[kGemvSimtWarps][kGemvSimtOutPerBlock * kRows];
@@ -217,7 +222,12 @@ IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64
     for (int r = 0; r < kRows; ++r) acc[o][r] = 0.f;
   }
   for (int64_t c = c0; c < chunks; c += kGemvSimtThreads) {
-    if (c != c0) GemvSimtLoadWeights(w, ld, o0, outs, c, wc);
+    Chunk16 next[kPipelined ? kGemvSimtOutPerBlock : 1];
+    if constexpr (kPipelined) {
+      if (c + kGemvSimtThreads < chunks) GemvSimtLoadWeights(w, ld, o0, outs, c + kGemvSimtThreads, next);
+    } else {
+      if (c != c0) GemvSimtLoadWeights(w, ld, o0, outs, c, wc);
+    }
     float xv[kRows][8];
     IRIS_UNROLL
     for (int r = 0; r < kRows; ++r) GemvXChunk<kVecX, kOp>(x, r, c, in, inv, xv[r]);
@@ -229,6 +239,10 @@ IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64
       for (int r = 0; r < kRows; ++r) {
         for (int e = 0; e < 8; ++e) acc[o][r] += xv[r][e] * wv[e];
       }
+    }
+    if constexpr (kPipelined) {
+      IRIS_UNROLL
+      for (int o = 0; o < kGemvSimtOutPerBlock; ++o) wc[o] = next[o];
     }
   }
   for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {

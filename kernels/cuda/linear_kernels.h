@@ -20,7 +20,10 @@ constexpr int kGemvMaxRowsPerLaunch = 8;
 // many blocks as fit on the GPU at once, each walking many groups with its next loads in flight:
 // gemv_streamed.cuh; an x that is not whole 16-byte vectors takes kCudaCores), or on the tensor
 // cores (two m16n8k16 products per 16 bytes a lane loads of two weight rows, whatever the rows).
-enum class GemvKernel { kCudaCores, kCudaCoresStreamed, kTensorCores };
+// kCudaCoresPipelined: kCudaCores with each lane's next pass of weight loads in flight while it
+// multiplies the current one (rows of more than 2048 columns take several passes); the same y bit
+// for bit. A candidate: not picked by PickGemv until a same-run step measurement says so.
+enum class GemvKernel { kCudaCores, kCudaCoresStreamed, kTensorCores, kCudaCoresPipelined };
 // Which path a bf16 Linear of `rows` rows and an [out_features, in_features] weight takes, as
 // measured on an H200 (README): a GEMV for one row (every shape of the 3b decoder, 1.1-2.4x the
 // bandwidth cuBLASLt reaches), on the CUDA cores (the streamed one read the MLP's down faster
