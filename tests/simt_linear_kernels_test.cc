@@ -297,7 +297,9 @@ TEST(LinearKernelsOnSimtTest, BothGemvsMatchADoubleReferenceOnTheBf16RoundedInpu
       LaunchSimtGemv(g, k.rows, vec, w, ld, k.in, k.out, GemvInput{x}, b, beta, y.data());
       // Pipelining moves the loads, not the products: the CUDA-core kernel's y exactly.
       if (g.kernel == GemvKernel::kCudaCores) cuda_cores_y = y;
-      if (g.kernel == GemvKernel::kCudaCoresPipelined) EXPECT_EQ(y, cuda_cores_y);
+      if (g.kernel == GemvKernel::kCudaCoresPipelined) {
+        EXPECT_EQ(y, cuda_cores_y);
+      }
       for (int r = 0; r < k.rows; ++r) {
         for (int64_t o = 0; o < k.out; ++o) {
           double dot = 0, scale = 0;
@@ -387,7 +389,167 @@ TEST(LinearKernelsOnSimtTest, FoldedOpsGiveTheOpKernelThenTheGemvBitForBit) {
   }
 }
 
+// The qkv GEMV with the decode step's rotary and KV write as its epilogue gives what the GEMV then
+// RotaryQKWriteKvKernel give, bit for bit: y (q and k rotated in place, v as the GEMV wrote it)
+// and both pools, for every row count it takes, x plain and RMSNorm-folded, the one-pass and the
+// pipelined loop, with and without bias, a padding row (kPadSlot: rotated, nothing stored) and
+// shuffled slots; head dims 8 (one block a head), 16, 24 and 128, GQA 2/1, 3/1 and 4/2, inputs of
+// one pass and of two (3584 columns: 448 chunks over 256 lanes).
+struct RotaryGemvCase {
+  int rows, q_heads, k_heads, head_dim;
+  int64_t in;
+};
+
+template <int kRows, GemvX kOp, bool kPipelined, typename T>
+void CheckGemvRotaryKvRows(const RotaryGemvCase& k, T marker, bool with_bias, uint32_t seed) {
+  const int hd = k.head_dim, half = hd / 2;
+  const int64_t out = static_cast<int64_t>(k.q_heads + 2 * k.k_heads) * hd, width = int64_t{k.k_heads} * hd;
+  const int64_t num_slots = 3 * kRows + 1;
+  const std::vector<Chunk16> w_store = GemvWeight(out, k.in, k.in, seed);
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(w_store.data());
+  std::vector<Float4> x_store(static_cast<size_t>(kRows * k.in / 4));
+  float* x = reinterpret_cast<float*>(x_store.data());
+  const std::vector<float> xv = RandomNormal(kRows * k.in, seed + 1, 2.f);
+  std::copy(xv.begin(), xv.end(), x);
+  std::vector<Float4> norm_store(static_cast<size_t>(k.in / 4));
+  const std::vector<float> nv = RandomNormal(k.in, seed + 2);
+  std::copy(nv.begin(), nv.end(), reinterpret_cast<float*>(norm_store.data()));
+  const float* norm_w = reinterpret_cast<const float*>(norm_store.data());
+  const std::vector<float> bias = RandomNormal(out, seed + 3);
+  const float* b = with_bias ? bias.data() : nullptr;
+  const std::vector<float> cos = RandomNormal(kRows * half, seed + 4), sin = RandomNormal(kRows * half, seed + 5);
+  std::vector<int64_t> slots(kRows);
+  for (int r = 0; r < kRows; ++r) slots[r] = (3 * r + 2) % num_slots;  // distinct: 3 and 3 kRows + 1 are coprime
+  if (kRows > 1) slots[1] = kPadSlot;
+  GemvInput gx{x};
+  if constexpr (kOp == GemvX::kRmsNorm) {
+    gx = GemvInput{x, GemvX::kRmsNorm, norm_w, 1e-6f, RmsNormVecThreads(x, norm_w, x, k.in)};
+    ASSERT_GT(gx.norm_threads, 0);
+  }
+  const bool early = kRows % 2 == 0;  // either value of the flag, on the way
+
+  // The GEMV, then the separate rotary + KV write (a row's work over 3 blocks of 96).
+  std::vector<float> want(static_cast<size_t>(kRows * out), NAN);
+  std::vector<T> want_k(static_cast<size_t>(num_slots * width), marker), want_v = want_k;
+  Launch(Dim3(static_cast<int>((out + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock)), Dim3(kGemvSimtThreads),
+         GemvSimtKernel<kRows, true, kOp, kPipelined>, w, k.in, k.in, out, gx, b, 0.f, want.data(), early);
+  float* wq = want.data();
+  Launch(Dim3(kRows, 3), Dim3(96), RotaryQKWriteKvKernel<T>, wq, out, k.q_heads, wq + k.q_heads * hd, out, k.k_heads,
+         hd, cos.data(), sin.data(), static_cast<const float*>(wq + (k.q_heads + k.k_heads) * hd), out,
+         static_cast<const int64_t*>(slots.data()), num_slots, want_k.data(), want_v.data());
+
+  std::vector<float> got(want.size(), NAN);
+  std::vector<T> got_k(want_k.size(), marker), got_v = got_k;
+  GemvRotaryKv rot;
+  rot.q_heads = k.q_heads;
+  rot.k_heads = k.k_heads;
+  rot.head_dim = hd;
+  rot.cos = cos.data();
+  rot.sin = sin.data();
+  rot.slots = slots.data();
+  rot.num_slots = num_slots;
+  rot.k_pool = got_k.data();
+  rot.v_pool = got_v.data();
+  rot.bf16_pool = sizeof(T) == 2;
+  Launch(Dim3(static_cast<int>(GemvRotaryKvBlocks(rot))), Dim3(kGemvSimtThreads),
+         GemvSimtRotaryKvKernel<kRows, kOp, kPipelined>, w, k.in, k.in, out, gx, b, got.data(), early, rot);
+  EXPECT_EQ(got, want) << "qkv rows";
+  EXPECT_EQ(got_k, want_k) << "k pool";
+  EXPECT_EQ(got_v, want_v) << "v pool";
+  EXPECT_NE(got_k, std::vector<T>(got_k.size(), marker)) << "some k stored";
+}
+
+template <GemvX kOp, bool kPipelined, typename T>
+void CheckGemvRotaryKvOp(const RotaryGemvCase& k, T marker, bool with_bias, uint32_t seed) {
+  static_assert(kGemvRotaryKvMaxRows == 4, "a case per row count");
+  switch (k.rows) {
+    case 1: return CheckGemvRotaryKvRows<1, kOp, kPipelined>(k, marker, with_bias, seed);
+    case 2: return CheckGemvRotaryKvRows<2, kOp, kPipelined>(k, marker, with_bias, seed);
+    case 3: return CheckGemvRotaryKvRows<3, kOp, kPipelined>(k, marker, with_bias, seed);
+    default: return CheckGemvRotaryKvRows<4, kOp, kPipelined>(k, marker, with_bias, seed);
+  }
+}
+
+// Each pool type runs two of the four (op, loop) pairs, the first also without bias: between them,
+// every pair on some pool, and both ops and both loops on each pool.
+template <typename T>
+void CheckGemvRotaryKv(T marker) {
+  const RotaryGemvCase cases[] = {{1, 2, 1, 128, 2048}, {2, 3, 1, 8, 64}, {3, 4, 2, 24, 3584}, {4, 2, 1, 16, 1280}};
+  constexpr bool kBf16 = sizeof(T) == 2;
+  uint32_t seed = kBf16 ? 1500 : 1100;
+  for (const RotaryGemvCase& k : cases) {
+    for (const bool with_bias : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << k.rows << " rows, " << k.q_heads << "/" << k.k_heads << " heads of "
+                                        << k.head_dim << ", in " << k.in << (with_bias ? ", bias" : ""));
+      {
+        SCOPED_TRACE(kBf16 ? "rms_norm x, one pass at a time" : "plain x, one pass at a time");
+        if (kBf16) {
+          CheckGemvRotaryKvOp<GemvX::kRmsNorm, false>(k, marker, with_bias, seed += 10);
+        } else {
+          CheckGemvRotaryKvOp<GemvX::kPlain, false>(k, marker, with_bias, seed += 10);
+        }
+      }
+      if (!with_bias) continue;
+      SCOPED_TRACE(kBf16 ? "plain x, pipelined" : "rms_norm x, pipelined");
+      if (kBf16) {
+        CheckGemvRotaryKvOp<GemvX::kPlain, true>(k, marker, with_bias, seed += 10);
+      } else {
+        CheckGemvRotaryKvOp<GemvX::kRmsNorm, true>(k, marker, with_bias, seed += 10);
+      }
+    }
+  }
+}
+
+TEST(LinearKernelsOnSimtTest, QkvGemvWithRotaryEpilogueEqualsTheGemvThenTheRotaryBitForBitF32Pool) {
+  CheckGemvRotaryKv<float>(-7.f);
+}
+
+TEST(LinearKernelsOnSimtTest, QkvGemvWithRotaryEpilogueEqualsTheGemvThenTheRotaryBitForBitBf16Pool) {
+  CheckGemvRotaryKv<uint16_t>(uint16_t{0x7F7F});
+}
+
 #ifdef IRIS_HAVE_CUDA
+// What the rotary GEMV takes: the CUDA-core kernels, 1..4 rows, head dims of whole 8s, the qkv
+// layout, plain or RMSNorm-folded whole-vector x, and every table.
+TEST(LinearKernelsTest, GemvRotaryKvTakesOnlyItsLayout) {
+  alignas(16) static float x[64];
+  alignas(16) static float norm[64];
+  alignas(16) static uint16_t w[64 * 64];
+  static float table[8];
+  static int64_t slots[4];
+  static uint16_t pool[64];
+  GemvRotaryKv rot;
+  rot.q_heads = 4;
+  rot.k_heads = 2;
+  rot.head_dim = 8;
+  rot.cos = rot.sin = table;
+  rot.slots = slots;
+  rot.num_slots = 4;
+  rot.k_pool = rot.v_pool = pool;
+  const int64_t out = 64;
+  const GemvInput plain{x};
+  EXPECT_TRUE(GemvRotaryKvTakes(GemvKernel::kCudaCores, w, 64, 64, out, plain, 1, rot));
+  EXPECT_TRUE(GemvRotaryKvTakes(GemvKernel::kCudaCoresPipelined, w, 64, 64, out, plain, 4, rot));
+  EXPECT_TRUE(GemvRotaryKvTakes(GemvKernel::kCudaCores, w, 64, 64, out,
+                                GemvInput{x, GemvX::kRmsNorm, norm, 1e-6f}, 2, rot));
+  EXPECT_FALSE(GemvRotaryKvTakes(GemvKernel::kTensorCores, w, 64, 64, out, plain, 1, rot));
+  EXPECT_FALSE(GemvRotaryKvTakes(GemvKernel::kCudaCoresStreamed, w, 64, 64, out, plain, 1, rot));
+  EXPECT_FALSE(GemvRotaryKvTakes(GemvKernel::kCudaCores, w, 64, 64, out, plain, 5, rot)) << "rows";
+  EXPECT_FALSE(GemvRotaryKvTakes(GemvKernel::kCudaCores, w, 64, 64, out, plain, 0, rot)) << "rows";
+  EXPECT_FALSE(GemvRotaryKvTakes(GemvKernel::kCudaCores, w, 64, 64, out - 8, plain, 1, rot)) << "out";
+  EXPECT_FALSE(GemvRotaryKvTakes(GemvKernel::kCudaCores, w, 64, 64, out, GemvInput{x, GemvX::kSiluMul}, 1, rot));
+  EXPECT_FALSE(GemvRotaryKvTakes(GemvKernel::kCudaCores, w, 64, 64, out, GemvInput{x + 1}, 1, rot)) << "x alignment";
+  EXPECT_FALSE(GemvRotaryKvTakes(GemvKernel::kCudaCores, w, 64, 60, out, plain, 1, rot)) << "in % 8";
+  GemvRotaryKv odd = rot;
+  odd.head_dim = 4;
+  odd.q_heads = 8;
+  odd.k_heads = 4;  // out still 64, but a head dim of 4 is half a block's four pairs
+  EXPECT_FALSE(GemvRotaryKvTakes(GemvKernel::kCudaCores, w, 64, 64, out, plain, 1, odd));
+  GemvRotaryKv no_slots = rot;
+  no_slots.slots = nullptr;
+  EXPECT_FALSE(GemvRotaryKvTakes(GemvKernel::kCudaCores, w, 64, 64, out, plain, 1, no_slots));
+}
+
 // The H200's measurements as a rule (linear_kernels.h): one row always on the CUDA cores (the
 // 3b's down too: streamed, its step was slower); more rows only for
 // small weights (the 3b's qkv 10.5 MB, not its gate_up 90 MB), the tensor cores past 4 rows;

@@ -147,6 +147,62 @@ int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, in
   return LastLaunchError();
 }
 
+bool GemvRotaryKvTakes(GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const GemvInput& x,
+                       int64_t rows, const GemvRotaryKv& rot) {
+  const bool cuda_cores = kernel == GemvKernel::kCudaCores || kernel == GemvKernel::kCudaCoresPipelined;
+  const bool layout = rot.head_dim > 0 && rot.head_dim % 8 == 0 && rot.q_heads > 0 && rot.k_heads > 0 &&
+                      out == static_cast<int64_t>(rot.q_heads + 2 * rot.k_heads) * rot.head_dim;
+  const bool tables = rot.cos != nullptr && rot.sin != nullptr && rot.slots != nullptr && rot.k_pool != nullptr &&
+                      rot.v_pool != nullptr && rot.num_slots >= 0;
+  return cuda_cores && layout && tables && rows >= 1 && rows <= kGemvRotaryKvMaxRows &&
+         (x.op == GemvX::kPlain || x.op == GemvX::kRmsNorm) && in >= 1 && in % 8 == 0 && Aligned16(x.x) &&
+         GemvTakes(x, in) && ld >= in && ld % 8 == 0 && Aligned16(w);
+}
+
+namespace {
+
+template <int kRows, GemvX kOp, bool kPipelined>
+void LaunchGemvRotaryKvAs(CUstream_st* stream, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
+                          const GemvInput& x, const float* bias, float* y, const GemvRotaryKv& rot, bool early) {
+  LaunchMaybeEarly(stream, dim3(static_cast<unsigned>(GemvRotaryKvBlocks(rot))), kGemvSimtThreads, early,
+                   GemvSimtRotaryKvKernel<kRows, kOp, kPipelined>, w, ld, in, out, x, bias, y, early, rot);
+}
+
+template <GemvX kOp, bool kPipelined>
+void LaunchGemvRotaryKvRows(CUstream_st* stream, int rows, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
+                            const GemvInput& x, const float* bias, float* y, const GemvRotaryKv& rot, bool early) {
+  static_assert(kGemvRotaryKvMaxRows == 4, "one case per row count");
+  switch (rows) {
+    case 1: return LaunchGemvRotaryKvAs<1, kOp, kPipelined>(stream, w, ld, in, out, x, bias, y, rot, early);
+    case 2: return LaunchGemvRotaryKvAs<2, kOp, kPipelined>(stream, w, ld, in, out, x, bias, y, rot, early);
+    case 3: return LaunchGemvRotaryKvAs<3, kOp, kPipelined>(stream, w, ld, in, out, x, bias, y, rot, early);
+    default: return LaunchGemvRotaryKvAs<4, kOp, kPipelined>(stream, w, ld, in, out, x, bias, y, rot, early);
+  }
+}
+
+}  // namespace
+
+int LaunchGemvBf16RotaryKv(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in,
+                           int64_t out, GemvInput x, int64_t rows, const float* bias, float* y,
+                           const GemvRotaryKv& rot, bool early) {
+  if (!GemvRotaryKvTakes(kernel, w, ld, in, out, x, rows, rot)) return static_cast<int>(cudaErrorInvalidValue);
+  if (x.op == GemvX::kRmsNorm) x.norm_threads = RmsNormVecThreads(x.x, x.norm_weight, x.x, in);
+  const int r = static_cast<int>(rows);
+  const bool pipelined = kernel == GemvKernel::kCudaCoresPipelined;
+  if (x.op == GemvX::kRmsNorm) {
+    if (pipelined) {
+      LaunchGemvRotaryKvRows<GemvX::kRmsNorm, true>(stream, r, w, ld, in, out, x, bias, y, rot, early);
+    } else {
+      LaunchGemvRotaryKvRows<GemvX::kRmsNorm, false>(stream, r, w, ld, in, out, x, bias, y, rot, early);
+    }
+  } else if (pipelined) {
+    LaunchGemvRotaryKvRows<GemvX::kPlain, true>(stream, r, w, ld, in, out, x, bias, y, rot, early);
+  } else {
+    LaunchGemvRotaryKvRows<GemvX::kPlain, false>(stream, r, w, ld, in, out, x, bias, y, rot, early);
+  }
+  return LastLaunchError();
+}
+
 bool PickGemv(int64_t rows, int64_t out_features, int64_t in_features, int max_rows, GemvKernel* kernel) {
   constexpr int64_t kSmallWeightBytes = int64_t{32} << 20;
   if (rows < 1 || rows > max_rows) return false;

@@ -188,32 +188,51 @@ IRIS_DEVICE void GemvSimtLoadWeights(const uint16_t* w, int64_t ld, int64_t o0, 
   }
 }
 
-// What GemvMmaKernel computes (below), for kRows rows. Grid: ceil(out / kGemvSimtOutPerBlock)
-// blocks of kGemvSimtThreads.
+// The output features a CUDA-core GEMV block owns: row(o) for o < outs (at most
+// kGemvSimtOutPerBlock), the first four from `first` on and the other four from `second` on. A
+// plain GEMV's block owns 8 consecutive rows (second = first + 4); the qkv GEMV with the rotary
+// epilogue gives a block four rotary pairs (second = first + head_dim / 2), so that a pair's two
+// outputs meet in one block.
+struct GemvBlockRows {
+  int64_t first = 0, second = 4;
+  int outs = 0;
+  IRIS_HOST_DEVICE int64_t row(int o) const { return o < 4 ? first + o : second + (o - 4); }
+};
+static_assert(kGemvSimtOutPerBlock == 8, "GemvBlockRows: two runs of four rows");
+
+// The 16-byte chunk c of the block's weight rows (one load each). Slots past rows.outs (the last
+// block of a plain GEMV) read its first row: loaded, never stored.
+IRIS_DEVICE void GemvBlockLoadWeights(const uint16_t* w, int64_t ld, const GemvBlockRows& rows, int64_t c,
+                                      Chunk16 (&wc)[kGemvSimtOutPerBlock]) {
+  IRIS_UNROLL
+  for (int o = 0; o < kGemvSimtOutPerBlock; ++o) {
+    wc[o] = reinterpret_cast<const Chunk16*>(w + rows.row(o < rows.outs ? o : 0) * ld)[c];
+  }
+}
+
+// The products of a CUDA-core GEMV block: partial[warp][o * kRows + r] = warp `warp`'s share of
+// op(x)[r, :] (rounded to bf16) · w[rows.row(o), :], for the block's rows. Every thread calls it;
+// the partials are complete after it (it ends with a barrier).
 // kPipelined (GemvKernel::kCudaCoresPipelined): a lane asks for its next pass's weight chunks
 // before it multiplies this pass's, so that a row of several passes (the 3b's down: 1376 chunks,
 // 5.4 passes) streams with a pass of loads always in flight, where the one-pass-at-a-time loop
 // leaves the memory idle while it computes and waits a full round trip per pass. The same
 // products in the same order: the same y, bit for bit.
-template <int kRows, bool kVecX, GemvX kOp = GemvX::kPlain, bool kPipelined = false>
-IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, GemvInput x,
-                                const float* bias, float beta, float* y, bool early_start) {
-  IRIS_SHARED float partial[kGemvSimtWarps][kGemvSimtOutPerBlock * kRows];
-  IRIS_SHARED float norm_partials[kOp == GemvX::kRmsNorm ? kGemvNormPartials : 1];
-  IRIS_SHARED float inv[kGemvMaxRows];
+template <int kRows, bool kVecX, GemvX kOp, bool kPipelined>
+IRIS_DEVICE void GemvSimtProducts(const uint16_t* w, int64_t ld, int64_t in, const GemvInput& x,
+                                  const GemvBlockRows& rows, bool early_start,
+                                  float (&partial)[kGemvSimtWarps][kGemvSimtOutPerBlock * kRows], float* norm_partials,
+                                  float* inv) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kGemvSimtOutPerBlock;
-  const int outs = static_cast<int>(out - o0 < kGemvSimtOutPerBlock ? out - o0 : kGemvSimtOutPerBlock);
   const int64_t chunks = (in + 7) / 8;
-  GridDependencyTrigger();
   // This lane's first pass of the weight, loaded before the wait and the prologue (above): its
   // latency overlaps the norm's statistics and, starting early, the kernel ahead. A row of up to
   // 2048 columns is a single pass.
   const int64_t c0 = static_cast<int64_t>(warp) * kWarpSize + lane;
   Chunk16 wc[kGemvSimtOutPerBlock];
-  if (c0 < chunks) GemvSimtLoadWeights(w, ld, o0, outs, c0, wc);
+  if (c0 < chunks) GemvBlockLoadWeights(w, ld, rows, c0, wc);
   if (const int64_t c1 = c0 + kGemvSimtThreads; early_start && c1 < chunks) {
-    for (int o = 0; o < outs; ++o) PrefetchL2(reinterpret_cast<const Chunk16*>(w + (o0 + o) * ld) + c1);
+    for (int o = 0; o < rows.outs; ++o) PrefetchL2(reinterpret_cast<const Chunk16*>(w + rows.row(o) * ld) + c1);
   }
   GridDependencyWait();
   GemvPrologue<kOp>(x, kRows, in, norm_partials, inv);
@@ -224,9 +243,9 @@ IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64
   for (int64_t c = c0; c < chunks; c += kGemvSimtThreads) {
     Chunk16 next[kPipelined ? kGemvSimtOutPerBlock : 1];
     if constexpr (kPipelined) {
-      if (c + kGemvSimtThreads < chunks) GemvSimtLoadWeights(w, ld, o0, outs, c + kGemvSimtThreads, next);
+      if (c + kGemvSimtThreads < chunks) GemvBlockLoadWeights(w, ld, rows, c + kGemvSimtThreads, next);
     } else {
-      if (c != c0) GemvSimtLoadWeights(w, ld, o0, outs, c, wc);
+      if (c != c0) GemvBlockLoadWeights(w, ld, rows, c, wc);
     }
     float xv[kRows][8];
     IRIS_UNROLL
@@ -253,11 +272,120 @@ IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64
     }
   }
   SyncThreads();
+}
+
+// What GemvMmaKernel computes (below), for kRows rows. Grid: ceil(out / kGemvSimtOutPerBlock)
+// blocks of kGemvSimtThreads, block b owning rows 8b .. 8b + 7.
+template <int kRows, bool kVecX, GemvX kOp = GemvX::kPlain, bool kPipelined = false>
+IRIS_GLOBAL void GemvSimtKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, GemvInput x,
+                                const float* bias, float beta, float* y, bool early_start) {
+  IRIS_SHARED float partial[kGemvSimtWarps][kGemvSimtOutPerBlock * kRows];
+  IRIS_SHARED float norm_partials[kOp == GemvX::kRmsNorm ? kGemvNormPartials : 1];
+  IRIS_SHARED float inv[kGemvMaxRows];
+  GemvBlockRows rows;
+  rows.first = static_cast<int64_t>(blockIdx.x) * kGemvSimtOutPerBlock;
+  rows.second = rows.first + 4;
+  rows.outs = static_cast<int>(out - rows.first < kGemvSimtOutPerBlock ? out - rows.first : kGemvSimtOutPerBlock);
+  GridDependencyTrigger();
+  GemvSimtProducts<kRows, kVecX, kOp, kPipelined>(w, ld, in, x, rows, early_start, partial, norm_partials, inv);
   const int t = static_cast<int>(threadIdx.x);
-  if (t < outs * kRows) {
+  if (t < rows.outs * kRows) {
     const int o = t / kRows, r = t % kRows;
-    GemvFinish(&partial[0][t], kGemvSimtWarps, kGemvSimtOutPerBlock * kRows, bias, o0 + o, beta,
-               y + static_cast<int64_t>(r) * out + o0 + o);
+    GemvFinish(&partial[0][t], kGemvSimtWarps, kGemvSimtOutPerBlock * kRows, bias, rows.row(o), beta,
+               y + static_cast<int64_t>(r) * out + rows.row(o));
+  }
+  SyncThreads();  // the shared partials are read before a next block (harness) reuses them
+}
+
+// --- The qkv GEMV of a decode step with the step's rotary and KV write as its epilogue ---
+// y = qkv rows [rows, (q_heads + 2 k_heads) * head_dim] (q heads, then k heads, then v heads, as
+// the decoder's qkv Linear lays them out), then what RotaryQKWriteKvKernel does to them: each q
+// and k head's pairs (i, i + head_dim / 2) rotated in place by the row's cos/sin, and the rotated k
+// and the v rows stored into pool slot slots[r] (rounded as the pool's dtype; not where the slot is
+// outside [0, num_slots), kernels::kPadSlot). The values are the GEMV's then that kernel's, bit for
+// bit: the same sums, the same RotatePair on the same f32 values, the same rounding; one launch
+// fewer a layer, and no round trip of q and k through memory between the two (GemvRotaryKv:
+// linear_kernels.h).
+// Blocks of the rotary GEMV: the q and k heads' rows four pairs a block (head_dim / 8 blocks a
+// head), then the v rows eight a block.
+IRIS_HOST_DEVICE int64_t GemvRotaryKvBlocks(const GemvRotaryKv& r) {
+  const int64_t rotated = static_cast<int64_t>(r.q_heads + r.k_heads) * (r.head_dim / 8);
+  const int64_t v_rows = static_cast<int64_t>(r.k_heads) * r.head_dim;
+  return rotated + (v_rows + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock;
+}
+
+template <typename T>
+IRIS_DEVICE void StorePoolValue(void* pool, int64_t at, float value) {
+  StoreRounded(static_cast<T*>(pool) + at, value);
+}
+
+// Grid: GemvRotaryKvBlocks(rot) blocks of kGemvSimtThreads. head_dim % 8 == 0 (four pairs a block);
+// out = (q_heads + 2 k_heads) * head_dim; bias may be null; y is written (beta 0).
+template <int kRows, GemvX kOp = GemvX::kPlain, bool kPipelined = false>
+IRIS_GLOBAL void GemvSimtRotaryKvKernel(const uint16_t* w, int64_t ld, int64_t in, int64_t out, GemvInput x,
+                                        const float* bias, float* y, bool early_start, GemvRotaryKv rot) {
+  IRIS_SHARED float partial[kGemvSimtWarps][kGemvSimtOutPerBlock * kRows];
+  IRIS_SHARED float norm_partials[kOp == GemvX::kRmsNorm ? kGemvNormPartials : 1];
+  IRIS_SHARED float inv[kGemvMaxRows];
+  const int half = rot.head_dim / 2, blocks_per_head = rot.head_dim / 8;
+  const int64_t rotated_blocks = static_cast<int64_t>(rot.q_heads + rot.k_heads) * blocks_per_head;
+  const int64_t b = blockIdx.x;
+  const bool rotary = b < rotated_blocks;
+  const int head = rotary ? static_cast<int>(b / blocks_per_head) : 0;
+  const int i0 = rotary ? 4 * static_cast<int>(b % blocks_per_head) : 0;  // the block's first pair in its head
+  GemvBlockRows rows;
+  if (rotary) {
+    rows.first = static_cast<int64_t>(head) * rot.head_dim + i0;
+    rows.second = rows.first + half;
+    rows.outs = kGemvSimtOutPerBlock;
+  } else {
+    rows.first = static_cast<int64_t>(rot.q_heads + rot.k_heads) * rot.head_dim +
+                 (b - rotated_blocks) * kGemvSimtOutPerBlock;
+    rows.second = rows.first + 4;
+    rows.outs = static_cast<int>(out - rows.first < kGemvSimtOutPerBlock ? out - rows.first : kGemvSimtOutPerBlock);
+  }
+  GridDependencyTrigger();
+  GemvSimtProducts<kRows, true, kOp, kPipelined>(w, ld, in, x, rows, early_start, partial, norm_partials, inv);
+  const int t = static_cast<int>(threadIdx.x);
+  const int64_t width = static_cast<int64_t>(rot.k_heads) * rot.head_dim;  // a pool slot's values
+  constexpr int kStride = kGemvSimtOutPerBlock * kRows;
+  if (rotary && t < 4 * kRows) {
+    // Thread (pair j, row r): the pair's two sums, rotated, to y and (k heads) the pool.
+    const int j = t / kRows, r = t % kRows;
+    float x1, x2;
+    GemvFinish(&partial[0][j * kRows + r], kGemvSimtWarps, kStride, bias, rows.row(j), 0.f, &x1);
+    GemvFinish(&partial[0][(j + 4) * kRows + r], kGemvSimtWarps, kStride, bias, rows.row(j + 4), 0.f, &x2);
+    const int i = i0 + j;
+    float y1, y2;
+    RotatePair(x1, x2, rot.cos[static_cast<int64_t>(r) * half + i], rot.sin[static_cast<int64_t>(r) * half + i], &y1,
+               &y2);
+    y[static_cast<int64_t>(r) * out + rows.row(j)] = y1;
+    y[static_cast<int64_t>(r) * out + rows.row(j + 4)] = y2;
+    const int64_t slot = rot.slots[r];
+    if (head >= rot.q_heads && slot >= 0 && slot < rot.num_slots) {
+      const int64_t at = slot * width + static_cast<int64_t>(head - rot.q_heads) * rot.head_dim + i;
+      if (rot.bf16_pool) {
+        StorePoolValue<uint16_t>(rot.k_pool, at, y1);
+        StorePoolValue<uint16_t>(rot.k_pool, at + half, y2);
+      } else {
+        StorePoolValue<float>(rot.k_pool, at, y1);
+        StorePoolValue<float>(rot.k_pool, at + half, y2);
+      }
+    }
+  } else if (!rotary && t < rows.outs * kRows) {
+    const int o = t / kRows, r = t % kRows;
+    float v;
+    GemvFinish(&partial[0][t], kGemvSimtWarps, kStride, bias, rows.row(o), 0.f, &v);
+    y[static_cast<int64_t>(r) * out + rows.row(o)] = v;
+    const int64_t slot = rot.slots[r];
+    if (slot >= 0 && slot < rot.num_slots) {
+      const int64_t at = slot * width + rows.row(o) - static_cast<int64_t>(rot.q_heads + rot.k_heads) * rot.head_dim;
+      if (rot.bf16_pool) {
+        StorePoolValue<uint16_t>(rot.v_pool, at, v);
+      } else {
+        StorePoolValue<float>(rot.v_pool, at, v);
+      }
+    }
   }
   SyncThreads();  // the shared partials are read before a next block (harness) reuses them
 }

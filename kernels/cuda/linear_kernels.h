@@ -61,6 +61,35 @@ bool GemvTakes(const GemvInput& x, int64_t in);
 int LaunchGemvBf16(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out,
                    GemvInput x, int64_t rows, const float* bias, float beta, float* y, int sm_count,
                    bool early = false);
+// A decode step's rotary and KV write, done by the qkv GEMV as its epilogue (LaunchGemvBf16RotaryKv):
+// the q and k heads' pairs (i, i + head_dim / 2) of each row rotated by the row's cos/sin, and the
+// rotated k and the v values stored into pool slot slots[r] (skipped where the slot is outside
+// [0, num_slots)), as LaunchRotaryQKWritePagedKv (cuda_kernels.h) would after the plain GEMV.
+struct GemvRotaryKv {
+  int q_heads = 0, k_heads = 0, head_dim = 0;
+  const float* cos = nullptr;  // [rows, head_dim / 2]
+  const float* sin = nullptr;
+  const int64_t* slots = nullptr;  // [rows]
+  int64_t num_slots = 0;
+  void* k_pool = nullptr;  // [num_slots, k_heads * head_dim], bf16 (bf16_pool) or f32
+  void* v_pool = nullptr;
+  bool bf16_pool = false;
+};
+// The most rows the rotary GEMV takes (the CUDA-core GEMV's share of PickGemv).
+constexpr int kGemvRotaryKvMaxRows = 4;
+// Whether LaunchGemvBf16RotaryKv takes this call: a CUDA-core kernel (plain or pipelined), 1 ..
+// kGemvRotaryKvMaxRows rows, a head dim that is a multiple of 8 (four pairs a block), out equal
+// to (q_heads + 2 k_heads) * head_dim, x plain or RMSNorm-folded in whole 16-byte vectors
+// (GemvTakes), and the usual weight layout (ld % 8 == 0, 16-byte aligned).
+bool GemvRotaryKvTakes(GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in, int64_t out, const GemvInput& x,
+                       int64_t rows, const GemvRotaryKv& rot);
+// y = op(x) · wᵀ + bias (y [rows, out], written: no accumulate), then rot's rotary and KV write
+// (linear_kernels.cuh's GemvSimtRotaryKvKernel): the values of LaunchGemvBf16 with the same kernel
+// followed by LaunchRotaryQKWritePagedKv, bit for bit, in one launch. cudaErrorInvalidValue where
+// !GemvRotaryKvTakes. early: as LaunchGemvBf16's.
+int LaunchGemvBf16RotaryKv(CUstream_st* stream, GemvKernel kernel, const uint16_t* w, int64_t ld, int64_t in,
+                           int64_t out, GemvInput x, int64_t rows, const float* bias, float* y,
+                           const GemvRotaryKv& rot, bool early = false);
 // Asks the L2 for bytes [p, p + bytes) (p 16-byte aligned; bytes rounded down to a multiple of
 // 16), a hint that changes no value (sm_90 and later; below, a launch that asks for nothing).
 // early: launched with programmatic stream serialization; the kernel waits for the one ahead
