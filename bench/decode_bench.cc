@@ -81,8 +81,9 @@ ABSL_FLAG(std::string, decode_attention, "cuda-cores",
           "cores at every batch");
 ABSL_FLAG(std::string, decode_rotary, "separate",
           "GPU: a step of decode rows only rotates q and k and writes the KV cache in a launch of its own (separate, "
-          "the default) or inside its paged attention (fused; CudaDevice::SetFusedDecodeRotary); a same-run table times decode "
-          "steps both ways at every batch");
+          "the default), inside its paged attention (fused; CudaDevice::SetFusedDecodeRotary) or as the qkv GEMV's "
+          "epilogue (gemv, batches of up to 4; CudaDevice::SetQkvGemvRotary); a same-run table times decode steps "
+          "each way against separate at every batch");
 ABSL_FLAG(bool, matmul_tuning, false,
           "GPU: prefill-sized matmuls (256 rows and more) run the fastest of cuBLASLt's candidates, timed on the first "
           "step of each shape (CudaDevice::SetMatmulTuning; the prompt row is the best of its repeats, so the tuning "
@@ -308,10 +309,11 @@ int main(int argc, char** argv) {
       Die("--decode_attention must be cuda-cores, tensor-cores or tensor-cores-every-batch, got " + decode_attention);
     }
     const std::string decode_rotary = absl::GetFlag(FLAGS_decode_rotary);
-    if (decode_rotary != "fused" && decode_rotary != "separate") {
-      Die("--decode_rotary must be fused or separate, got " + decode_rotary);
+    if (decode_rotary != "fused" && decode_rotary != "separate" && decode_rotary != "gemv") {
+      Die("--decode_rotary must be separate, fused or gemv, got " + decode_rotary);
     }
     gpu.SetFusedDecodeRotary(decode_rotary == "fused");
+    gpu.SetQkvGemvRotary(decode_rotary == "gemv");
     if (absl::Status s = gpu.SetPagedAttentionMaxSplits(absl::GetFlag(FLAGS_paged_attention_max_splits)); !s.ok()) {
       Die(std::string(s.message()));
     }
@@ -565,26 +567,32 @@ int main(int argc, char** argv) {
   }
 #endif
 
-  // Decode steps with the rotary and KV write inside the paged attention and in a launch of their
-  // own, alternating, at every batch; issued op by op (the graphs recorded one setting: a graph
-  // replay of each is gpu_ab.sh's --variant "fused_rotary: --decode_rotary=fused").
+  // Decode steps with the rotary and KV write inside the paged attention, and as the qkv GEMV's
+  // epilogue, each alternating with a launch of their own, at every batch; issued op by op (the
+  // graphs recorded one setting: a graph replay of each is gpu_ab.sh's --variant
+  // "fused_rotary: --decode_rotary=fused", or =gemv).
   struct DecodeRotaryRow {
     int batch;
-    double fused_s, separate_s;
+    double fused_s, separate_s, gemv_s, gemv_separate_s;
   };
   std::vector<DecodeRotaryRow> decode_rotary_rows;
 #ifdef IRIS_HAVE_CUDA
   if (dev.kind() == kernels::DeviceKind::kCuda) {
     kernels::cuda::CudaDevice& gpu = kernels::cuda::AsCuda(dev);
-    const bool setting = gpu.fused_decode_rotary();
-    std::fprintf(stderr, "decode_bench: decode rotary fused into the attention and on its own...\n");
+    const bool fused_setting = gpu.fused_decode_rotary(), gemv_setting = gpu.qkv_gemv_rotary();
+    std::fprintf(stderr, "decode_bench: decode rotary in the attention, in the qkv GEMV and on its own...\n");
     for (int b : batches) {
       if (graphs) dec.PauseDecodeGraphs(true);
+      gpu.SetQkvGemvRotary(false);
       const auto [fused_s, separate_s] =
           alternating_steps(b, [&](int separate) { gpu.SetFusedDecodeRotary(separate == 0); });
+      gpu.SetFusedDecodeRotary(false);
+      const auto [gemv_s, gemv_separate_s] =
+          alternating_steps(b, [&](int separate) { gpu.SetQkvGemvRotary(separate == 0); });
       if (graphs) dec.PauseDecodeGraphs(false);
-      gpu.SetFusedDecodeRotary(setting);
-      decode_rotary_rows.push_back({b, fused_s, separate_s});
+      gpu.SetFusedDecodeRotary(fused_setting);
+      gpu.SetQkvGemvRotary(gemv_setting);
+      decode_rotary_rows.push_back({b, fused_s, separate_s, gemv_s, gemv_separate_s});
     }
   }
 #endif
@@ -632,7 +640,7 @@ int main(int argc, char** argv) {
           variants.push_back({lin.name, Repeat{Op::kGemv, lin.out, lin.in, 2}, lin.per_step});
         }
       }
-      if (!gpu.fused_decode_rotary()) {
+      if (!gpu.fused_decode_rotary() && !(gpu.qkv_gemv_rotary() && b <= kernels::cuda::kGemvRotaryKvMaxRows)) {
         variants.push_back({"rotary + KV write", Repeat{Op::kDecodeRotary, 0, 0, 2}, layers});
       }
       variants.push_back({"paged attention", Repeat{Op::kPagedAttention, 0, 0, 2}, layers});
@@ -834,17 +842,21 @@ int main(int argc, char** argv) {
                   r.cuda_cores_s / r.tensor_cores_s, r.large ? "yes" : "no");
     }
   }
+#ifdef IRIS_HAVE_CUDA
   if (!decode_rotary_rows.empty()) {
     std::printf("\ndecode rotary: q and k rotated and the new k and v written to the cache inside the paged "
-                "attention (fused, the default) against a launch of their own (separate), decode steps issued op by "
-                "op, alternating (median of %d each):\n"
-                "| batch | fused ms/step | separate ms/step | separate / fused |\n| ---: | ---: | ---: | ---: |\n",
-                steps);
+                "attention (fused), and as the qkv GEMV's epilogue (gemv: batches it takes, up to %d rows; past "
+                "them the step is the separate one), each against a launch of their own (separate, the default), "
+                "decode steps issued op by op, alternating in pairs (median of %d each):\n"
+                "| batch | fused ms/step | separate ms/step | separate / fused | gemv ms/step | separate ms/step | "
+                "separate / gemv |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+                kernels::cuda::kGemvRotaryKvMaxRows, steps);
     for (const DecodeRotaryRow& r : decode_rotary_rows) {
-      std::printf("| %d | %.3f | %.3f | %.3fx |\n", r.batch, 1e3 * r.fused_s, 1e3 * r.separate_s,
-                  r.separate_s / r.fused_s);
+      std::printf("| %d | %.3f | %.3f | %.3fx | %.3f | %.3f | %.3fx |\n", r.batch, 1e3 * r.fused_s, 1e3 * r.separate_s,
+                  r.separate_s / r.fused_s, 1e3 * r.gemv_s, 1e3 * r.gemv_separate_s, r.gemv_separate_s / r.gemv_s);
     }
   }
+#endif
   if (absl::GetFlag(FLAGS_linears)) {
     std::printf("\nLinear alone at M = batch (%s, random weights read from DRAM; mean call of a run, best of 3 runs; "
                 "load average %s; share = of that batch's median decode step; on a GPU, us/call is the path the "

@@ -30,15 +30,16 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     return absl::InvalidArgumentError(absl::StrCat("decode attention \"", options.decode_attention,
                                                    "\" is not one of: cuda-cores, tensor-cores, tensor-cores-every-batch"));
   }
-  if (!options.decode_rotary.empty() && options.decode_rotary != "fused" && options.decode_rotary != "separate") {
+  if (!options.decode_rotary.empty() && options.decode_rotary != "fused" && options.decode_rotary != "separate" &&
+      options.decode_rotary != "gemv") {
     return absl::InvalidArgumentError(
-        absl::StrCat("decode rotary \"", options.decode_rotary, "\" is not one of: fused, separate"));
+        absl::StrCat("decode rotary \"", options.decode_rotary, "\" is not one of: separate, fused, gemv"));
   }
   if (options.name == "cpu") {
-    if (options.decode_rotary == "fused") {
-      return absl::InvalidArgumentError(
-          "decode rotary \"fused\" is for a CUDA device; the CPU runs the rotary, the KV write and the attention "
-          "in turn");
+    if (options.decode_rotary == "fused" || options.decode_rotary == "gemv") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "decode rotary \"", options.decode_rotary,
+          "\" is for a CUDA device; the CPU runs the projection, the rotary, the KV write and the attention in turn"));
     }
     if (options.attention == "cudnn") {
       return absl::InvalidArgumentError("attention \"cudnn\" is for a CUDA device; the CPU runs iris's own kernel");
@@ -72,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     (*device)->SetFlashPipeline(options.flash_pipeline);
     (*device)->SetMatmulTuning(options.matmul_tuning);
     (*device)->SetFusedDecodeRotary(options.decode_rotary == "fused");
+    (*device)->SetQkvGemvRotary(options.decode_rotary == "gemv");
     using DecodeAttention = cuda::CudaDevice::DecodeAttention;
     (*device)->SetDecodeAttention(options.decode_attention == "tensor-cores" ? DecodeAttention::kTensorCores
                                   : options.decode_attention == "tensor-cores-every-batch"

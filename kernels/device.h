@@ -128,9 +128,10 @@ struct DeviceOptions {
   // (CudaDevice::SetDecodeAttention; not yet timed).
   std::string decode_attention;
   // CUDA: a step of decode rows only rotates q and k and writes the KV cache in a launch of its
-  // own ("separate", the default; empty means it) or inside its paged attention ("fused": one
-  // launch fewer a layer; CudaDevice::SetFusedDecodeRotary). The CPU runs them in turn, as
-  // "separate" does.
+  // own ("separate", the default; empty means it), inside its paged attention ("fused": one
+  // launch fewer a layer; CudaDevice::SetFusedDecodeRotary) or as the qkv GEMV's epilogue ("gemv":
+  // one launch fewer where the step's rows run a CUDA-core GEMV; CudaDevice::SetQkvGemvRotary).
+  // The CPU runs them in turn, as "separate" does.
   std::string decode_rotary;
   // CUDA: the flash attention runs its pipelined kernel on the encoder's bf16 q/k/v rows
   // (CudaDevice::SetFlashPipeline; on by default, faster on an H200). The CPU's kernel has no

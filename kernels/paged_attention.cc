@@ -11,6 +11,7 @@
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_linear.h"
 #include "kernels/cuda/paged_prefill_args.h"
 #endif
 
@@ -219,6 +220,33 @@ void RotaryPagedAttention(Device& device, const PagedAttentionArgs& args, HeadsV
 #endif
   RotaryQKWritePagedKv(device, q, k, rows, head_dim, cos, sin, args.layer, v, v_row_stride, slot_mapping);
   PagedAttention(device, args);
+}
+
+bool ProjectQkvRotaryWriteKv(Device& device, const Linear& qkv, const LinearInput& in, int64_t rows, float* qkv_out,
+                             int num_heads, const PagedKvLayer& layer, const PagedMetadata& md, const float* cos,
+                             const float* sin, std::span<const int64_t> slot_mapping) {
+#ifdef IRIS_HAVE_CUDA
+  if (device.kind() == DeviceKind::kCuda && cuda::AsCuda(device).qkv_gemv_rotary() && rows > 0 && md.num_seqs > 0 &&
+      md.max_query_len == 1 && md.row_begin == 0 && md.row_end == rows &&
+      static_cast<int64_t>(slot_mapping.size()) == rows &&
+      (layer.dtype == core::DType::kBF16 || layer.dtype == core::DType::kF32)) {
+    cpu::CheckWritableKvLayer(layer);
+    cuda::GemvRotaryKv rot;
+    rot.q_heads = num_heads;
+    rot.k_heads = layer.num_kv_heads;
+    rot.head_dim = layer.head_dim;
+    rot.cos = cos;
+    rot.sin = sin;
+    rot.slots = slot_mapping.data();
+    rot.num_slots = layer.num_blocks * layer.block_size;
+    rot.k_pool = layer.k;
+    rot.v_pool = layer.v;
+    rot.bf16_pool = layer.dtype == core::DType::kBF16;
+    if (cuda::QkvGemvRotaryKv(cuda::AsCuda(device), qkv, in, rows, qkv_out, rot)) return true;
+  }
+#endif
+  LinearForward(device, qkv, in, rows, qkv_out);
+  return false;
 }
 
 void SetHostSummaries(std::span<const int32_t> query_start, std::span<const int32_t> context_lens,

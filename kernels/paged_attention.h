@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "kernels/device.h"
+#include "kernels/linear.h"
 #include "kernels/rotary.h"
 
 namespace iris::kernels {
@@ -123,5 +124,17 @@ void PagedAttention(Device& device, const PagedAttentionArgs& args);
 void RotaryPagedAttention(Device& device, const PagedAttentionArgs& args, HeadsView q, HeadsView k, int head_dim,
                           const float* cos, const float* sin, const float* v, int64_t v_row_stride,
                           std::span<const int64_t> slot_mapping);
+
+// A step's qkv projection, qkv_out = qkv(in) for `rows` rows (q heads, then layer's kv heads of k,
+// then of v: rows of (num_heads + 2 kv heads) * layer.head_dim), and, where it returns true, the
+// step's rotary and KV write too: q and k rotated by cos/sin and the new k and v stored into
+// `layer` at slot_mapping, as RotaryPagedAttention would (then PagedAttention alone is left to
+// run). False: only the projection ran (LinearForward), and RotaryPagedAttention does the rest.
+// True only on a GPU set to it (CudaDevice::SetQkvGemvRotary) for a step of decode rows only
+// (md) whose rows its CUDA-core GEMV takes: the GEMV does the rotary and the KV write as its
+// epilogue, one launch fewer. The same values either way, bit for bit.
+bool ProjectQkvRotaryWriteKv(Device& device, const Linear& qkv, const LinearInput& in, int64_t rows, float* qkv_out,
+                             int num_heads, const PagedKvLayer& layer, const PagedMetadata& md, const float* cos,
+                             const float* sin, std::span<const int64_t> slot_mapping);
 
 }  // namespace iris::kernels

@@ -436,8 +436,10 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
     const Layer& l = layers_[li];
     // The norms and SiLU·mul go in as the input ops of the Linears after them (folded where the
     // device can: kernels/linear.h).
-    kernels::LinearForward(device_, *l.qkv, NormedInput(x, l.input_norm, normed), rows, qkv);
     kernels::PagedKvLayer kv = cache->layer(li);
+    // The projection; on a device that folds them into it, the step's rotary and KV write too.
+    const bool rotated = kernels::ProjectQkvRotaryWriteKv(device_, *l.qkv, NormedInput(x, l.input_norm, normed), rows,
+                                                          qkv, nh, kv, in.md, in.cos, in.sin, in.slots);
     kernels::PagedAttentionArgs a;
     a.q = qkv;
     a.q_row_stride = qkv_width;
@@ -452,9 +454,13 @@ void Decoder::Run(const StepInputs& in, KvCache* cache) {
     // into the device's cache meanwhile (a hint; none by default).
     kernels::PrefetchWeights(device_, rows, {l.o.get(), l.gate_up.get()});
     // q and k rotated, the new k and v into the cache, then the attention (one launch on a GPU
-    // where the step is decode rows only).
-    kernels::RotaryPagedAttention(device_, a, {qkv, qkv_width, nh}, {qkv + nh * d, qkv_width, nkv}, static_cast<int>(d),
-                                  in.cos, in.sin, qkv + (nh + nkv) * d, qkv_width, in.slots);
+    // where the step is decode rows only), unless the projection did the first two.
+    if (rotated) {
+      kernels::PagedAttention(device_, a);
+    } else {
+      kernels::RotaryPagedAttention(device_, a, {qkv, qkv_width, nh}, {qkv + nh * d, qkv_width, nkv},
+                                    static_cast<int>(d), in.cos, in.sin, qkv + (nh + nkv) * d, qkv_width, in.slots);
+    }
     l.o->Forward(attn, rows, x, Epilogue::kAccumulate);
 
     kernels::GatedMlp(device_, *l.gate_up, *l.down, NormedInput(x, l.post_norm, normed), rows, {gu, act}, x);

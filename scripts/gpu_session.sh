@@ -19,11 +19,12 @@
 #              back and picked on the host vs drawn on the GPU (kernels::SampleRows), same tokens
 #   decode_ab  the 3b step at batches 1 and 4 with each candidate as a variant, side by side with
 #              the defaults, alternating (gpu_ab.sh): the CUDA-core paged attention's key splits
-#              capped at 2 and at 16 (the default cap, 4, gives 4 splits at batch 1 and 2 at batch
-#              4; 16 gives 8 at batch 1, the default before); and every GEMV pipelined (each lane's
+#              capped at 2 (the default cap, 4, gives 4 splits at batch 1 and 2 at batch 4; 16, 8
+#              splits at batch 1, was slower in an earlier run); every GEMV pipelined (each lane's
 #              next weight pass in flight while it multiplies: GemvKernel::kCudaCoresPipelined; at
-#              batch 4 the variant also puts gate_up and down on the GEMV, so read batch 1). The
-#              streamed GEMV, the plain GEMV
+#              batch 4 the variant also puts gate_up and down on the GEMV, so read batch 1); the
+#              rotary and KV write as the qkv GEMV's epilogue (--decode_rotary=gemv: one launch a
+#              layer fewer), alone and with the pipelined GEMV. The streamed GEMV, the plain GEMV
 #              everywhere, the L2 weight prefetch and the fused decode rotary were timed by earlier
 #              runs (README) and are not repeated.
 #   profile    where the GPU time of a 448x448 x8 encoder forward and of a 3b batch-1 decode step
@@ -112,7 +113,9 @@ decode_ab() {
   make_model 3b || return 1
   bash scripts/gpu_ab.sh --bundle "$BUNDLE" --models 3b --models-dir "$MODELS" --batches 1,4 --rounds 2 \
     --out "$OUT_DIR/decode_ab" --variant "splits2: --paged_attention_max_splits=2" \
-    --variant "splits16: --paged_attention_max_splits=16" --variant "gemv_pipelined: --gemv_kernel=pipelined"
+    --variant "gemv_pipelined: --gemv_kernel=pipelined" \
+    --variant "rotary_gemv: --decode_rotary=gemv" \
+    --variant "rotary_gemv_pipelined: --decode_rotary=gemv --gemv_kernel=pipelined"
 }
 encoder() {
   make_model 3b || return 1

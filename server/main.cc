@@ -48,8 +48,9 @@ ABSL_FLAG(std::string, decode_attention, "cuda-cores",
           "one tile's rows) or tensor-cores-every-batch; not yet timed on a GPU");
 ABSL_FLAG(std::string, decode_rotary, "separate",
           "with --device cuda: a step of decode rows only rotates q and k and writes the KV cache in a launch of its "
-          "own (separate, faster at large batches on an H200) or inside its paged attention (fused: one launch a "
-          "layer fewer, the same results)");
+          "own (separate, faster at large batches on an H200), inside its paged attention (fused: one launch a "
+          "layer fewer, the same results) or as the qkv GEMV's epilogue (gemv: one launch fewer at batches of up to "
+          "4, the same results; not yet timed on a GPU)");
 ABSL_FLAG(bool, flash_pipeline, true,
           "with --device cuda and bf16: the encoder's flash attention runs its pipelined kernel (the next K/V tile "
           "copied to shared memory while the warps compute; same result; 6-15% faster encodes on an H200)");

@@ -176,7 +176,9 @@ TEST(CpuFeaturesTest, DeviceRunsTheChosenTier) {
                 {"tensor-cores-every-batch", "is for a CUDA device"},
                 {"packed", "not one of: cuda-cores, tensor-cores, tensor-cores-every-batch"}});
   check_choice(&DeviceOptions::decode_rotary, {"", "separate"},
-               {{"fused", "is for a CUDA device"}, {"inline", "not one of: fused, separate"}});
+               {{"fused", "is for a CUDA device"},
+                {"gemv", "is for a CUDA device"},
+                {"inline", "not one of: separate, fused, gemv"}});
   // cuBLASLt's matmul tuning: the CPU's oneDNN has no such choice to make.
   options.matmul_tuning = true;
   const absl::Status t = CreateDevice(options).status();

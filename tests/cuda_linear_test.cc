@@ -404,7 +404,9 @@ TEST(CudaLinearTest, EarlyStartGemvsWaitForTheKernelAhead) {
                                       std::pair{"streamed", std::optional{cuda::GemvKernel::kCudaCoresStreamed}},
                                       std::pair{"pipelined", std::optional{cuda::GemvKernel::kCudaCoresPipelined}}}) {
     cuda.ForceGemvKernel(forced);
-    if (forced) ASSERT_EQ(cuda.GemvFor(m, h, inter), *forced);
+    if (forced) {
+      ASSERT_EQ(cuda.GemvFor(m, h, inter), *forced);
+    }
     std::vector<float> got[2];
     for (const bool early : {false, true}) {
       ASSERT_TRUE(cuda.SetEarlyStart(early).ok());

@@ -519,6 +519,29 @@ TEST(CudaTinyDecoder, RepeatedAttentionLaunchesChangeNoValueRepeatedRotariesDo) 
   cuda.SetLaunchRepeat(Repeat{});
 }
 
+// The qkv GEMV with the decode step's rotary and KV write as its epilogue
+// (CudaDevice::SetQkvGemvRotary; the tiny model's heads of 16 take it, at the workload's decode
+// steps of up to 4 rows) gives the default's steps bit for bit on the shared workload, directly
+// and from graphs.
+TEST(CudaTinyDecoder, RotaryInTheQkvGemvEqualsTheSeparateLaunchBitForBit) {
+  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  kernels::cuda::CudaDevice& cuda = kernels::cuda::AsCuda(*gpu);
+  const core::DType kv = core::DType::kBF16;
+  testing::DecodeRun runs[2][2];  // [separate, in the GEMV][direct, graphs]
+  for (int on = 0; on < 2; ++on) {
+    cuda.SetQkvGemvRotary(on == 1);
+    DecoderOn direct(*gpu, ComputeType::kBF16), graphs(*gpu, ComputeType::kBF16);
+    ASSERT_TRUE(graphs.decoder->EnableDecodeGraphs(testing::WorkloadGraphOptions(/*capture=*/true)).ok());
+    runs[on][0] = testing::RunDecodeWorkload(*direct.decoder, *gpu, kv);
+    runs[on][1] = testing::RunDecodeWorkload(*graphs.decoder, *gpu, kv);
+    ASSERT_TRUE(gpu->status().ok()) << gpu->status();
+  }
+  cuda.SetQkvGemvRotary(false);
+  testing::ExpectSameRun(runs[1][0], runs[0][0], 0.f, "direct, rotary in the qkv GEMV");
+  testing::ExpectSameRun(runs[1][1], runs[0][1], 0.f, "graphs, rotary in the qkv GEMV");
+}
+
 #else
 TEST(CudaModelTest, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
 #endif

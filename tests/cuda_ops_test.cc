@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/device.h"
 #include "kernels/elementwise.h"
+#include "kernels/linear.h"
 #include "kernels/paged_attention.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
@@ -440,6 +441,96 @@ TEST(CudaOpsTest, LargeBatchDecodeRowsOnTensorCoresMeetTheDefinition) {
   testing::ExpectWithinPagedBf16Rounding(g->Down(b.out, few.q.size()), few, 0, "few decode rows, split");
   g->cuda().SetDecodeAttention(DecodeAttention::kCudaCores);
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
+// A decode step's qkv projection with its rotary and KV write as the GEMV's epilogue
+// (CudaDevice::SetQkvGemvRotary) against the projection, then the rotary + KV write launch: the
+// same qkv rows, pools and attention output, bit for bit, at the 3b's heads (16 of 128, 2 kv heads,
+// hidden 2048), four decode rows (one a padding row) at every row count up to them, x plain and
+// RMSNorm-folded, the CUDA-core GEMV and its pipelined twin, bf16 and f32 pools. Set off, or past
+// the rows its GEMV takes, the call only projects (returns false).
+TEST(CudaOpsTest, QkvGemvWithRotaryEpilogueEqualsTheProjectionThenTheRotaryLaunch) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  cuda::CudaDevice& cuda = g->cuda();
+  const int hd = 128, nh = 16, nkv = 2;
+  const int64_t hidden = 2048, out = int64_t{nh + 2 * nkv} * hd;
+  core::Tensor w = core::Tensor::Empty(core::DType::kF32, {out, hidden});
+  core::Tensor bias = core::Tensor::Empty(core::DType::kF32, {out});
+  const std::vector<float> wv = RandomNormal(out * hidden, 70, 0.05f), bv = RandomNormal(out, 71);
+  std::copy(wv.begin(), wv.end(), w.data<float>());
+  std::copy(bv.begin(), bv.end(), bias.data<float>());
+  absl::StatusOr<std::unique_ptr<Linear>> qkv = Linear::Create(gpu, w, &bias, ComputeType::kBF16);
+  ASSERT_TRUE(qkv.ok()) << qkv.status();
+  const float* dnorm = g->Up(RandomNormal(hidden, 72));
+  float* staging = g->Up(std::vector<float>(8 * hidden, 0.f));
+  for (const int rows : {1, 2, 4}) {
+    std::vector<std::pair<int, int>> seqs = {{600, 1}, {17, 1}, {33, 1}, {70, 1}};
+    seqs.resize(rows);
+    const testing::PagedCase c(nkv, nh, hd, /*num_blocks=*/64, seqs, /*block_step=*/37, /*block_offset=*/3);
+    const testing::DecodeRotaryCase d(c, /*pad_row=*/rows > 1 ? 1 : 0, 80 + rows);
+    const float* dx = g->Up(RandomNormal(rows * hidden, 90 + rows));
+    const float* dcos = g->Up(d.cos);
+    const float* dsin = g->Up(d.sin);
+    const auto dslots = DeviceSpan(g->Up(d.slots), d.slots.size());
+    const PagedMetadata md = OnGpu(*g, c.meta);
+    for (const bool bf16 : {true, false}) {
+      for (const bool norm : {true, false}) {
+        for (const auto kernel : {cuda::GemvKernel::kCudaCores, cuda::GemvKernel::kCudaCoresPipelined}) {
+          SCOPED_TRACE(::testing::Message() << rows << " rows, " << (bf16 ? "bf16" : "f32") << " pools, "
+                                            << (norm ? "rms_norm x, " : "plain x, ")
+                                            << (kernel == cuda::GemvKernel::kCudaCores ? "cuda cores" : "pipelined"));
+          cuda.ForceGemvKernel(kernel);
+          const LinearInput in = norm ? LinearInput::RmsNorm(dx, dnorm, 1e-6f, staging) : LinearInput::Plain(dx);
+          const size_t elem = bf16 ? 2 : 4, pool = c.kf.size();
+          std::vector<float> got_rows[2], got_out[2];
+          std::vector<uint8_t> got_k[2], got_v[2];
+          for (const bool epilogue : {true, false}) {
+            cuda.SetQkvGemvRotary(epilogue);
+            float* qkv_rows = g->Up(std::vector<float>(rows * d.stride, NAN));
+            void* k = bf16 ? static_cast<void*>(g->Up(c.kb)) : static_cast<void*>(g->Up(c.kf));
+            void* v = bf16 ? static_cast<void*>(g->Up(c.vb)) : static_cast<void*>(g->Up(c.vf));
+            PagedAttentionArgs a = c.Args(qkv_rows, g->Up(std::vector<float>(c.q.size(), NAN)), k, v, bf16);
+            a.q_row_stride = d.stride;
+            a.metadata = md;
+            a.bf16 = bf16;
+            const bool rotated =
+                ProjectQkvRotaryWriteKv(gpu, **qkv, in, rows, qkv_rows, nh, a.layer, md, dcos, dsin, dslots);
+            EXPECT_EQ(rotated, epilogue);
+            if (rotated) {
+              PagedAttention(gpu, a);
+            } else {
+              RotaryPagedAttention(gpu, a, {qkv_rows, d.stride, nh}, {qkv_rows + d.k_offset(), d.stride, nkv}, hd,
+                                   dcos, dsin, qkv_rows + d.v_offset(), d.stride, dslots);
+            }
+            got_rows[epilogue] = g->Down(qkv_rows, rows * d.stride);
+            got_out[epilogue] = g->Down(a.out, c.q.size());
+            got_k[epilogue] = g->Down(static_cast<uint8_t*>(k), pool * elem);
+            got_v[epilogue] = g->Down(static_cast<uint8_t*>(v), pool * elem);
+          }
+          ExpectSameBits(got_rows[1], got_rows[0], "qkv rows");
+          d.ExpectSameRowsButPadding(got_out[1], got_out[0]);
+          EXPECT_EQ(got_k[1], got_k[0]) << "k pool";
+          EXPECT_EQ(got_v[1], got_v[0]) << "v pool";
+        }
+      }
+    }
+  }
+  // Past the rows a CUDA-core GEMV takes (the tensor-core GEMV at 8): the projection alone.
+  cuda.ForceGemvKernel(std::nullopt);
+  cuda.SetQkvGemvRotary(true);
+  {
+    const testing::PagedCase c(nkv, nh, hd, 64, std::vector<std::pair<int, int>>(8, {20, 1}), 37, 3);
+    const testing::DecodeRotaryCase d(c, 0, 99);
+    float* qkv_rows = g->Up(std::vector<float>(8 * d.stride, NAN));
+    PagedAttentionArgs a = c.Args(qkv_rows, g->Up(std::vector<float>(c.q.size(), NAN)), g->Up(c.kb), g->Up(c.vb), true);
+    EXPECT_FALSE(ProjectQkvRotaryWriteKv(gpu, **qkv, LinearInput::Plain(g->Up(RandomNormal(8 * hidden, 98))), 8,
+                                         qkv_rows, nh, a.layer, OnGpu(*g, c.meta), g->Up(d.cos), g->Up(d.sin),
+                                         DeviceSpan(g->Up(d.slots), d.slots.size())));
+  }
+  cuda.SetQkvGemvRotary(false);  // the default
+  EXPECT_TRUE(cuda.status().ok()) << cuda.status();
 }
 
 // A decode step's rotary, KV write and attention as one launch (CudaDevice::fused_decode_rotary)

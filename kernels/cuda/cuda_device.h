@@ -184,6 +184,16 @@ class CudaDevice final : public Device {
   bool fused_decode_rotary() const { return fused_decode_rotary_; }
   void SetFusedDecodeRotary(bool fused) { fused_decode_rotary_ = fused; }
 
+  // Whether a step of decode rows only has its rotary and KV write done by the qkv projection's
+  // GEMV as its epilogue (kernels::ProjectQkvRotaryWriteKv: where the step's rows run a CUDA-core
+  // GEMV, i.e. up to 4 rows; a block owns four rotary pairs, so a pair's two sums meet in one block):
+  // one launch a layer fewer than the separate launch, and no round trip of q and k through memory;
+  // the same values bit for bit. Off by default until a same-run step measurement says so
+  // (decode_bench --decode_rotary=gemv); it takes precedence over fused_decode_rotary where both
+  // are set.
+  bool qkv_gemv_rotary() const { return qkv_gemv_rotary_; }
+  void SetQkvGemvRotary(bool on) { qkv_gemv_rotary_ = on; }
+
   // At most how many blocks the CUDA-core paged attention splits one decode row's keys over, per
   // q head (cuda_kernels.h's PagedAttentionSplits: as many as fill one wave, at most this). 4 by
   // default: on an H200 the 3b batch-1 step (context 512) took 2.27-2.28 ms with 4, 2.33 with the
@@ -259,6 +269,7 @@ class CudaDevice final : public Device {
   bool paged_prefill_mma_ = true;
   DecodeAttention decode_attention_ = DecodeAttention::kCudaCores;
   bool fused_decode_rotary_ = false;
+  bool qkv_gemv_rotary_ = false;
   int paged_attention_max_splits_ = 4;
   LaunchRepeat launch_repeat_;
   bool early_start_;

@@ -340,6 +340,28 @@ class CudaLinear final : public Linear {
     return true;  // (a null: the device keeps the error)
   }
 
+  // y = qkv(in) for m rows with rot's rotary and KV write as the GEMV's epilogue
+  // (QkvGemvRotaryKv). False, with nothing enqueued, where it does not apply.
+  bool ForwardRotaryKv(const LinearInput& in, int64_t m, float* y, const GemvRotaryKv& rot) const {
+    if (compute_ != ComputeType::kBF16 || m <= 0) return false;
+    if (in.op != LinearInput::Op::kNone && (in.op != LinearInput::Op::kRmsNorm || !dev_.fold_linear_inputs())) {
+      return false;
+    }
+    const std::optional<GemvKernel> kernel = dev_.GemvFor(m, out_, in_);
+    if (!kernel) return false;
+    GemvInput x{in.x};
+    if (in.op == LinearInput::Op::kRmsNorm) x = GemvInput{in.x, GemvX::kRmsNorm, in.norm_weight, in.eps};
+    const auto* w = static_cast<const uint16_t*>(weight_.raw());
+    if (!GemvRotaryKvTakes(*kernel, w, ld_, in_, out_, x, m, rot)) return false;
+    const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
+    for (int i = 0, n = dev_.LaunchesOf(CudaDevice::RepeatedOp::kGemv, out_, in_); i < n; ++i) {
+      dev_.Check(LaunchGemvBf16RotaryKv(dev_.stream(), *kernel, w, ld_, in_, out_, x, m, bias, y, rot,
+                                        dev_.early_start()),
+                 "Linear: bf16 qkv GEMV + rotary + KV write");
+    }
+    return true;
+  }
+
   // The weight's first bytes (rows are contiguous: [out, ld_]) asked into the L2.
   int64_t PrefetchWeight(int64_t max_bytes) const override {
     int64_t bytes = std::min<int64_t>(static_cast<int64_t>(weight_.nbytes()), max_bytes);
@@ -658,6 +680,13 @@ bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, con
   dev.Check(LaunchFlashVarlenMma(dev.stream(), p), "AttendAndProject: flash attention -> bf16 rows");
   pr->Matmul(act, pr->ld(), rows, y, Epilogue::kAccumulate);
   return true;
+}
+
+bool QkvGemvRotaryKv(CudaDevice& dev, const Linear& qkv, const LinearInput& in, int64_t m, float* y,
+                     const GemvRotaryKv& rot) {
+  if (!dev.qkv_gemv_rotary()) return false;
+  const auto* l = dynamic_cast<const CudaLinear*>(&qkv);
+  return l != nullptr && l->ForwardRotaryKv(in, m, y, rot);
 }
 
 bool KeepsQkvInBf16(CudaDevice& dev, const Linear& qkv, bool bf16_attention) {

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/linear_kernels.h"
 #include "kernels/attention.h"
 #include "kernels/linear.h"
 
@@ -37,6 +38,15 @@ bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& d
 // does not apply: the hand-off switched off, f32 attention, cuDNN's attention chosen, rows a GEMV
 // takes, a head layout other than proj's input row, a proj not of this device or not bf16.
 bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, const Linear& proj, float* y);
+
+// kernels::ProjectQkvRotaryWriteKv on this device: y = qkv(in) for m rows (the decoder's qkv
+// Linear: q heads, then k heads, then v heads) with rot's rotary and KV write done by the GEMV as its
+// epilogue (LaunchGemvBf16RotaryKv). True when it took the call (any error is the device's);
+// false, with nothing enqueued, where it does not apply: the device not set to it
+// (CudaDevice::qkv_gemv_rotary), rows no CUDA-core GEMV takes, f32 compute, an input op other than
+// none or a folded RMSNorm, a layout GemvRotaryKvTakes refuses, a Linear not of this device.
+bool QkvGemvRotaryKv(CudaDevice& dev, const Linear& qkv, const LinearInput& in, int64_t m, float* y,
+                     const GemvRotaryKv& rot);
 
 // kernels/qkv_bf16.h on this device: q, k, v held in bf16 where the hand-off and input folding are
 // on, the attention is bf16 on iris's flash kernel (not cuDNN), and qkv is a bf16 Linear of this
