@@ -95,6 +95,10 @@ ABSL_FLAG(bool, early_start, true,
 ABSL_FLAG(int, paged_attention_max_splits, 4,
           "GPU: at most this many blocks split one decode row's keys (per q head) in the CUDA-core paged "
           "attention, 1 .. 16 (4: the device's default)");
+ABSL_FLAG(bool, paged_attention_lean, false,
+          "GPU: the CUDA-core paged attention takes its lean kernel (two blocks an SM) where a step's grid holds "
+          "more blocks than SMs (CudaDevice::SetPagedAttentionLean); a same-run table times decode steps both ways "
+          "at every batch");
 ABSL_FLAG(bool, step_breakdown, true,
           "GPU with graphs: what each op of a decode step costs inside the graph-replayed step (the step with "
           "that op's launches issued twice, minus the step), at the batches up to the GEMV limit");
@@ -314,6 +318,7 @@ int main(int argc, char** argv) {
     }
     gpu.SetFusedDecodeRotary(decode_rotary == "fused");
     gpu.SetQkvGemvRotary(decode_rotary == "gemv");
+    gpu.SetPagedAttentionLean(absl::GetFlag(FLAGS_paged_attention_lean));
     if (absl::Status s = gpu.SetPagedAttentionMaxSplits(absl::GetFlag(FLAGS_paged_attention_max_splits)); !s.ok()) {
       Die(std::string(s.message()));
     }
@@ -597,6 +602,29 @@ int main(int argc, char** argv) {
   }
 #endif
 
+  // Decode steps with the lean paged attention and with the default kernel, alternating, at every
+  // batch, issued op by op (below one wave of blocks the two are the same launch).
+  struct LeanRow {
+    int batch;
+    double lean_s, default_s;
+  };
+  std::vector<LeanRow> lean_rows;
+#ifdef IRIS_HAVE_CUDA
+  if (dev.kind() == kernels::DeviceKind::kCuda) {
+    kernels::cuda::CudaDevice& gpu = kernels::cuda::AsCuda(dev);
+    const bool setting = gpu.paged_attention_lean();
+    std::fprintf(stderr, "decode_bench: the lean paged attention and the default kernel...\n");
+    for (int b : batches) {
+      if (graphs) dec.PauseDecodeGraphs(true);
+      const auto [lean_s, default_s] =
+          alternating_steps(b, [&](int plain) { gpu.SetPagedAttentionLean(plain == 0); });
+      if (graphs) dec.PauseDecodeGraphs(false);
+      gpu.SetPagedAttentionLean(setting);
+      lean_rows.push_back({b, lean_s, default_s});
+    }
+  }
+#endif
+
   // What each op of a decode step costs inside the graph-replayed step (METHOD.md's differences):
   // the step with that op's launches issued twice (CudaDevice::SetLaunchRepeat) against the step
   // as it is, each setting's graphs recorded afresh, the settings in turn for two rounds (median
@@ -857,6 +885,17 @@ int main(int argc, char** argv) {
     }
   }
 #endif
+  if (!lean_rows.empty()) {
+    std::printf("\npaged attention, the lean kernel (at most 128 registers: two blocks an SM, V rows 8 at a time; "
+                "taken where the step's grid holds more blocks than SMs) against the default kernel (one block an "
+                "SM, V rows 16 at a time), decode steps issued op by op, alternating (median of %d each; the same "
+                "output bit for bit):\n| batch | lean ms/step | default ms/step | default / lean |\n"
+                "| ---: | ---: | ---: | ---: |\n", steps);
+    for (const LeanRow& r : lean_rows) {
+      std::printf("| %d | %.3f | %.3f | %.3fx |\n", r.batch, 1e3 * r.lean_s, 1e3 * r.default_s,
+                  r.default_s / r.lean_s);
+    }
+  }
   if (absl::GetFlag(FLAGS_linears)) {
     std::printf("\nLinear alone at M = batch (%s, random weights read from DRAM; mean call of a run, best of 3 runs; "
                 "load average %s; share = of that batch's median decode step; on a GPU, us/call is the path the "

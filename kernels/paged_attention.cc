@@ -80,7 +80,8 @@ void DecodeRowsOnCudaCores(cuda::CudaDevice& gpu, const PagedAttentionArgs& args
                                          L.block_size, L.num_kv_heads, L.head_dim, md.query_start.data(),
                                          md.context_lens.data(), md.block_tables.data(), md.max_blocks_per_seq,
                                          md.num_seqs, md.row_begin, decode_end, splits, partials,
-                                         gpu.paged_split_counters(), gpu.early_start(), rotary),
+                                         gpu.paged_split_counters(), gpu.early_start(), rotary,
+                                         gpu.paged_attention_lean() && rows * args.num_heads * splits > gpu.sm_count()),
               rotary != nullptr ? "PagedAttention with the decode rotary" : "PagedAttention");
   }
 }

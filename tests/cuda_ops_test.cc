@@ -443,6 +443,42 @@ TEST(CudaOpsTest, LargeBatchDecodeRowsOnTensorCoresMeetTheDefinition) {
   EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
 }
 
+// The lean paged attention (CudaDevice::SetPagedAttentionLean: two blocks an SM where the grid
+// holds more blocks than SMs) gives the default kernel's output bit for bit, at the 3b's heads on
+// 40 decode rows (640 blocks: it takes them) and on 3 (48 blocks: it does not apply), bf16 and f32
+// pools, and stays within the f32 bound of the CPU.
+TEST(CudaOpsTest, LeanPagedAttentionEqualsTheDefaultKernelBitForBit) {
+  auto g = MakeGpu();
+  ASSERT_NE(g, nullptr);
+  Device& gpu = *g->dev;
+  for (const int rows : {40, 3}) {
+    std::vector<std::pair<int, int>> seqs;
+    for (int r = 0; r < rows; ++r) seqs.push_back({1 + (97 * r) % 600, 1});
+    const testing::PagedCase c(/*kv_heads=*/2, /*heads=*/16, /*head_dim=*/128, /*num_blocks=*/40 * 40, seqs,
+                               /*block_step=*/37, /*block_offset=*/3);
+    const PagedMetadata md = OnGpu(*g, c.meta);
+    for (const bool bf16_pool : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << rows << " rows, " << (bf16_pool ? "bf16" : "f32") << " pool");
+      std::vector<float> got[2];
+      for (const bool lean : {false, true}) {
+        g->cuda().SetPagedAttentionLean(lean);
+        PagedAttentionArgs a =
+            c.Args(g->Up(c.q), g->Up(std::vector<float>(c.q.size(), NAN)),
+                   bf16_pool ? static_cast<void*>(g->Up(c.kb)) : static_cast<void*>(g->Up(c.kf)),
+                   bf16_pool ? static_cast<void*>(g->Up(c.vb)) : static_cast<void*>(g->Up(c.vf)), bf16_pool);
+        a.metadata = md;
+        a.bf16 = true;
+        PagedAttention(gpu, a);
+        got[lean] = g->Down(a.out, c.q.size());
+      }
+      ExpectSameBits(got[1], got[0], "lean against the default kernel");
+      ExpectCloseRel(got[1], c.Reference(bf16_pool), 2e-5f, "lean against the CPU");
+    }
+  }
+  g->cuda().SetPagedAttentionLean(false);  // the default
+  EXPECT_TRUE(g->cuda().status().ok()) << g->cuda().status();
+}
+
 // A decode step's qkv projection with its rotary and KV write as the GEMV's epilogue
 // (CudaDevice::SetQkvGemvRotary) against the projection, then the rotary + KV write launch: the
 // same qkv rows, pools and attention output, bit for bit, at the 3b's heads (16 of 128, 2 kv heads,

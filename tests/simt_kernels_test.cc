@@ -661,7 +661,9 @@ TEST(CudaKernelsOnSimtTest, ArgmaxPicksTheSameIdAsTheCpuSamplerWithTiesNansAndIn
 // read 16 bytes at a time) and 77 (element by element): decodes over 1, 17 and 70 tokens (tiles of
 // 32 keys: partial last tiles), a 3-row prefill chunk over 40, a decode over exactly two blocks;
 // whole, and with the keys split over 3 blocks (some of them empty) whose partials the last of
-// them merges.
+// them merges. The kernel compiled for the V layout (PagedVChunks), as the launch picks it; where
+// V is whole chunks, the lean kernel (two blocks an SM, V rows 8 at a time) too: the same output
+// bit for bit.
 template <typename T>
 void CheckPagedAttention(int head_dim, int splits) {
   SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << ", " << splits << " splits");
@@ -676,14 +678,22 @@ void CheckPagedAttention(int head_dim, int splits) {
   std::vector<float> partials(splits > 1 ? PagedPartialIndex(c.rows, 0, c.heads, 0, splits, head_dim) : 0, NAN);
   float* partials_or_null = splits > 1 ? partials.data() : nullptr;
   std::vector<int> counters(static_cast<size_t>(c.rows * c.heads), 0);
-  Launch(Dim3(c.rows, c.heads, splits), Dim3(kPagedWarps * kWarpSize), PagedAttentionKernel<T>, c.q.data(),
-         c.row_stride(), got.data(), c.row_stride(), c.heads, c.scale(), static_cast<const T*>(c.k(kBf16)),
-         static_cast<const T*>(c.v(kBf16)), c.block_size, c.kv_heads, c.head_dim, c.meta.query_start.data(),
-         c.meta.context_lens.data(), c.meta.block_tables.data(), c.meta.max_blocks_per_seq, c.meta.num_seqs, int64_t{0},
-         partials_or_null, counters.data(), PagedDecodeRotary{});
+  const auto attend = [&](auto kernel, std::vector<float>* out) {
+    Launch(Dim3(c.rows, c.heads, splits), Dim3(kPagedWarps * kWarpSize), kernel, c.q.data(), c.row_stride(),
+           out->data(), c.row_stride(), c.heads, c.scale(), static_cast<const T*>(c.k(kBf16)),
+           static_cast<const T*>(c.v(kBf16)), c.block_size, c.kv_heads, c.head_dim, c.meta.query_start.data(),
+           c.meta.context_lens.data(), c.meta.block_tables.data(), c.meta.max_blocks_per_seq, c.meta.num_seqs,
+           int64_t{0}, partials_or_null, counters.data(), PagedDecodeRotary{});
+    // The last split of each (row, head) merged the partials and left its counter zero again.
+    EXPECT_EQ(counters, std::vector<int>(counters.size(), 0));
+  };
+  attend(whole_chunks ? PagedAttentionKernel<T, false, true> : PagedAttentionKernel<T, false, false>, &got);
   ExpectCloseRel(got, c.Reference(kBf16), 2e-5f, "paged_attention");
-  // The last split of each (row, head) merged the partials and left its counter zero again.
-  EXPECT_EQ(counters, std::vector<int>(counters.size(), 0));
+  if (whole_chunks) {
+    std::vector<float> lean(c.q.size(), NAN);
+    attend(PagedAttentionKernel<T, false, true, true>, &lean);
+    ExpectSameBits(lean, got, "the lean kernel");
+  }
 }
 
 // A step of decode rows only with its rotary and KV write done by the attention (kRotary): the
@@ -725,7 +735,9 @@ void CheckFusedRotaryAttention(int kv_heads, int heads, int head_dim, int splits
   Launch(Dim3(rows, 2), Dim3(96), RotaryQKWriteKvKernel<T>, qa, stride, heads, qa + d.k_offset(), stride, kv_heads,
          head_dim, d.cos.data(), d.sin.data(), static_cast<const float*>(qa + d.v_offset()), stride,
          static_cast<const int64_t*>(d.slots.data()), num_slots, k_a.data(), v_a.data());
-  attend(qa, &want, k_a, v_a, PagedDecodeRotary{}, PagedAttentionKernel<T, false>);
+  const bool chunked = PagedVChunks(v_a.data(), head_dim) > 0;  // the launch's pick of instantiation
+  attend(qa, &want, k_a, v_a, PagedDecodeRotary{},
+         chunked ? PagedAttentionKernel<T, false, true> : PagedAttentionKernel<T, false, false>);
 
   // One launch: q, k, v as the qkv projection left them; the pools read (stale at the new slots)
   // and the pools written (copies) apart.
@@ -733,7 +745,7 @@ void CheckFusedRotaryAttention(int kv_heads, int heads, int head_dim, int splits
   std::vector<float> got(want.size(), NAN);
   attend(d.qkv.data(), &got, k_pool, v_pool,
          d.Rotary(d.qkv.data(), d.cos.data(), d.sin.data(), d.slots.data(), k_b.data(), v_b.data()),
-         PagedAttentionKernel<T, true>);
+         chunked ? PagedAttentionKernel<T, true, true> : PagedAttentionKernel<T, true, false>);
 
   ExpectSameBits(k_b, k_a, "k pool");
   ExpectSameBits(v_b, v_a, "v pool");

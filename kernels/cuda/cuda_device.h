@@ -194,6 +194,15 @@ class CudaDevice final : public Device {
   bool qkv_gemv_rotary() const { return qkv_gemv_rotary_; }
   void SetQkvGemvRotary(bool on) { qkv_gemv_rotary_ = on; }
 
+  // Whether the CUDA-core paged attention takes its lean kernel where a step's grid holds more
+  // blocks than the GPU has SMs (a large decode batch: 3b at 32 rows is 512 blocks): at most 128
+  // registers a thread, so two blocks share an SM where the default kernel (155-178 registers)
+  // holds one, its V rows read 8 at a time instead of 16; the same output bit for bit (bf16 or f32
+  // pages in whole 16-byte chunks, no fused rotary). Off by default until a same-run step
+  // measurement says so (decode_bench --paged_attention_lean; its table times both at every batch).
+  bool paged_attention_lean() const { return paged_attention_lean_; }
+  void SetPagedAttentionLean(bool on) { paged_attention_lean_ = on; }
+
   // At most how many blocks the CUDA-core paged attention splits one decode row's keys over, per
   // q head (cuda_kernels.h's PagedAttentionSplits: as many as fill one wave, at most this). 4 by
   // default: on an H200 the 3b batch-1 step (context 512) took 2.27-2.28 ms with 4, 2.33 with the
@@ -270,6 +279,7 @@ class CudaDevice final : public Device {
   DecodeAttention decode_attention_ = DecodeAttention::kCudaCores;
   bool fused_decode_rotary_ = false;
   bool qkv_gemv_rotary_ = false;
+  bool paged_attention_lean_ = false;
   int paged_attention_max_splits_ = 4;
   LaunchRepeat launch_repeat_;
   bool early_start_;

@@ -298,7 +298,7 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
                          int block_size, int num_kv_heads, int head_dim, const int32_t* query_start,
                          const int32_t* context_lens, const int32_t* block_tables, int max_blocks_per_seq,
                          int num_seqs, int64_t row_begin, int64_t row_end, int splits, float* partials,
-                         int* split_counters, bool early, const PagedDecodeRotary* rotary) {
+                         int* split_counters, bool early, const PagedDecodeRotary* rotary, bool lean) {
   if (head_dim > kPagedMaxHeadDim || num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || splits < 1 ||
       (splits > 1 && (partials == nullptr || split_counters == nullptr)) ||
       (rotary != nullptr && (head_dim % 2 != 0 || rotary->slots == nullptr || rotary->k_pool != k_pool ||
@@ -318,16 +318,23 @@ int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stri
                      query_start, context_lens, block_tables, max_blocks_per_seq, num_seqs, row_begin, partials,
                      split_counters, r);
   };
-  if (bf16_pool) {
+  // The instantiation for the pool's type, the rotary, V's layout (PagedVChunks: the kernel is
+  // compiled for one) and the lean kernel (chunked V without rotary only).
+  const auto pick = [&](auto* pool_type) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(pool_type)>>;
+    const bool chunked = PagedVChunks(static_cast<const T*>(v_pool), head_dim) > 0;
     if (rotary != nullptr) {
-      launch(PagedAttentionKernel<uint16_t, true>, static_cast<uint16_t*>(nullptr));
-    } else {
-      launch(PagedAttentionKernel<uint16_t, false>, static_cast<uint16_t*>(nullptr));
+      if (chunked) return launch(PagedAttentionKernel<T, true, true>, pool_type);
+      return launch(PagedAttentionKernel<T, true, false>, pool_type);
     }
-  } else if (rotary != nullptr) {
-    launch(PagedAttentionKernel<float, true>, static_cast<float*>(nullptr));
+    if (!chunked) return launch(PagedAttentionKernel<T, false, false>, pool_type);
+    if (lean) return launch(PagedAttentionKernel<T, false, true, true>, pool_type);
+    return launch(PagedAttentionKernel<T, false, true>, pool_type);
+  };
+  if (bf16_pool) {
+    pick(static_cast<uint16_t*>(nullptr));
   } else {
-    launch(PagedAttentionKernel<float, false>, static_cast<float*>(nullptr));
+    pick(static_cast<float*>(nullptr));
   }
   return LastLaunchError();
 }

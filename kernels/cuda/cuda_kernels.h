@@ -110,13 +110,16 @@ int LaunchRotaryQKWritePagedKv(CUstream_st* stream, float* q, int64_t q_stride, 
 // kernel ahead (which writes q and the step's keys) finishes.
 // rotary (a step whose rows are all decode rows; even head_dim): the step's rotary and KV write
 // done by the attention too (PagedDecodeRotary), where q is then before rotary.
+// lean: the kernel that holds two blocks an SM (kernels.cuh's kLean: at most 128 registers, V rows
+// half as many at a time), where V is read in whole chunks and there is no rotary; the same
+// output bit for bit. For grids of more blocks than one wave holds.
 int LaunchPagedAttention(CUstream_st* stream, const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                          int num_heads, float scale, const void* k_pool, const void* v_pool, bool bf16_pool,
                          int block_size, int num_kv_heads, int head_dim, const int32_t* query_start,
                          const int32_t* context_lens, const int32_t* block_tables, int max_blocks_per_seq,
                          int num_seqs, int64_t row_begin, int64_t row_end, int splits = 1,
                          float* partials = nullptr, int* split_counters = nullptr, bool early = false,
-                         const PagedDecodeRotary* rotary = nullptr);
+                         const PagedDecodeRotary* rotary = nullptr, bool lean = false);
 
 // Paged attention's key splits for a step of `rows` query rows: as many blocks per (row, head)
 // as fit in one wave on `sm_count` SMs (the kernel holds an SM's registers: one block each), at

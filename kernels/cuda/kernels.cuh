@@ -694,7 +694,9 @@ IRIS_DEVICE float KeyDot(const T* kr, const float* qs, int head_dim, bool chunke
 // kPagedVBatch loads in flight before its products: a short tile's V rows arrive in one memory
 // round trip instead of four. Where the rows are not whole aligned chunks (an odd head dim), lanes
 // own head dims instead (lane + 32 i) and load element by element. 0: that case.
+// The lean kernel (below) keeps half as many: the same V rows in the same order, two round trips.
 constexpr int kPagedVBatch = 16;
+constexpr int kPagedVBatchLean = 8;
 template <typename T>
 IRIS_HOST_DEVICE int PagedVChunks(const T* v_pool, int head_dim) {
   if (reinterpret_cast<uintptr_t>(v_pool) % 16 != 0 || head_dim % kPerChunk16<T> != 0) return 0;
@@ -739,8 +741,14 @@ IRIS_DEVICE int64_t PagedSlot(const int32_t* table, int64_t j, int block_size) {
 // row's pool slot for the steps after (no block of this launch reads that slot). The same
 // products in the same order as RotaryQKWriteKvKernel then this kernel without it: the same
 // output and pools, bit for bit.
-template <typename T, bool kRotary = false>
-IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
+// kChunkedV: the V rows are whole aligned 16-byte chunks (PagedVChunks > 0, the launch's choice),
+// so the element-by-element V path is not compiled in: its registers counted even where it never
+// ran (255 a thread and spills with both; 155-178 with one). kLean (with kChunkedV): at most 128
+// registers, two blocks an SM, by taking V rows kPagedVBatchLean at a time, for grids of more
+// blocks than one wave holds (a large decode batch). Every instantiation computes the same
+// products in the same order: the same output, bit for bit.
+template <typename T, bool kRotary = false, bool kChunkedV = true, bool kLean = false>
+IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kPagedWarps * kWarpSize, kLean ? 2 : 1) PagedAttentionKernel(const float* q, int64_t q_row_stride, float* out, int64_t out_row_stride,
                                       int num_heads, float scale, const T* k_pool, const T* v_pool, int block_size,
                                       int num_kv_heads, int head_dim, const int32_t* query_start,
                                       const int32_t* context_lens, const int32_t* block_tables,
@@ -804,7 +812,9 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
   }
   // Chunked V (PagedVChunks): lane = key group * chunks + chunk, the groups taking a tile's keys
   // in turn; lanes past groups * chunks idle in the V products.
-  const int chunks = PagedVChunks(v_pool, head_dim);
+  static_assert(kChunkedV || !kLean, "the lean kernel reads V in chunks");
+  constexpr int kVBatch = kLean ? kPagedVBatchLean : kPagedVBatch;
+  const int chunks = kChunkedV ? PagedVChunks(v_pool, head_dim) : 0;  // > 0 where kChunkedV (the launch's pick)
   const int groups = chunks > 0 ? kWarpSize / chunks : 0;
   const int key_group = chunks > 0 ? lane / chunks : 0, chunk = chunks > 0 ? lane % chunks : 0;
 
@@ -847,16 +857,16 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
       }
       return v_pool + su * row_elems + static_cast<int64_t>(g) * head_dim;
     };
-    if (chunks > 0) {
+    if constexpr (kChunkedV) {
       if (key_group < groups) {
         const int64_t column = static_cast<int64_t>(chunk) * kPerChunk16<T>;
-        for (int u0 = key_group; u0 < n; u0 += groups * kPagedVBatch) {
-          Chunk16 vv[kPagedVBatch];
-          for (int k = 0; k < kPagedVBatch; ++k) {
+        for (int u0 = key_group; u0 < n; u0 += groups * kVBatch) {
+          Chunk16 vv[kVBatch];
+          for (int k = 0; k < kVBatch; ++k) {
             const int u = u0 + k * groups;
-            if (u < n) vv[k] = *reinterpret_cast<const Chunk16*>(v_row(u) + column);
+            vv[k] = u < n ? *reinterpret_cast<const Chunk16*>(v_row(u) + column) : Chunk16{};
           }
-          for (int k = 0; k < kPagedVBatch; ++k) {
+          for (int k = 0; k < kVBatch; ++k) {
             const int u = u0 + k * groups;
             if (u < n) AccumulateChunk<T>(acc, vv[k], tile_p[warp][u]);
           }
@@ -896,7 +906,7 @@ IRIS_GLOBAL void PagedAttentionKernel(const float* q, int64_t q_row_stride, floa
     warp_m[warp] = m;
     warp_l[warp] = l;
   }
-  if (chunks > 0) {
+  if constexpr (kChunkedV) {
     // Each key group's sums side by side (groups * head_dim <= 32 * kPerChunk16 <= kPagedMaxHeadDim
     // floats), then each head dim's sum over the groups in its group-0 place, by the lane that
     // alone reads that place.
