@@ -8,8 +8,9 @@
 # and named):
 #   tests      every GPU test suite (gpu_check.sh, each suite bounded)
 #   decode     decode_bench on the 3b at batches 1, 8, 32, 64, with its same-run tables (graphs,
-#              decode attention on the CUDA cores against the tensor cores, the prompt step both
-#              ways, each op's cost inside the graph-replayed step at batches 1 and 8, each Linear
+#              decode attention on the CUDA cores against the tensor cores, the decode rotary in the
+#              attention and in the qkv GEMV each against its own launch, the lean paged attention
+#              against the default kernel, the prompt step both ways, each op's cost inside the graph-replayed step at batches 1 and 8, each Linear
 #              alone)
 #   encoder    encoder_bench on the 3b vision tower: the switch table (the three techniques, bf16
 #              hand-offs, the pipelined flash kernel, matmul tuning) and the tuned matmuls' table
