@@ -19,6 +19,12 @@ namespace iris::kernels {
 #ifdef IRIS_HAVE_CUDA
 namespace {
 
+// Whether a step of `rows` rows is decode rows only, all of them (md's host summaries): the steps
+// whose rotary and KV write a GPU may fold into another launch.
+bool AllDecodeRows(const PagedMetadata& md, int64_t rows) {
+  return md.num_seqs > 0 && md.max_query_len == 1 && md.row_begin == 0 && md.row_end == rows;
+}
+
 // Whether a step's `rows` decode rows go to the packed tensor-core kernel: where the device says
 // (CudaDevice::decode_attention), in the bf16 mode over bf16 pages it takes.
 bool DecodeRowsOnTensorCores(const cuda::CudaDevice& gpu, const PagedAttentionArgs& args, int64_t rows) {
@@ -197,9 +203,9 @@ void RotaryPagedAttention(Device& device, const PagedAttentionArgs& args, HeadsV
   // Where the rows go (the packed tensor-core kernel takes the rotary with key slices only: a kv
   // head's q heads fit one warp's rows).
   const bool packed = device.kind() == DeviceKind::kCuda && DecodeRowsOnTensorCores(cuda::AsCuda(device), args, rows);
-  if (device.kind() == DeviceKind::kCuda && cuda::AsCuda(device).fused_decode_rotary() && md.num_seqs > 0 &&
-      md.max_query_len == 1 && md.row_begin == 0 && md.row_end == rows && q.data == args.q &&
-      q.row_stride == args.q_row_stride && q.num_heads == args.num_heads && q.bf16 == nullptr && k.bf16 == nullptr &&
+  if (device.kind() == DeviceKind::kCuda && cuda::AsCuda(device).fused_decode_rotary() && AllDecodeRows(md, rows) &&
+      q.data == args.q && q.row_stride == args.q_row_stride && q.num_heads == args.num_heads && q.bf16 == nullptr &&
+      k.bf16 == nullptr &&
       k.num_heads == L.num_kv_heads && head_dim == L.head_dim && head_dim % 2 == 0 &&
       (!packed || cuda::PagedDecodeMmaKeySlices(args.num_heads, L.num_kv_heads) > 1)) {
     cpu::CheckPagedAttentionArgs(args);
@@ -227,9 +233,8 @@ bool ProjectQkvRotaryWriteKv(Device& device, const Linear& qkv, const LinearInpu
                              int num_heads, const PagedKvLayer& layer, const PagedMetadata& md, const float* cos,
                              const float* sin, std::span<const int64_t> slot_mapping) {
 #ifdef IRIS_HAVE_CUDA
-  if (device.kind() == DeviceKind::kCuda && cuda::AsCuda(device).qkv_gemv_rotary() && rows > 0 && md.num_seqs > 0 &&
-      md.max_query_len == 1 && md.row_begin == 0 && md.row_end == rows &&
-      static_cast<int64_t>(slot_mapping.size()) == rows &&
+  if (device.kind() == DeviceKind::kCuda && cuda::AsCuda(device).qkv_gemv_rotary() && rows > 0 &&
+      AllDecodeRows(md, rows) && static_cast<int64_t>(slot_mapping.size()) == rows &&
       (layer.dtype == core::DType::kBF16 || layer.dtype == core::DType::kF32)) {
     cpu::CheckWritableKvLayer(layer);
     cuda::GemvRotaryKv rot;

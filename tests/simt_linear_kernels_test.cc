@@ -476,6 +476,9 @@ template <typename T>
 void CheckGemvRotaryKv(T marker) {
   const RotaryGemvCase cases[] = {{1, 2, 1, 128, 2048}, {2, 3, 1, 8, 64}, {3, 4, 2, 24, 3584}, {4, 2, 1, 16, 1280}};
   constexpr bool kBf16 = sizeof(T) == 2;
+  // The one-pass loop's op, and the pipelined loop's (the other one).
+  constexpr GemvX kOnePassOp = kBf16 ? GemvX::kRmsNorm : GemvX::kPlain;
+  constexpr GemvX kPipelinedOp = kBf16 ? GemvX::kPlain : GemvX::kRmsNorm;
   uint32_t seed = kBf16 ? 1500 : 1100;
   for (const RotaryGemvCase& k : cases) {
     for (const bool with_bias : {true, false}) {
@@ -483,19 +486,11 @@ void CheckGemvRotaryKv(T marker) {
                                         << k.head_dim << ", in " << k.in << (with_bias ? ", bias" : ""));
       {
         SCOPED_TRACE(kBf16 ? "rms_norm x, one pass at a time" : "plain x, one pass at a time");
-        if (kBf16) {
-          CheckGemvRotaryKvOp<GemvX::kRmsNorm, false>(k, marker, with_bias, seed += 10);
-        } else {
-          CheckGemvRotaryKvOp<GemvX::kPlain, false>(k, marker, with_bias, seed += 10);
-        }
+        CheckGemvRotaryKvOp<kOnePassOp, false>(k, marker, with_bias, seed += 10);
       }
       if (!with_bias) continue;
       SCOPED_TRACE(kBf16 ? "plain x, pipelined" : "rms_norm x, pipelined");
-      if (kBf16) {
-        CheckGemvRotaryKvOp<GemvX::kPlain, true>(k, marker, with_bias, seed += 10);
-      } else {
-        CheckGemvRotaryKvOp<GemvX::kRmsNorm, true>(k, marker, with_bias, seed += 10);
-      }
+      CheckGemvRotaryKvOp<kPipelinedOp, true>(k, marker, with_bias, seed += 10);
     }
   }
 }

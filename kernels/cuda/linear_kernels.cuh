@@ -314,9 +314,13 @@ IRIS_HOST_DEVICE int64_t GemvRotaryKvBlocks(const GemvRotaryKv& r) {
   return rotated + (v_rows + kGemvSimtOutPerBlock - 1) / kGemvSimtOutPerBlock;
 }
 
-template <typename T>
-IRIS_DEVICE void StorePoolValue(void* pool, int64_t at, float value) {
-  StoreRounded(static_cast<T*>(pool) + at, value);
+// pool[at] = value, rounded as the pool's dtype (bf16 or f32).
+IRIS_DEVICE void StorePoolValue(void* pool, bool bf16, int64_t at, float value) {
+  if (bf16) {
+    StoreRounded(static_cast<uint16_t*>(pool) + at, value);
+  } else {
+    StoreRounded(static_cast<float*>(pool) + at, value);
+  }
 }
 
 // Grid: GemvRotaryKvBlocks(rot) blocks of kGemvSimtThreads. head_dim % 8 == 0 (four pairs a block);
@@ -364,13 +368,8 @@ IRIS_GLOBAL void GemvSimtRotaryKvKernel(const uint16_t* w, int64_t ld, int64_t i
     const int64_t slot = rot.slots[r];
     if (head >= rot.q_heads && slot >= 0 && slot < rot.num_slots) {
       const int64_t at = slot * width + static_cast<int64_t>(head - rot.q_heads) * rot.head_dim + i;
-      if (rot.bf16_pool) {
-        StorePoolValue<uint16_t>(rot.k_pool, at, y1);
-        StorePoolValue<uint16_t>(rot.k_pool, at + half, y2);
-      } else {
-        StorePoolValue<float>(rot.k_pool, at, y1);
-        StorePoolValue<float>(rot.k_pool, at + half, y2);
-      }
+      StorePoolValue(rot.k_pool, rot.bf16_pool, at, y1);
+      StorePoolValue(rot.k_pool, rot.bf16_pool, at + half, y2);
     }
   } else if (!rotary && t < rows.outs * kRows) {
     const int o = t / kRows, r = t % kRows;
@@ -380,11 +379,7 @@ IRIS_GLOBAL void GemvSimtRotaryKvKernel(const uint16_t* w, int64_t ld, int64_t i
     const int64_t slot = rot.slots[r];
     if (slot >= 0 && slot < rot.num_slots) {
       const int64_t at = slot * width + rows.row(o) - static_cast<int64_t>(rot.q_heads + rot.k_heads) * rot.head_dim;
-      if (rot.bf16_pool) {
-        StorePoolValue<uint16_t>(rot.v_pool, at, v);
-      } else {
-        StorePoolValue<float>(rot.v_pool, at, v);
-      }
+      StorePoolValue(rot.v_pool, rot.bf16_pool, at, v);
     }
   }
   SyncThreads();  // the shared partials are read before a next block (harness) reuses them
