@@ -1,43 +1,11 @@
 #include "engine/model.h"
 
-#include <filesystem>
-
 #include "absl/strings/str_cat.h"
 #include "core/safetensors.h"
 #include "core/status_macros.h"
-#include "nlohmann/json.hpp"
+#include "engine/generation_config.h"
 
 namespace iris::engine {
-namespace {
-
-// generation_config.json's eos_token_id (a number or a list); the config's when the file or the
-// field is absent.
-absl::StatusOr<std::vector<int32_t>> LoadEosIds(const std::string& dir, const core::ModelConfig& config) {
-  const std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
-  std::vector<int32_t> ids;
-  if (std::filesystem::exists(path)) {
-    IRIS_ASSIGN_OR_RETURN(nlohmann::json j, core::ReadJsonFile(path));
-    if (j.contains("eos_token_id")) {
-      const nlohmann::json& e = j["eos_token_id"];
-      if (e.is_number_integer()) {
-        ids.push_back(e.get<int32_t>());
-      } else if (e.is_array()) {
-        for (const auto& v : e) {
-          if (!v.is_number_integer()) {
-            return absl::InvalidArgumentError(absl::StrCat(path, ": eos_token_id must hold integers"));
-          }
-          ids.push_back(v.get<int32_t>());
-        }
-      } else if (!e.is_null()) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": eos_token_id must be an integer or a list"));
-      }
-    }
-  }
-  if (ids.empty()) ids.push_back(static_cast<int32_t>(config.eos_token_id));
-  return ids;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, const ModelOptions& options) {
   IRIS_ASSIGN_OR_RETURN(core::ModelConfig config, core::LoadModelConfig(dir));
@@ -53,10 +21,10 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, const M
                                                      config.text.hidden_size));
     }
   }
-  IRIS_ASSIGN_OR_RETURN(std::vector<int32_t> eos, LoadEosIds(dir, config));
+  IRIS_ASSIGN_OR_RETURN(GenerationConfig generation, LoadGenerationConfig(dir, config));
   IRIS_ASSIGN_OR_RETURN(llm::Tokenizer tokenizer, llm::Tokenizer::Load(dir));
   IRIS_ASSIGN_OR_RETURN(llm::ChatStyle style, llm::LoadChatStyle(dir));
-  std::unique_ptr<Model> model(new Model{dir, config, pre, std::move(eos), std::move(tokenizer), nullptr,
+  std::unique_ptr<Model> model(new Model{dir, config, pre, std::move(generation.eos_token_ids), generation.sampling, std::move(tokenizer), nullptr,
                                          nullptr, options, nullptr, std::move(style), nullptr});
   IRIS_ASSIGN_OR_RETURN(core::Checkpoint ckpt, core::Checkpoint::Open(dir));
   IRIS_ASSIGN_OR_RETURN(model->device, kernels::CreateDevice(options.device));

@@ -1,6 +1,6 @@
 // A loaded model of one of the Qwen families (Qwen2.5-VL, Qwen2-VL, text-only Qwen2/Qwen2.5):
 // configs, tokenizer, chat style, vision encoder (absent for text-only models) and decoder from
-// one checkpoint directory, plus the generation defaults (EOS ids) from generation_config.json.
+// one checkpoint directory, plus the generation defaults (EOS ids, sampling) from generation_config.json.
 #pragma once
 
 #include <memory>
@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/model_config.h"
+#include "engine/generation_config.h"
 #include "kernels/device.h"
 #include "kernels/linear.h"
 #include "llm/chat_template.h"
@@ -35,6 +36,7 @@ struct Model {
   core::ModelConfig config;
   core::PreprocessorConfig preprocessor;  // defaults for a text-only model (never used)
   std::vector<int32_t> eos_token_ids;  // generation_config.json's eos_token_id (list or one), else config's
+  SamplingDefaults sampling_defaults;  // generation_config.json's, as transformers' generate() reads them
   llm::Tokenizer tokenizer;
   std::unique_ptr<vision::VisionEncoder> encoder;  // null for a text-only model
   std::unique_ptr<llm::Decoder> decoder;

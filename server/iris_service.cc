@@ -104,6 +104,13 @@ IrisService::IrisService(engine::Engine* engine, core::ThreadPool* workers, cons
   model_info_.set_architecture(core::FamilyArchitecture(model.config.family));
   model_info_.set_device(model.device->Describe());
   if (model.encoder_device != nullptr) model_info_.set_encoder_device(model.encoder_device->Describe());
+  const engine::SamplingDefaults& sd = options.limits.sampling_defaults;
+  v1::SamplingDefaults* defaults = model_info_.mutable_sampling_defaults();
+  defaults->set_temperature(sd.temperature);
+  defaults->set_top_p(sd.top_p);
+  defaults->set_top_k(sd.top_k);
+  defaults->set_repetition_penalty(sd.repetition_penalty);
+  defaults->set_source(sd.source);
   if (model.config.has_vision()) {
     limits->set_min_pixels(model.preprocessor.min_pixels);
     limits->set_max_pixels(model.preprocessor.max_pixels);

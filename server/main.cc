@@ -104,6 +104,9 @@ ABSL_FLAG(int64_t, max_image_pixels, 64ll << 20, "decoded width * height of one 
 ABSL_FLAG(int64_t, max_prompt_tokens, 32768, "prompt tokens, image tokens included");
 ABSL_FLAG(int64_t, max_tokens, 4096, "largest sampling.max_tokens a request may ask for");
 ABSL_FLAG(int64_t, default_max_tokens, 16, "tokens generated when a request does not set sampling.max_tokens");
+ABSL_FLAG(std::string, generation_config, "auto",
+          "what a request's unset sampling fields (temperature, top_p, top_k, repetition_penalty) take: auto = the "
+          "model's generation_config.json, read as transformers' generate() reads it; none = greedy, no penalty");
 ABSL_FLAG(int64_t, max_model_len, 0, "prompt + max_tokens (0 = the model's max_position_embeddings)");
 ABSL_FLAG(int64_t, max_message_bytes, 64ll << 20, "size of one request message, in bytes");
 ABSL_FLAG(int64_t, min_pixels, 0, "smallest resize target per image (0 = the checkpoint's); requests may only raise it");
@@ -169,6 +172,9 @@ absl::StatusOr<server::ServerOptions> ServerOptionsFromFlags() {
   IRIS_RETURN_IF_ERROR(CheckPositive(l.max_prompt_tokens, "--max-prompt-tokens"));
   IRIS_RETURN_IF_ERROR(CheckPositive(l.max_tokens, "--max-tokens"));
   IRIS_RETURN_IF_ERROR(CheckPositive(l.default_max_tokens, "--default-max-tokens"));
+  if (const std::string g = absl::GetFlag(FLAGS_generation_config); g != "auto" && g != "none") {
+    return absl::InvalidArgumentError(absl::StrCat("--generation-config must be auto or none, got \"", g, "\""));
+  }
   o.http_port = absl::GetFlag(FLAGS_http_port);
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   for (auto [port, flag] : {std::pair(o.http_port, "--http-port"), std::pair(o.metrics_port, "--metrics-port")}) {
@@ -424,6 +430,10 @@ absl::Status Run(const sigset_t& stop_signals) {
   }
   if (!model->config.has_text) return absl::InvalidArgumentError(absl::StrCat("--model: ", dir, " has no text model (vision-only checkpoint)"));
   IRIS_RETURN_IF_ERROR(ApplyPixelBounds(*model));
+  if (absl::GetFlag(FLAGS_generation_config) == "auto") options.limits.sampling_defaults = model->sampling_defaults;
+  const engine::SamplingDefaults& sampling = options.limits.sampling_defaults;
+  std::fprintf(stderr, "iris-server: requests' unset sampling fields: %s (%s)\n", sampling.Describe().c_str(),
+               sampling.source.empty() ? "iris's defaults" : sampling.source.c_str());
   options.metrics = std::make_shared<server::Metrics>();
   engine_options.on_step = [metrics = options.metrics](double step_ms, double encoder_ms, int64_t forwards,
                                                        int64_t images) {

@@ -106,8 +106,13 @@ absl::StatusOr<llm::SamplingParams> ConvertSampling(const v1::SamplingParams& s,
   } else {
     out.max_tokens = std::min(limits.default_max_tokens, limits.max_tokens);
   }
-  if (s.has_temperature()) out.temperature = s.temperature();
-  if (s.has_top_p()) out.top_p = s.top_p();
+  // Each unset field takes the model's default (its generation_config.json, as transformers'
+  // generate() would; iris's own with --generation-config none), each set one its own value.
+  const engine::SamplingDefaults& d = limits.sampling_defaults;
+  out.temperature = s.has_temperature() ? s.temperature() : d.temperature;
+  out.top_p = s.has_top_p() ? s.top_p() : d.top_p;
+  out.top_k = d.top_k;
+  out.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : d.repetition_penalty;
   if (s.has_top_k()) {
     if (s.top_k() > vocab_size) {
       return Invalid(absl::StrCat("sampling.top_k: must be at most the vocabulary size ", vocab_size, ", got ",
@@ -116,7 +121,6 @@ absl::StatusOr<llm::SamplingParams> ConvertSampling(const v1::SamplingParams& s,
     out.top_k = s.top_k();
   }
   if (s.has_seed()) out.seed = s.seed();
-  if (s.has_repetition_penalty()) out.repetition_penalty = s.repetition_penalty();
   if (s.stop_size() > static_cast<int>(llm::SamplingParams::kMaxStopStrings)) {
     return Invalid(absl::StrCat("sampling.stop: ", s.stop_size(), " strings, over the limit of ",
                                 llm::SamplingParams::kMaxStopStrings));

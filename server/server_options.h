@@ -24,6 +24,9 @@ struct RequestLimits {
   int64_t max_prompt_tokens = 32768;        // image tokens included
   int64_t max_tokens = 4096;                // sampling.max_tokens upper bound
   int64_t default_max_tokens = 16;          // when sampling.max_tokens is not set
+  // What unset sampling.temperature / top_p / top_k / repetition_penalty take: the model's
+  // generation_config.json (--generation-config auto) or iris's own, greedy (none).
+  engine::SamplingDefaults sampling_defaults;
 };
 
 struct ServerOptions {

@@ -43,7 +43,7 @@ const Model& TinyModel() {
     EXPECT_TRUE(config.ok()) << config.status();
     EXPECT_TRUE(pp.ok()) << pp.status();
     EXPECT_TRUE(tok.ok()) << tok.status();
-    return new Model{dir, *config, *pp, {151645, 151643}, std::move(*tok), nullptr, nullptr, {}, nullptr, {}, nullptr};
+    return new Model{dir, *config, *pp, {151645, 151643}, {}, std::move(*tok), nullptr, nullptr, {}, nullptr, {}, nullptr};
   }();
   return *model;
 }

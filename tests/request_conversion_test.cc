@@ -83,6 +83,36 @@ TEST(ValidateRequestTest, UnsetSamplingIsGreedyWithDefaults) {
   EXPECT_TRUE(v->skip_special_tokens);
 }
 
+// The model's defaults (generation_config.json) fill each unset field; a set field keeps its own
+// value, an explicit temperature 0 included.
+TEST(ValidateRequestTest, UnsetSamplingFieldsTakeTheModelsDefaults) {
+  RequestLimits limits = Limits();
+  limits.sampling_defaults = {0.1f, 0.001f, 1, 1.05f, "generation_config.json"};
+  absl::StatusOr<ValidatedRequest> v = ValidateRequest(GoodRequest(), limits, kVocab);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FLOAT_EQ(v->sampling.temperature, 0.1f);
+  EXPECT_FLOAT_EQ(v->sampling.top_p, 0.001f);
+  EXPECT_EQ(v->sampling.top_k, 1);
+  EXPECT_FLOAT_EQ(v->sampling.repetition_penalty, 1.05f);
+  EXPECT_EQ(v->sampling.max_tokens, 16);
+  v1::GenerateRequest r = GoodRequest();
+  r.mutable_sampling()->set_temperature(0.f);
+  r.mutable_sampling()->set_top_k(0);
+  r.mutable_sampling()->set_repetition_penalty(1.f);
+  v = ValidateRequest(r, limits, kVocab);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->sampling.temperature, 0.f);
+  EXPECT_EQ(v->sampling.top_k, 0);
+  EXPECT_EQ(v->sampling.repetition_penalty, 1.f);
+  EXPECT_FLOAT_EQ(v->sampling.top_p, 0.001f);  // still unset: the model's
+  r = GoodRequest();
+  r.mutable_sampling()->set_top_p(0.9f);
+  v = ValidateRequest(r, limits, kVocab);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FLOAT_EQ(v->sampling.top_p, 0.9f);
+  EXPECT_EQ(v->sampling.top_k, 1);
+}
+
 TEST(ValidateRequestTest, RequestId) {
   v1::GenerateRequest r = GoodRequest();
   r.set_request_id(std::string(129, 'a'));

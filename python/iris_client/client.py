@@ -72,7 +72,10 @@ class Client(_ClientBase):
 
         Give ``text`` and/or ``images`` (bytes or paths; sent as one user message, the images
         first) or ``messages`` (OpenAI-like dicts, see ``iris_client.request.Message``).
-        Sampling arguments left as None take the server's defaults (greedy, 16 tokens).
+        Sampling arguments left as None take the server's defaults: 16 tokens, and for
+        temperature, top_p, top_k and repetition_penalty the model's generation_config.json
+        (``model_info().sampling_defaults``; greedy where the server runs with
+        ``--generation-config none``).
         ``min_pixels``/``max_pixels`` bound the resize of images that set no bounds of their
         own. ``timeout`` (seconds) overrides the client's default deadline.
 

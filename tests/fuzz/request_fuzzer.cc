@@ -34,7 +34,7 @@ const iris::engine::Model& TheModel() {
   static const iris::engine::Model* model = [] {
     const std::string dir = IRIS_TEST_DATA "/tiny-qwen2.5-vl";
     auto* m = new iris::engine::Model{dir, OrDie(iris::core::LoadModelConfig(dir)),
-                                      OrDie(iris::core::LoadPreprocessorConfig(dir)), {},
+                                      OrDie(iris::core::LoadPreprocessorConfig(dir)), {}, {},
                                       OrDie(iris::llm::Tokenizer::Load(dir)), nullptr, nullptr, {}, nullptr};
     // Small images keep each input in milliseconds; requests may only lower it further.
     m->preprocessor.max_pixels = 256 * 28 * 28;

@@ -327,6 +327,10 @@ class GenerateTest(ServerTestCase):
                         and techniques.cached_cu_seqlens)
         self.assertEqual(info.max_num_seqs, 64)
         self.assertEqual(info.max_num_batched_tokens, 2048)
+        defaults = info.sampling_defaults  # the fixture's generation_config.json: greedy
+        self.assertEqual((defaults.temperature, defaults.top_k, defaults.top_p, defaults.repetition_penalty),
+                         (0.0, 0, 1.0, 1.0))
+        self.assertTrue(defaults.source.endswith("/generation_config.json"), defaults.source)
         self.assertGreater(info.kv_cache_blocks, 0)
         self.assertGreater(info.kv_block_size, 0)
         self.assertNotEqual(info.server_version, "")
@@ -787,6 +791,64 @@ class StartupTest(unittest.TestCase):
         self.assertRefused(self.run_server("--model", model, "--max-pixels", "100"),
                            "--min-pixels/--max-pixels")
         self.assertRefused(self.run_server("--model", model, "extra"), "unexpected argument")
+        self.assertRefused(self.run_server("--model", model, "--generation-config", "vllm"),
+                           "--generation-config must be auto or none")
+
+
+class GenerationConfigDefaultsTest(unittest.TestCase):
+    """A checkpoint whose generation_config.json samples with top_k 1 and a strong repetition
+    penalty: a request that sets nothing gets what transformers' generate() would (greedy with
+    the penalty); --generation-config none gives iris's own defaults (greedy, no penalty)."""
+
+    CONFIG = ('{"do_sample": true, "temperature": 0.5, "top_k": 1, "repetition_penalty": 1.8, '
+              '"eos_token_id": [151645, 151643]}')
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        require_server()
+        cls.tmp = tempfile.TemporaryDirectory()
+        source = tiny_model()
+        for name in os.listdir(source):  # the fixture's files, its generation_config.json replaced
+            if name != "generation_config.json":
+                os.symlink(os.path.join(source, name), os.path.join(cls.tmp.name, name))
+        with open(os.path.join(cls.tmp.name, "generation_config.json"), "w", encoding="utf-8") as f:
+            f.write(cls.CONFIG)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.tmp.cleanup()
+
+    def replies(self, *server_args: str) -> tuple[object, list[int], list[int], list[int]]:
+        """The server's sampling defaults, then the tokens of a request that sets no sampling
+        field, of one that asks greedy with the file's penalty, and of one that asks plain greedy."""
+        server = ServerProcess(require_server(), ["--model", self.tmp.name, "--port", "0", "--dtype", "f32",
+                                                  *server_args])
+        try:
+            with Client(server.target, timeout=60) as client:
+                ask = dict(text=PROMPT, images=[SMALL_IMAGE], max_tokens=24, ignore_eos=True)
+                info = client.model_info().sampling_defaults
+                unset = client.generate(**ask).token_ids
+                penalised = client.generate(**ask, temperature=0.0, repetition_penalty=1.8).token_ids
+                plain = client.generate(**ask, temperature=0.0, repetition_penalty=1.0).token_ids
+        finally:
+            self.assertEqual(server.stop(timeout=60), 0, server.stderr()[-4000:])
+        return info, unset, penalised, plain
+
+    def test_unset_fields_take_the_checkpoints_defaults(self):
+        info, unset, penalised, plain = self.replies()
+        self.assertAlmostEqual(info.temperature, 0.5)
+        self.assertEqual(info.top_k, 1)
+        self.assertAlmostEqual(info.repetition_penalty, 1.8, places=5)
+        self.assertEqual(info.source, os.path.join(self.tmp.name, "generation_config.json"))
+        self.assertEqual(unset, penalised)  # top_k 1: the argmax after the penalty
+        self.assertNotEqual(penalised, plain, "the penalty should move this prompt's tokens")
+
+    def test_none_keeps_iris_defaults(self):
+        info, unset, penalised, plain = self.replies("--generation-config", "none")
+        self.assertEqual((info.temperature, info.top_k, info.top_p, info.repetition_penalty, info.source),
+                         (0.0, 0, 1.0, 1.0, ""))
+        self.assertEqual(unset, plain)
+        self.assertNotEqual(unset, penalised)
 
 
 class ShutdownTest(unittest.TestCase):
