@@ -1,6 +1,7 @@
 // LogitEdits' packing, and the dispatch point of EditLogitRows.
 #include "kernels/logit_edits.h"
 
+#include <algorithm>
 #include <bit>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -20,10 +21,21 @@ void LogitEdits::Clear() {
   masked.clear();
 }
 
+namespace {
+// Appends ids to `to`, each once (sorted): an id given twice is edited once, as HF's penalty's
+// gather/scatter does, and no two threads of a device's edit write one logit.
+void AppendDistinct(std::vector<int32_t>& to, std::span<const int32_t> ids) {
+  const auto first = static_cast<std::ptrdiff_t>(to.size());
+  to.insert(to.end(), ids.begin(), ids.end());
+  std::sort(to.begin() + first, to.end());
+  to.erase(std::unique(to.begin() + first, to.end()), to.end());
+}
+}  // namespace
+
 void LogitEdits::AddRow(float row_penalty, std::span<const int32_t> row_penalized, std::span<const int32_t> row_masked) {
   penalty.push_back(row_penalty);
-  if (row_penalty != 1.f) penalized.insert(penalized.end(), row_penalized.begin(), row_penalized.end());
-  masked.insert(masked.end(), row_masked.begin(), row_masked.end());
+  if (row_penalty != 1.f) AppendDistinct(penalized, row_penalized);
+  AppendDistinct(masked, row_masked);
   penalized_begin.push_back(static_cast<int32_t>(penalized.size()));
   masked_begin.push_back(static_cast<int32_t>(masked.size()));
 }

@@ -20,8 +20,8 @@ struct LogitEdits {
   std::vector<float> penalty;            // per row; 1 = none
   std::vector<int32_t> penalized_begin{0};  // row r's penalized ids: penalized[begin[r], begin[r + 1])
   std::vector<int32_t> masked_begin{0};     // likewise for masked
-  std::vector<int32_t> penalized;        // distinct within a row
-  std::vector<int32_t> masked;
+  std::vector<int32_t> penalized;        // distinct within a row (AddRow drops repeats)
+  std::vector<int32_t> masked;           // likewise
 
   void Clear();
   void AddRow(float row_penalty, std::span<const int32_t> row_penalized, std::span<const int32_t> row_masked);

@@ -698,6 +698,32 @@ TEST(SamplerTest, PicksByArgmaxWheneverGreedy) {
   EXPECT_EQ(edits.rows(), 1);
 }
 
+// A row's ids go in once each (sorted), however often they are given: an id repeated is edited
+// once (HF's penalty gathers and scatters the same value), and no two threads of a device's edit
+// launch write one logit (the SIMT racecheck build would report it).
+TEST(SamplerTest, LogitEditsKeepEachIdOfARowOnce) {
+  kernels::LogitEdits edits;
+  edits.AddRow(1.2f, std::vector<int32_t>{9, 3, 9, 3, 1}, std::vector<int32_t>{7, 7, 2});
+  edits.AddRow(1.f, std::vector<int32_t>{4, 4}, std::vector<int32_t>{5, 5, 5});  // penalty 1: none penalized
+  edits.AddRow(0.5f, std::vector<int32_t>{3}, std::vector<int32_t>{2});  // repeats across rows stay
+  EXPECT_EQ(edits.penalized, (std::vector<int32_t>{1, 3, 9, 3}));
+  EXPECT_EQ(edits.penalized_begin, (std::vector<int32_t>{0, 3, 3, 4}));
+  EXPECT_EQ(edits.masked, (std::vector<int32_t>{2, 7, 5, 2}));
+  EXPECT_EQ(edits.masked_begin, (std::vector<int32_t>{0, 2, 3, 4}));
+  // Applied: the same row as each id given once.
+  const int64_t vocab = 12;
+  std::vector<float> logits = testing::RandomFloats(3 * vocab, 77, -2.f, 2.f), want = logits;
+  std::vector<int32_t> packed(static_cast<size_t>(edits.PackedSize()));
+  edits.Pack(packed.data());
+  kernels::EditLogitRows(kernels::DefaultCpuDevice(), logits.data(), 3, vocab, edits.View(packed.data()));
+  for (const int32_t id : {1, 3, 9}) want[id] = want[id] < 0.f ? want[id] * 1.2f : want[id] / 1.2f;
+  want[2] = want[7] = -std::numeric_limits<float>::infinity();
+  want[vocab + 5] = -std::numeric_limits<float>::infinity();
+  want[2 * vocab + 2] = -std::numeric_limits<float>::infinity();
+  want[2 * vocab + 3] = want[2 * vocab + 3] < 0.f ? want[2 * vocab + 3] * 0.5f : want[2 * vocab + 3] / 0.5f;
+  EXPECT_EQ(logits, want);
+}
+
 // Two samplers in lockstep over many steps: one picks on the host (Sample), the other as a device
 // would (AddEdits, EditLogitRows, ArgmaxRows, then Accept). Penalties either side of 1, the prompt
 // and every generated id penalized, end ids masked until min_tokens: the same tokens.

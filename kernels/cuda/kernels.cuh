@@ -436,8 +436,8 @@ IRIS_DEVICE int32_t ArgmaxToken(const ArgmaxPair& p) {
 
 // kernels::EditLogitRows, block r on row r: the row's masked ids set to -inf, then (after a
 // barrier, so that a masked and penalized id ends -inf whatever the thread order) HF's penalty on
-// its penalized ids, which are distinct (no two threads write one value). Ids outside [0, vocab)
-// are skipped.
+// its penalized ids. Each list is distinct within a row (LogitEdits::AddRow), so no two threads
+// write one value. Ids outside [0, vocab) are skipped.
 IRIS_GLOBAL void EditLogitRowsKernel(float* logits, int64_t vocab, PackedLogitEdits e) {
   const int64_t r = blockIdx.x;
   const int32_t tid = static_cast<int32_t>(threadIdx.x), threads = static_cast<int32_t>(blockDim.x);

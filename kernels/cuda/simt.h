@@ -200,10 +200,47 @@ struct Dim3 {
 
 namespace simt {
 
+#if defined(__SANITIZE_THREAD__)
+#define IRIS_SIMT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define IRIS_SIMT_TSAN 1
+#endif
+#endif
+
+#ifdef IRIS_SIMT_TSAN
+// Under ThreadSanitizer (scripts/racecheck.sh) a barrier of two atomics of its own: each arrival
+// (acq_rel) passes its thread's history to the last arrival, whose release of the next phase
+// passes them all to every waiter — every arrival happens before every departure of the same
+// phase, and nothing else. libstdc++'s std::barrier waits through a pool of mutexes shared by
+// unrelated objects, which would order one warp's lanes after another's (a barrier that does not
+// exist on the GPU) and hide races. Waiters yield: the threads outnumber the cores.
+class Barrier {
+ public:
+  explicit Barrier(int count) : count_(count) {}
+  void arrive_and_wait() {
+    const uint32_t phase = phase_.load(std::memory_order_relaxed);  // cannot move before this arrives
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) {
+      arrived_.store(0, std::memory_order_relaxed);  // the next phase's arrivals see it after the phase
+      phase_.store(phase + 1, std::memory_order_release);
+      return;
+    }
+    while (phase_.load(std::memory_order_acquire) == phase) std::this_thread::yield();
+  }
+
+ private:
+  const int count_;
+  std::atomic<int> arrived_{0};
+  std::atomic<uint32_t> phase_{0};
+};
+#else
+using Barrier = std::barrier<>;
+#endif
+
 // A warp's lanes exchange values through here.
 struct Warp {
   explicit Warp(int lanes) : sync(lanes) {}
-  std::barrier<> sync;
+  Barrier sync;
   alignas(8) unsigned char slot[kWarpSize][8];
   uint32_t mma_a[kWarpSize][4];  // MmaBf16's fragments, posted by each lane
   uint32_t mma_b[kWarpSize][2];
@@ -211,7 +248,7 @@ struct Warp {
 
 struct Block {
   explicit Block(int threads) : sync(threads) {}
-  std::barrier<> sync;
+  Barrier sync;
   std::vector<std::unique_ptr<Warp>> warps;
 };
 
