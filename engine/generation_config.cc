@@ -13,20 +13,25 @@ absl::Status Invalid(const std::string& path, const char* field, const std::stri
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", field, " ", what));
 }
 
-// eos_token_id: a number or a list of numbers; empty when absent or null.
+bool IsTokenId(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= 0x7FFFFFFFu;
+  return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= 0x7FFFFFFF;
+}
+
+// eos_token_id: a token id or a list of them; empty when absent or null.
 absl::StatusOr<std::vector<int32_t>> EosIds(const nlohmann::json& j, const std::string& path) {
   std::vector<int32_t> ids;
   if (!j.contains("eos_token_id")) return ids;
   const nlohmann::json& e = j["eos_token_id"];
-  if (e.is_number_integer()) {
+  if (IsTokenId(e)) {
     ids.push_back(e.get<int32_t>());
   } else if (e.is_array()) {
     for (const auto& v : e) {
-      if (!v.is_number_integer()) return Invalid(path, "eos_token_id", "must hold integers");
+      if (!IsTokenId(v)) return Invalid(path, "eos_token_id", "must hold token ids (integers in [0, 2^31))");
       ids.push_back(v.get<int32_t>());
     }
-  } else if (!e.is_null()) {
-    return Invalid(path, "eos_token_id", "must be an integer or a list");
+  } else if (!e.is_null() && !e.is_array()) {
+    return Invalid(path, "eos_token_id", "must be a token id or a list of them");
   }
   return ids;
 }
@@ -52,35 +57,42 @@ std::string SamplingDefaults::Describe() const {
 }
 
 absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& dir, const core::ModelConfig& config) {
-  GenerationConfig out;
   const std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
-  if (std::filesystem::exists(path)) {
-    IRIS_ASSIGN_OR_RETURN(nlohmann::json j, core::ReadJsonFile(path));
-    if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-    IRIS_ASSIGN_OR_RETURN(out.eos_token_ids, EosIds(j, path));
-    SamplingDefaults& s = out.sampling;
-    s.source = path;
-    IRIS_ASSIGN_OR_RETURN(s.repetition_penalty, Number(j, path, "repetition_penalty", 1.f, 0.0, true, 10.0));
-    bool do_sample = false;  // transformers' default
-    if (j.contains("do_sample") && !j["do_sample"].is_null()) {
-      if (!j["do_sample"].is_boolean()) return Invalid(path, "do_sample", "must be true or false");
-      do_sample = j["do_sample"].get<bool>();
-    }
-    if (do_sample) {
-      IRIS_ASSIGN_OR_RETURN(s.temperature, Number(j, path, "temperature", 1.f, 0.0, false, 100.0));
-      IRIS_ASSIGN_OR_RETURN(s.top_p, Number(j, path, "top_p", 1.f, 0.0, true, 1.0));
-      int64_t top_k = 50;  // transformers' default
-      if (j.contains("top_k") && !j["top_k"].is_null()) {
-        if (!j["top_k"].is_number_integer() || j["top_k"].get<int64_t>() < 0) {
-          return Invalid(path, "top_k", "must be an integer >= 0");
-        }
-        top_k = j["top_k"].get<int64_t>();
-      }
-      // Keeping the whole vocabulary is no top-k at all (a request could not ask for more).
-      s.top_k = top_k >= config.text.vocab_size ? 0 : static_cast<int>(top_k);
-    }
+  if (!std::filesystem::exists(path)) {
+    GenerationConfig out;
+    out.eos_token_ids.push_back(static_cast<int32_t>(config.eos_token_id));
+    return out;
   }
+  IRIS_ASSIGN_OR_RETURN(nlohmann::json j, core::ReadJsonFile(path));
+  return ParseGenerationConfig(j, path, config);
+}
+
+absl::StatusOr<GenerationConfig> ParseGenerationConfig(const nlohmann::json& j, const std::string& path,
+                                                       const core::ModelConfig& config) {
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  GenerationConfig out;
+  IRIS_ASSIGN_OR_RETURN(out.eos_token_ids, EosIds(j, path));
   if (out.eos_token_ids.empty()) out.eos_token_ids.push_back(static_cast<int32_t>(config.eos_token_id));
+  SamplingDefaults& s = out.sampling;
+  s.source = path;
+  IRIS_ASSIGN_OR_RETURN(s.repetition_penalty, Number(j, path, "repetition_penalty", 1.f, 0.0, true, 10.0));
+  bool do_sample = false;  // transformers' default
+  if (j.contains("do_sample") && !j["do_sample"].is_null()) {
+    if (!j["do_sample"].is_boolean()) return Invalid(path, "do_sample", "must be true or false");
+    do_sample = j["do_sample"].get<bool>();
+  }
+  if (!do_sample) return out;  // greedy: transformers ignores temperature, top_k and top_p
+  IRIS_ASSIGN_OR_RETURN(s.temperature, Number(j, path, "temperature", 1.f, 0.0, false, 100.0));
+  IRIS_ASSIGN_OR_RETURN(s.top_p, Number(j, path, "top_p", 1.f, 0.0, true, 1.0));
+  int64_t top_k = 50;  // transformers' default
+  if (j.contains("top_k") && !j["top_k"].is_null()) {
+    if (!j["top_k"].is_number_integer() || j["top_k"].get<int64_t>() < 0) {
+      return Invalid(path, "top_k", "must be an integer >= 0");
+    }
+    top_k = j["top_k"].get<int64_t>();
+  }
+  // Keeping the whole vocabulary is no top-k at all (a request could not ask for more).
+  s.top_k = top_k >= config.text.vocab_size ? 0 : static_cast<int>(top_k);
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/model_config.h"
+#include "nlohmann/json.hpp"
 
 namespace iris::engine {
 
@@ -34,9 +35,12 @@ struct GenerationConfig {
 // (default false) chooses between greedy — where temperature, top_k and top_p are ignored — and
 // sampling with temperature (default 1), top_k (default 50; 0 or >= vocab_size: off) and top_p
 // (default 1); repetition_penalty (default 1) applies either way. A missing file gives iris's
-// defaults and the config's EOS id. INVALID_ARGUMENT naming the file and field for a value of the
+// defaults and the config's EOS id, as does a file without eos_token_id the config's. INVALID_ARGUMENT naming the file and field for a value of the
 // wrong type or outside the range a request could set (temperature [0, 100], top_p (0, 1],
 // top_k >= 0, repetition_penalty (0, 10]).
 absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& dir, const core::ModelConfig& config);
+// The same from the file's parsed JSON (`path` names it in messages).
+absl::StatusOr<GenerationConfig> ParseGenerationConfig(const nlohmann::json& j, const std::string& path,
+                                                       const core::ModelConfig& config);
 
 }  // namespace iris::engine

@@ -109,8 +109,10 @@ TEST_F(GenerationConfigTest, BadValuesAreRefusedNamingTheField) {
       {R"({"repetition_penalty": 0})", "repetition_penalty must be in (0, 10], got 0"},
       {R"({"repetition_penalty": 11})", "repetition_penalty must be in (0, 10], got 11"},
       {R"({"do_sample": "yes"})", "do_sample must be true or false"},
-      {R"({"eos_token_id": "x"})", "eos_token_id must be an integer or a list"},
-      {R"({"eos_token_id": [1, "x"]})", "eos_token_id must hold integers"},
+      {R"({"eos_token_id": "x"})", "eos_token_id must be a token id or a list of them"},
+      {R"({"eos_token_id": -3})", "eos_token_id must be a token id or a list of them"},
+      {R"({"eos_token_id": [1, "x"]})", "eos_token_id must hold token ids"},
+      {R"({"eos_token_id": [1, 4294967296]})", "eos_token_id must hold token ids"},
       {R"([1, 2])", "not a JSON object"},
   };
   for (const auto& [json, want] : cases) {

@@ -1,6 +1,6 @@
 // The files of a checkpoint folder, as they would be on disk: safetensors bytes -> the validating
-// header parser that Checkpoint::Open runs on the mmap, and JSON text -> config.json and
-// preprocessor_config.json parsing. Every input goes to both (each refuses the other's format in
+// header parser that Checkpoint::Open runs on the mmap, and JSON text -> config.json,
+// preprocessor_config.json and generation_config.json parsing. Every input goes to both (each refuses the other's format in
 // its first bytes), so one corpus holds both kinds.
 // Safetensors properties: every accepted entry lies inside the data section, has the byte size
 // its dtype and shape say, no two entries overlap, and reading each accepted tensor's bytes stays
@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/model_config.h"
 #include "core/safetensors.h"
+#include "engine/generation_config.h"
 #include "nlohmann/json.hpp"
 #include "tests/fuzz/fuzz_check.h"
 
@@ -70,6 +71,19 @@ void CheckPreprocessor(const iris::core::PreprocessorConfig& p) {
   }
 }
 
+// What the sampler and the request validation take: each default inside the range a request
+// could set, end ids that are token ids.
+void CheckGeneration(const iris::engine::GenerationConfig& g, const iris::core::ModelConfig& model) {
+  const iris::engine::SamplingDefaults& s = g.sampling;
+  IRIS_FUZZ_CHECK(s.temperature >= 0.f && s.temperature <= 100.f, "temperature %g", s.temperature);
+  IRIS_FUZZ_CHECK(s.top_p > 0.f && s.top_p <= 1.f, "top_p %g", s.top_p);
+  IRIS_FUZZ_CHECK(s.top_k >= 0 && s.top_k < model.text.vocab_size, "top_k %d", s.top_k);
+  IRIS_FUZZ_CHECK(s.repetition_penalty > 0.f && s.repetition_penalty <= 10.f, "repetition_penalty %g",
+                  s.repetition_penalty);
+  IRIS_FUZZ_CHECK(!g.eos_token_ids.empty(), "no end id");
+  for (const int32_t id : g.eos_token_ids) IRIS_FUZZ_CHECK(id >= 0, "end id %d", id);
+}
+
 void FuzzSafetensors(const uint8_t* data, size_t size) {
   const auto header = iris::core::ParseSafetensorsHeader(std::span<const uint8_t>(data, size), "fuzz.safetensors");
   if (!header.ok()) return;
@@ -108,6 +122,11 @@ void FuzzConfigs(const uint8_t* data, size_t size) {
   }
   if (const auto pre = iris::core::ParsePreprocessorConfig(j, "preprocessor_config.json"); pre.ok()) {
     CheckPreprocessor(*pre);
+  }
+  iris::core::ModelConfig model;
+  model.text.vocab_size = 151936;
+  if (const auto g = iris::engine::ParseGenerationConfig(j, "generation_config.json", model); g.ok()) {
+    CheckGeneration(*g, model);
   }
 }
 
