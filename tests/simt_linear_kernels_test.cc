@@ -123,7 +123,7 @@ TEST(LinearKernelsOnSimtTest, BiasGeluErfMatchesTheCpuGeluOnTheBiasedValues) {
     // The tails and the middle: large negatives (a tiny result: erfc keeps its digits), large
     // positives (y itself), zero.
     const float specials[] = {-12.f, -7.5f, -3.f, -0.25f, 0.f, 1e-20f, 0.5f, 4.f, 9.f};
-    for (size_t i = 0; i < std::size(specials) && i < y.size(); ++i) y[i * 2] = specials[i];
+    for (size_t i = 0; i < std::size(specials) && i * 2 < y.size(); ++i) y[i * 2] = specials[i];
     const std::vector<float> bias = RandomNormal(cols, 40 + cols, 0.5f);
     for (const bool with_bias : {true, false}) {
       SCOPED_TRACE(with_bias ? "bias" : "no bias");
