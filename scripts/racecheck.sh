@@ -12,18 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${IRIS_TSAN_BUILD_DIR:-build-tsan}
 bash scripts/install_deps.sh --ci
-# As in scripts/sanitize.sh: ccache may reuse objects made in another clone.
-export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-    -DIRIS_TSAN=ON -DIRIS_BUILD_BENCH=OFF \
-    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
-fi
-suites=$(cd tests && ls simt_*_test.cc | sed 's/\.cc$//')
+source scripts/sanitizer_env.sh
+configure_clang_build "$BUILD_DIR" -DIRIS_TSAN=ON
 # shellcheck disable=SC2086  # a word list
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target $suites
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target $IRIS_SIMT_SUITES
 # halt_on_error: the first race fails its test, with both stacks (history_size: the longer
 # suites' earlier access is still in the history). ignore_noninstrumented_modules: the CPU
 # reference kernels' oneDNN runs on OpenMP, which is not instrumented.

@@ -13,21 +13,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${IRIS_ASAN_BUILD_DIR:-build-asan}
 bash scripts/install_deps.sh --ci
-# As in scripts/build.sh; with line tables on, ccache would also hash the build folder's path:
-# NOHASHDIR lets a new clone reuse objects whose line tables name an earlier clone's paths.
-export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  # -O1 with line tables: readable reports at a bearable speed; assertions stay on.
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-    -DIRIS_ASAN=ON -DIRIS_FUZZ=ON -DIRIS_BUILD_BENCH=OFF \
-    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
-fi
-suites=$(sed -n '/^set(IRIS_SANITIZE_SUITES/,/)/p' tests/CMakeLists.txt | tr -d '()' | sed 's/set\|IRIS_SANITIZE_SUITES//g')
 source scripts/sanitizer_env.sh
-simt_suites=$(cd tests && ls simt_*_test.cc | sed 's/\.cc$//')
+configure_clang_build "$BUILD_DIR" -DIRIS_ASAN=ON -DIRIS_FUZZ=ON
+suites=$(sed -n '/^set(IRIS_SANITIZE_SUITES/,/)/p' tests/CMakeLists.txt | tr -d '()' | sed 's/set\|IRIS_SANITIZE_SUITES//g')
 # shellcheck disable=SC2086  # word lists
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target $suites $simt_suites $IRIS_FUZZ_TARGETS iris-make-model iris-server \
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target $suites $IRIS_SIMT_SUITES $IRIS_FUZZ_TARGETS iris-make-model iris-server \
   iris-generate iris-tokenize iris_python python_client_test_protos
 ctest --test-dir "$BUILD_DIR" --output-on-failure -L 'sanitize|simt' -j "$(nproc)" "$@"
