@@ -201,7 +201,8 @@ TEST(IrisGenerate, TextOnlyModelGoldenCases) {
   EXPECT_NE(image.err.find("--image " + testing::DataPath("images/rgb_300x200.png")), std::string::npos) << image.err;
 }
 
-// --prompt with --image is the one_image chat; --stream prints the same text; greedy is the default.
+// --prompt with --image is the one_image chat; --stream prints the same text; greedy is the
+// default (the fixture's generation_config.json is greedy).
 TEST(IrisGenerate, PromptAndImageFlagsAndStreaming) {
   const json* one = nullptr;
   for (const json& c : Cases()) {
@@ -241,6 +242,36 @@ TEST(IrisGenerate, SamplingWithASeedRepeats) {
   ASSERT_EQ(b.exit_code, 0) << b.err;
   EXPECT_EQ(a.out, b.out);
   EXPECT_NE(a.err.find("12 tokens"), std::string::npos) << a.err;
+}
+
+// The sampling flags not given take the model's generation_config.json (as iris-server fills a
+// request's unset fields); --generation-config none: greedy, no penalty. A copy of the tiny model
+// whose file samples with top_k 1 (the argmax) and a strong repetition penalty.
+TEST(IrisGenerate, UnsetSamplingFlagsTakeTheModelsGenerationConfig) {
+  namespace fs = std::filesystem;
+  const fs::path dir = TempPath("penalising_model");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator(testing::ModelPath("tiny"))) {
+    if (entry.path().filename() != "generation_config.json") {
+      fs::create_symlink(entry.path(), dir / entry.path().filename());
+    }
+  }
+  std::ofstream(dir / "generation_config.json")
+      << R"({"do_sample": true, "temperature": 0.5, "top_k": 1, "repetition_penalty": 1.8, "eos_token_id": [151645]})";
+  const std::string args = "--model " + dir.string() + " --dtype f32 --max-tokens 16 --prompt 'Tell me a story.'";
+  const Result unset = RunGenerate(args);
+  const Result penalised = RunGenerate(args + " --greedy --repetition-penalty 1.8");
+  const Result plain = RunGenerate(args + " --greedy --repetition-penalty 1");
+  const Result none = RunGenerate(args + " --generation-config none");
+  for (const Result* r : {&unset, &penalised, &plain, &none}) ASSERT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_EQ(unset.out, penalised.out);
+  EXPECT_NE(penalised.out, plain.out) << "the penalty should move this prompt's tokens";
+  EXPECT_EQ(none.out, plain.out);
+  const Result bad = RunGenerate(args + " --generation-config vllm");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--generation-config must be auto or none"), std::string::npos) << bad.err;
+  fs::remove_all(dir);
 }
 
 TEST(IrisGenerate, ReportsBadInputsAndExitsNonZero) {

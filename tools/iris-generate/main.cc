@@ -1,7 +1,8 @@
 // iris-generate: one chat in, generated text out, through the engine (as the server runs it).
 //   iris-generate --model DIR (--prompt TEXT [--image FILE...] | --messages FILE.json)
 //                 [--max-tokens N] [--greedy | --temperature T [--top-p P] [--top-k K] [--seed S]]
-//                 [--repetition-penalty R] [--dtype f32|bf16] [--kv-cache-dtype auto|bf16|f32]
+//                 [--repetition-penalty R] [--generation-config auto|none] [--dtype f32|bf16]
+//                 [--kv-cache-dtype auto|bf16|f32]
 //                 [--min-pixels N] [--max-pixels N] [--dump OUT.safetensors] [--stream]
 // The text goes to stdout (as it is generated with --stream), a summary to stderr. --dump writes
 // the prompt's input_ids [L], position_ids [3, L] (M-RoPE) or [1, L] (text-only models) and the logits at the last prompt position.
@@ -45,12 +46,17 @@ ABSL_FLAG(std::string, messages, "",
 ABSL_FLAG(int64_t, max_tokens, 128, "most tokens to generate");
 ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu, or cuda / cuda:N (a GPU, in a build with the CUDA backend)");
 ABSL_FLAG(std::string, cpu_isa, "", "CPU device: highest instruction set of iris's kernels, avx2 | avx512 | avx512_bf16");
-ABSL_FLAG(bool, greedy, false, "greedy decoding (the default when --temperature is not given)");
-ABSL_FLAG(double, temperature, -1, "sampling temperature (0 = greedy)");
-ABSL_FLAG(double, top_p, 1.0, "nucleus sampling: keep the most likely tokens up to this probability (1 = off)");
-ABSL_FLAG(int32_t, top_k, 0, "keep the k most likely tokens (0 = off)");
+ABSL_FLAG(bool, greedy, false, "greedy decoding (temperature 0)");
+ABSL_FLAG(double, temperature, -1, "sampling temperature (0 = greedy; default: the model's)");
+ABSL_FLAG(std::string, generation_config, "auto",
+          "what the sampling settings not given here (--temperature/--greedy, --top-p, --top-k, "
+          "--repetition-penalty) take: auto = the model's generation_config.json, read as transformers' generate() "
+          "reads it, as iris-server does; none = greedy, no penalty");
+ABSL_FLAG(double, top_p, -1,
+          "nucleus sampling: keep the most likely tokens up to this probability (1 = off; default: the model's)");
+ABSL_FLAG(int32_t, top_k, -1, "keep the k most likely tokens (0 = off; default: the model's)");
 ABSL_FLAG(int64_t, seed, -1, "sampling seed (default: random)");
-ABSL_FLAG(double, repetition_penalty, 1.0, "HF repetition penalty (1 = off)");
+ABSL_FLAG(double, repetition_penalty, -1, "HF repetition penalty (1 = off; default: the model's)");
 ABSL_FLAG(std::string, dtype, "bf16", "compute mode: bf16 (fast) or f32 (matches the reference to ~1e-5)");
 ABSL_FLAG(std::string, dump, "", "write input_ids, position_ids and the last prompt position's logits here");
 ABSL_FLAG(int64_t, min_pixels, -1, "per-image minimum pixels after resize (default: the checkpoint's)");
@@ -86,20 +92,25 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes)
   return bytes;
 }
 
-absl::StatusOr<llm::SamplingParams> SamplingFromFlags() {
+// The sampling flags given on the command line, the rest (left at their -1 defaults) from
+// `defaults` (the model's generation_config.json, or iris's own with --generation-config none): as
+// iris-server fills a request's unset fields. Given values are checked by Validate.
+absl::StatusOr<llm::SamplingParams> SamplingFromFlags(const engine::SamplingDefaults& defaults) {
   llm::SamplingParams s;
   s.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   const double temperature = absl::GetFlag(FLAGS_temperature);
+  s.temperature = defaults.temperature;
   if (absl::GetFlag(FLAGS_greedy)) {
     if (temperature > 0) return absl::InvalidArgumentError("--greedy and --temperature exclude each other");
     s.temperature = 0.f;
   } else if (temperature >= 0) {
     s.temperature = static_cast<float>(temperature);
   }
-  s.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
-  s.top_k = absl::GetFlag(FLAGS_top_k);
+  const double top_p = absl::GetFlag(FLAGS_top_p), penalty = absl::GetFlag(FLAGS_repetition_penalty);
+  s.top_p = top_p != -1 ? static_cast<float>(top_p) : defaults.top_p;
+  s.top_k = absl::GetFlag(FLAGS_top_k) != -1 ? absl::GetFlag(FLAGS_top_k) : defaults.top_k;
   if (absl::GetFlag(FLAGS_seed) >= 0) s.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
-  s.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
+  s.repetition_penalty = penalty != -1 ? static_cast<float>(penalty) : defaults.repetition_penalty;
   absl::Status st = s.Validate();
   if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("sampling: ", st.message()));
   return s;
@@ -247,7 +258,13 @@ absl::Status Run(const std::vector<std::string>& images) {
   if (absl::GetFlag(FLAGS_kv_cache_mib) <= 0) return absl::InvalidArgumentError("--kv-cache-mib must be positive");
   IRIS_ASSIGN_OR_RETURN(const engine::KvCacheDType kv_dtype,
                         engine::KvCacheDTypeFromName(absl::GetFlag(FLAGS_kv_cache_dtype)));
-  IRIS_ASSIGN_OR_RETURN(llm::SamplingParams sampling, SamplingFromFlags());
+  const std::string generation_config = absl::GetFlag(FLAGS_generation_config);
+  if (generation_config != "auto" && generation_config != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--generation-config must be auto or none, got \"", generation_config, "\""));
+  }
+  // The flags' own checks before the model loads (iris's defaults stand in for the model's).
+  IRIS_RETURN_IF_ERROR(SamplingFromFlags(engine::SamplingDefaults{}).status());
   IRIS_ASSIGN_OR_RETURN(std::vector<engine::ChatInputMessage> messages, MessagesFromFlags(images));
 
   const auto t0 = Clock::now();
@@ -263,6 +280,9 @@ absl::Status Run(const std::vector<std::string>& images) {
   }
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::LoadModel(dir, model_options));
   const auto t1 = Clock::now();
+  IRIS_ASSIGN_OR_RETURN(llm::SamplingParams sampling,
+                        SamplingFromFlags(generation_config == "auto" ? model->sampling_defaults
+                                                                      : engine::SamplingDefaults{}));
   {  // --min-pixels/--max-pixels against the model's bounds, even when no image uses them
     std::optional<int64_t> min_px, max_px;
     if (absl::GetFlag(FLAGS_min_pixels) >= 0) min_px = absl::GetFlag(FLAGS_min_pixels);
