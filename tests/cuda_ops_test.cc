@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/bf16.h"
@@ -305,6 +306,13 @@ PagedMetadata OnGpu(testing::Gpu& g, const PagedMetadata& host) {
   return md;
 }
 
+// The case's K and V pools of one kind (bf16 or f32), uploaded afresh: a launch that writes them
+// (the decode rotary's KV write) leaves the next launch's copies alone.
+std::pair<void*, void*> PoolsOnGpu(testing::Gpu& g, const testing::PagedCase& c, bool bf16) {
+  if (bf16) return {g.Up(c.kb), g.Up(c.vb)};
+  return {g.Up(c.kf), g.Up(c.vf)};
+}
+
 TEST(CudaOpsTest, PagedAttentionMatchesTheCpu) {
   auto g = MakeGpu();
   ASSERT_NE(g, nullptr);
@@ -320,10 +328,8 @@ TEST(CudaOpsTest, PagedAttentionMatchesTheCpu) {
     // The bf16 option is served by the f32-product kernel on the GPU: its output is the CPU's
     // f32-product one.
     for (const bool bf16_products : {false, true}) {
-      PagedAttentionArgs a =
-          c.Args(g->Up(c.q), g->Up(std::vector<float>(c.q.size(), NAN)),
-                 bf16_pool ? static_cast<void*>(g->Up(c.kb)) : static_cast<void*>(g->Up(c.kf)),
-                 bf16_pool ? static_cast<void*>(g->Up(c.vb)) : static_cast<void*>(g->Up(c.vf)), bf16_pool);
+      const auto [k, v] = PoolsOnGpu(*g, c, bf16_pool);
+      PagedAttentionArgs a = c.Args(g->Up(c.q), g->Up(std::vector<float>(c.q.size(), NAN)), k, v, bf16_pool);
       a.metadata = md;
       a.bf16 = bf16_products;
       PagedAttention(gpu, a);
@@ -462,10 +468,8 @@ TEST(CudaOpsTest, LeanPagedAttentionEqualsTheDefaultKernelBitForBit) {
       std::vector<float> got[2];
       for (const bool lean : {false, true}) {
         g->cuda().SetPagedAttentionLean(lean);
-        PagedAttentionArgs a =
-            c.Args(g->Up(c.q), g->Up(std::vector<float>(c.q.size(), NAN)),
-                   bf16_pool ? static_cast<void*>(g->Up(c.kb)) : static_cast<void*>(g->Up(c.kf)),
-                   bf16_pool ? static_cast<void*>(g->Up(c.vb)) : static_cast<void*>(g->Up(c.vf)), bf16_pool);
+        const auto [k, v] = PoolsOnGpu(*g, c, bf16_pool);
+        PagedAttentionArgs a = c.Args(g->Up(c.q), g->Up(std::vector<float>(c.q.size(), NAN)), k, v, bf16_pool);
         a.metadata = md;
         a.bf16 = true;
         PagedAttention(gpu, a);
@@ -528,8 +532,7 @@ TEST(CudaOpsTest, QkvGemvWithRotaryEpilogueEqualsTheProjectionThenTheRotaryLaunc
           for (const bool epilogue : {true, false}) {
             cuda.SetQkvGemvRotary(epilogue);
             float* qkv_rows = g->Up(std::vector<float>(rows * d.stride, NAN));
-            void* k = bf16 ? static_cast<void*>(g->Up(c.kb)) : static_cast<void*>(g->Up(c.kf));
-            void* v = bf16 ? static_cast<void*>(g->Up(c.vb)) : static_cast<void*>(g->Up(c.vf));
+            const auto [k, v] = PoolsOnGpu(*g, c, bf16);
             PagedAttentionArgs a = c.Args(qkv_rows, g->Up(std::vector<float>(c.q.size(), NAN)), k, v, bf16);
             a.q_row_stride = d.stride;
             a.metadata = md;
@@ -608,8 +611,7 @@ TEST(CudaOpsTest, RotaryPagedAttentionInOneLaunchEqualsTheTwoLaunches) {
       for (const bool fused : {true, false}) {
         g->cuda().SetFusedDecodeRotary(fused);
         float* rows = g->Up(d.qkv);
-        void* k = bf16 ? static_cast<void*>(g->Up(c.kb)) : static_cast<void*>(g->Up(c.kf));
-        void* v = bf16 ? static_cast<void*>(g->Up(c.vb)) : static_cast<void*>(g->Up(c.vf));
+        const auto [k, v] = PoolsOnGpu(*g, c, bf16);
         PagedAttentionArgs a = c.Args(rows, g->Up(std::vector<float>(c.q.size(), NAN)), k, v, bf16);
         a.q_row_stride = stride;
         a.metadata = md;
