@@ -30,7 +30,7 @@ absl::StatusOr<std::vector<int32_t>> EosIds(const nlohmann::json& j, const std::
       if (!IsTokenId(v)) return Invalid(path, "eos_token_id", "must hold token ids (integers in [0, 2^31))");
       ids.push_back(v.get<int32_t>());
     }
-  } else if (!e.is_null() && !e.is_array()) {
+  } else if (!e.is_null()) {
     return Invalid(path, "eos_token_id", "must be a token id or a list of them");
   }
   return ids;
@@ -49,6 +49,11 @@ absl::StatusOr<float> Number(const nlohmann::json& j, const std::string& path, c
 }
 
 }  // namespace
+
+absl::StatusOr<bool> UsesModelSamplingDefaults(const std::string& flag_value) {
+  if (flag_value == "auto" || flag_value == "none") return flag_value == "auto";
+  return absl::InvalidArgumentError(absl::StrCat("--generation-config must be auto or none, got \"", flag_value, "\""));
+}
 
 std::string SamplingDefaults::Describe() const {
   const std::string penalty = absl::StrCat("repetition_penalty ", repetition_penalty);

@@ -35,12 +35,16 @@ struct GenerationConfig {
 // (default false) chooses between greedy — where temperature, top_k and top_p are ignored — and
 // sampling with temperature (default 1), top_k (default 50; 0 or >= vocab_size: off) and top_p
 // (default 1); repetition_penalty (default 1) applies either way. A missing file gives iris's
-// defaults and the config's EOS id, as does a file without eos_token_id the config's. INVALID_ARGUMENT naming the file and field for a value of the
-// wrong type or outside the range a request could set (temperature [0, 100], top_p (0, 1],
-// top_k >= 0, repetition_penalty (0, 10]).
+// defaults and the config's EOS id (as a file without eos_token_id gives the config's).
+// INVALID_ARGUMENT naming the file and field for a value of the wrong type or outside the range a
+// request could set (temperature [0, 100], top_p (0, 1], top_k >= 0, repetition_penalty (0, 10]).
 absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& dir, const core::ModelConfig& config);
 // The same from the file's parsed JSON (`path` names it in messages).
 absl::StatusOr<GenerationConfig> ParseGenerationConfig(const nlohmann::json& j, const std::string& path,
                                                        const core::ModelConfig& config);
+
+// The tools' --generation-config value: true for "auto" (the model's defaults), false for "none"
+// (iris's own); INVALID_ARGUMENT naming the flag otherwise.
+absl::StatusOr<bool> UsesModelSamplingDefaults(const std::string& flag_value);
 
 }  // namespace iris::engine

@@ -24,8 +24,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, const M
   IRIS_ASSIGN_OR_RETURN(GenerationConfig generation, LoadGenerationConfig(dir, config));
   IRIS_ASSIGN_OR_RETURN(llm::Tokenizer tokenizer, llm::Tokenizer::Load(dir));
   IRIS_ASSIGN_OR_RETURN(llm::ChatStyle style, llm::LoadChatStyle(dir));
-  std::unique_ptr<Model> model(new Model{dir, config, pre, std::move(generation.eos_token_ids), generation.sampling, std::move(tokenizer), nullptr,
-                                         nullptr, options, nullptr, std::move(style), nullptr});
+  std::unique_ptr<Model> model(new Model{dir, config, pre, std::move(generation.eos_token_ids), generation.sampling,
+                                         std::move(tokenizer), nullptr, nullptr, options, nullptr, std::move(style),
+                                         nullptr});
   IRIS_ASSIGN_OR_RETURN(core::Checkpoint ckpt, core::Checkpoint::Open(dir));
   IRIS_ASSIGN_OR_RETURN(model->device, kernels::CreateDevice(options.device));
   if (config.has_vision()) {

@@ -172,9 +172,6 @@ absl::StatusOr<server::ServerOptions> ServerOptionsFromFlags() {
   IRIS_RETURN_IF_ERROR(CheckPositive(l.max_prompt_tokens, "--max-prompt-tokens"));
   IRIS_RETURN_IF_ERROR(CheckPositive(l.max_tokens, "--max-tokens"));
   IRIS_RETURN_IF_ERROR(CheckPositive(l.default_max_tokens, "--default-max-tokens"));
-  if (const std::string g = absl::GetFlag(FLAGS_generation_config); g != "auto" && g != "none") {
-    return absl::InvalidArgumentError(absl::StrCat("--generation-config must be auto or none, got \"", g, "\""));
-  }
   o.http_port = absl::GetFlag(FLAGS_http_port);
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   for (auto [port, flag] : {std::pair(o.http_port, "--http-port"), std::pair(o.metrics_port, "--metrics-port")}) {
@@ -392,6 +389,8 @@ absl::Status Run(const sigset_t& stop_signals) {
   IRIS_ASSIGN_OR_RETURN(server::ServerOptions options, ServerOptionsFromFlags());
   IRIS_ASSIGN_OR_RETURN(engine::EngineOptions engine_options, EngineOptionsFromFlags());
   IRIS_ASSIGN_OR_RETURN(const CpuPlan cpu_plan, CpuPlanFromFlags());
+  IRIS_ASSIGN_OR_RETURN(const bool model_sampling,
+                        engine::UsesModelSamplingDefaults(absl::GetFlag(FLAGS_generation_config)));
 
   const absl::Time t0 = absl::Now();
   engine::ModelOptions model_options;
@@ -430,7 +429,7 @@ absl::Status Run(const sigset_t& stop_signals) {
   }
   if (!model->config.has_text) return absl::InvalidArgumentError(absl::StrCat("--model: ", dir, " has no text model (vision-only checkpoint)"));
   IRIS_RETURN_IF_ERROR(ApplyPixelBounds(*model));
-  if (absl::GetFlag(FLAGS_generation_config) == "auto") options.limits.sampling_defaults = model->sampling_defaults;
+  if (model_sampling) options.limits.sampling_defaults = model->sampling_defaults;
   const engine::SamplingDefaults& sampling = options.limits.sampling_defaults;
   std::fprintf(stderr, "iris-server: requests' unset sampling fields: %s (%s)\n", sampling.Describe().c_str(),
                sampling.source.empty() ? "iris's defaults" : sampling.source.c_str());

@@ -124,5 +124,14 @@ TEST_F(GenerationConfigTest, BadValuesAreRefusedNamingTheField) {
   }
 }
 
+TEST(GenerationConfigFlagTest, AutoUsesTheModelsNoneIrisOwnAnythingElseIsRefused) {
+  EXPECT_EQ(UsesModelSamplingDefaults("auto").value(), true);
+  EXPECT_EQ(UsesModelSamplingDefaults("none").value(), false);
+  const absl::StatusOr<bool> bad = UsesModelSamplingDefaults("vllm");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "--generation-config must be auto or none, got \"vllm\"");
+}
+
 }  // namespace
 }  // namespace iris::engine

@@ -258,11 +258,8 @@ absl::Status Run(const std::vector<std::string>& images) {
   if (absl::GetFlag(FLAGS_kv_cache_mib) <= 0) return absl::InvalidArgumentError("--kv-cache-mib must be positive");
   IRIS_ASSIGN_OR_RETURN(const engine::KvCacheDType kv_dtype,
                         engine::KvCacheDTypeFromName(absl::GetFlag(FLAGS_kv_cache_dtype)));
-  const std::string generation_config = absl::GetFlag(FLAGS_generation_config);
-  if (generation_config != "auto" && generation_config != "none") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--generation-config must be auto or none, got \"", generation_config, "\""));
-  }
+  IRIS_ASSIGN_OR_RETURN(const bool model_sampling,
+                        engine::UsesModelSamplingDefaults(absl::GetFlag(FLAGS_generation_config)));
   // The flags' own checks before the model loads (iris's defaults stand in for the model's).
   IRIS_RETURN_IF_ERROR(SamplingFromFlags(engine::SamplingDefaults{}).status());
   IRIS_ASSIGN_OR_RETURN(std::vector<engine::ChatInputMessage> messages, MessagesFromFlags(images));
@@ -281,8 +278,7 @@ absl::Status Run(const std::vector<std::string>& images) {
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::LoadModel(dir, model_options));
   const auto t1 = Clock::now();
   IRIS_ASSIGN_OR_RETURN(llm::SamplingParams sampling,
-                        SamplingFromFlags(generation_config == "auto" ? model->sampling_defaults
-                                                                      : engine::SamplingDefaults{}));
+                        SamplingFromFlags(model_sampling ? model->sampling_defaults : engine::SamplingDefaults{}));
   {  // --min-pixels/--max-pixels against the model's bounds, even when no image uses them
     std::optional<int64_t> min_px, max_px;
     if (absl::GetFlag(FLAGS_min_pixels) >= 0) min_px = absl::GetFlag(FLAGS_min_pixels);
