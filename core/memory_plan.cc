@@ -135,6 +135,13 @@ namespace {
 int64_t RoundUp8(int64_t n) { return (n + 7) / 8 * 8; }  // a bf16 matmul input's row stride
 }  // namespace
 
+int64_t EncoderPlanBytes(const VisionConfig& vision, int64_t patches) {
+  const int64_t merged = patches / (int64_t{vision.spatial_merge_size} * vision.spatial_merge_size);
+  // window_index (a merged token each), cu_seqlens and cu_window_seqlens (a sequence per merged
+  // token at most, plus the leading 0), cos and sin (head_dim / 2 floats a patch each).
+  return 4 * (merged + 2 * (merged + 1) + patches * int64_t{vision.head_dim()});
+}
+
 MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b) {
   MemoryEstimate e;
   int64_t widest_input = 0;          // elements of the decoder's largest matmul input at the budgets
@@ -178,8 +185,10 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b)
                            n / unit * v.out_hidden_size;
     // A GPU also keeps the output in raster order before it is copied back (VisionEncoder::Finish),
     // and the images' bytes at the one address its encoder graphs read them from.
+    // (The forward's own plan is among the floats: 2 d a patch.) On a GPU the graphs' plans too.
     e.encoder_activation_bytes = 4 * (floats + (b.gpu ? n / unit * v.out_hidden_size : 0)) +
-                                 (b.gpu ? n * v.patch_size * v.patch_size * 3 : 0);
+                                 (b.gpu ? n * v.patch_size * v.patch_size * 3 + b.encoder_graphs * EncoderPlanBytes(v, n)
+                                        : 0);
     // Per patch row the widest matmul input is the patch embedding's, the padded MLP's down
     // projection's or the hidden size (the merger's 4-row inputs are as wide per patch).
     const int64_t patch_dim = int64_t{v.in_channels} * v.temporal_patch_size * v.patch_size * v.patch_size;

@@ -43,7 +43,14 @@ struct MemoryBudgets {
   // --matmul-tuning on a GPU: the first call of a matmul shape times cuBLASLt's candidates into a
   // scratch output of its size (f32), freed into the device's pool after: the largest counts.
   bool gpu_matmul_tuning = false;
+  // On a GPU the encoder's recorded forwards (a graph per grid list, up to this many kept) keep
+  // their plans' device arrays alive: each counts as a plan of max_encoder_patches patches.
+  int encoder_graphs = 0;
 };
+
+// An encoder plan's arrays (vision::EncoderPlan: window index, both cu_seqlens sets, cos/sin) for
+// `patches` patches, whatever the grid list: at most one frame and one window per merged token.
+int64_t EncoderPlanBytes(const VisionConfig& vision, int64_t patches);
 
 // cuBLASLt's matmul workspace on a GPU (kernels/cuda/cuda_device.h keeps one of this size).
 inline constexpr int64_t kGpuMatmulWorkspaceBytes = int64_t{32} << 20;

@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
         model->encoder->ReserveActivations(std::max(options.max_encoder_patches_per_step, largest_image)));
     // Before the encoder's worker owns it (it records and replays them from then on).
     if (options.encoder_graphs.value_or(model->encoder_runs_on().records_graphs())) {
-      IRIS_RETURN_IF_ERROR(model->encoder->EnableGraphs());
+      IRIS_RETURN_IF_ERROR(model->encoder->EnableGraphs(vision::kEncoderGraphsKept));
     }
   }
   IRIS_RETURN_IF_ERROR(model->decoder->ReserveActivations(options.max_num_batched_tokens, options.max_num_seqs));

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "kernels/device.h"
+#include "vision/vision_encoder.h"
 
 namespace iris::engine {
 
@@ -41,6 +42,8 @@ absl::StatusOr<MemoryCheck> CheckMemoryBeforeLoad(const std::string& dir, const 
   check.budgets.gpu = !on_cpu;
   check.budgets.encoder_device_apart = model.encoder_device.has_value();
   check.budgets.gpu_matmul_tuning = !on_cpu && model.device.matmul_tuning;
+  // Engine::Create enables the encoder's graphs on a GPU unless told not to.
+  check.budgets.encoder_graphs = !on_cpu && engine.encoder_graphs.value_or(true) ? vision::kEncoderGraphsKept : 0;
   check.estimate = core::EstimateMemory(config, check.budgets);
   if (gpu_memory_fraction > 0 && on_cpu) {
     return absl::InvalidArgumentError("--gpu-memory-fraction sizes a GPU's KV cache: it needs --device cuda");

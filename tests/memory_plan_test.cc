@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
 #include "tools/iris-make-model/presets.h"
+#include "vision/encoder_plan.h"
 
 namespace iris {
 namespace {
@@ -160,6 +161,31 @@ TEST(MemoryPlan, EstimateAddsUp) {
   EXPECT_EQ(vl.gpu_workspace_bytes, 0) << "the CPU's matmuls read the f32 rows";
 }
 
+// EncoderPlanBytes bounds the arrays of any plan of that many patches, and is reached by the
+// list that has the most sequences: images of one merged token each (a frame and a window apiece).
+TEST(MemoryPlan, EncoderPlanBytesBoundsEveryGridListOfThatManyPatches) {
+  const core::VisionConfig v = ConfigOf(*tools::FindPreset("3b")).vision;
+  const auto bytes = [](const vision::EncoderPlan& p) {
+    return static_cast<int64_t>(4 * (p.window_index.size() + p.cu_seqlens.size() + p.cu_window_seqlens.size())) +
+           static_cast<int64_t>(p.cos.nbytes() + p.sin.nbytes());
+  };
+  const int64_t patches = 4096;
+  const std::vector<std::vector<vision::GridThw>> lists = {
+      {{1, 64, 64}},                          // one image, many windows
+      {{4, 32, 32}},                          // a video's frames
+      {{1, 2, 2048}},                         // one row of windows
+      std::vector<vision::GridThw>(1024, {1, 2, 2}),  // the most sequences
+      {{1, 30, 30}, {2, 2, 26}, {1, 14, 20}, {1, 2, 2}},  // mixed, fewer patches than the budget
+  };
+  for (const auto& grids : lists) {
+    absl::StatusOr<std::shared_ptr<const vision::EncoderPlan>> plan = vision::BuildEncoderPlan(v, grids);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_LE((*plan)->num_patches, patches);
+    EXPECT_LE(bytes(**plan), core::EncoderPlanBytes(v, patches)) << grids.size() << " grids";
+    if (grids.size() == 1024) EXPECT_EQ(bytes(**plan), core::EncoderPlanBytes(v, patches)) << "the bound is reached";
+  }
+}
+
 // On a GPU a bf16 matmul's input rows are converted into a scratch buffer that grows by doubling
 // (up to twice the largest input at the budgets), beside cuBLASLt's workspace.
 TEST(MemoryPlan, GpuCountsTheMatmulScratchAndWorkspace) {
@@ -208,6 +234,16 @@ TEST(MemoryPlan, GpuCountsTheMatmulScratchAndWorkspace) {
                 4 * std::max(int64_t{256} * c.text.vocab_size, int64_t{2048} * 2 * c.text.intermediate_size));
   b.max_encoder_patches = 65536;
   b.gpu_matmul_tuning = false;
+  // The encoder's kept graphs hold a plan each, sized at the patch budget.
+  const int64_t without_graphs = core::EstimateMemory(c, b).encoder_activation_bytes;
+  b.encoder_graphs = 16;
+  EXPECT_EQ(core::EstimateMemory(c, b).encoder_activation_bytes,
+            without_graphs + 16 * core::EncoderPlanBytes(c.vision, 65536));
+  EXPECT_EQ(core::EstimateMemory(c, on_cpu).encoder_activation_bytes,
+            core::EstimateMemory(c, [&] { core::MemoryBudgets cpu = on_cpu; cpu.encoder_graphs = 16; return cpu; }())
+                .encoder_activation_bytes)
+      << "the CPU records no graphs";
+  b.encoder_graphs = 0;
   // f32 compute converts nothing.
   b.f32_compute = true;
   EXPECT_EQ(core::EstimateMemory(c, b).gpu_workspace_bytes, core::kGpuMatmulWorkspaceBytes);

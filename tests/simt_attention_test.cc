@@ -21,6 +21,7 @@
 #include "core/bf16.h"
 #include "tests/attention_cases.h"
 #include "tests/kernel_cases.h"
+#include "tests/simt_sanitized.h"
 
 namespace iris::kernels::cuda {
 namespace {
@@ -150,7 +151,8 @@ TEST(FlashVarlenMmaOnSimtTest, MatchesTheDefinitionOnBf16Inputs) {
       {{1, 77, 300}, 16, 2, 128, 128, true},  // the GPU suite's decoder prefill: causal rows of 2 keys
       {{9, 40}, 3, 3, 8, 8, false},    // the smallest instantiation
   };
-  for (const VarlenShape& s : shapes) {
+  // Under a sanitizer: GQA with tile edges, causal over several key tiles, the padded head dim.
+  for (const VarlenShape& s : testing::SimtCases(shapes, {1, 2, 3})) {
     const VarlenCase c = s.Case();
     const std::vector<float> got = RunMmaOnHarness(c);
     // Against the definition on the same bf16 inputs: what is left is the probabilities' rounding
@@ -215,7 +217,8 @@ TEST(FlashVarlenMmaOnSimtTest, Bf16InputsGiveTheWidenedInputsResultBitForBit) {
       {VarlenShape{{33, 2}, 2, 2, 17, 24, true}, 0, 35},
       {VarlenShape{{40, 3}, 2, 1, 16, 20, false}, 5, 43},
   };
-  for (const auto& [s, q_begin, q_end] : cases) {
+  // Under a sanitizer: one case of each tile load.
+  for (const auto& [s, q_begin, q_end] : testing::SimtCases(cases, {1, 3})) {
     const VarlenCase c = s.Case().RoundedToBf16();
     const std::vector<uint16_t> qkv16 = Bf16Rows(c);
     // a: the f32 rows (widened bf16 values); b: the bf16 rows.
@@ -254,7 +257,9 @@ TEST(FlashVarlenMmaOnSimtTest, PipelinedKernelIsTheKernelItReplacesBitForBit) {
       {VarlenShape{{65, 3}, 2, 2, 64, 64, true}, 0, 68},
       {VarlenShape{{40, 129}, 3, 1, 16, 24, false}, 0, 169},
   };
-  for (const auto& [s, q_begin, q_end] : cases) {
+  // Under a sanitizer: causal over a clipped range with the double buffer turning over, zero
+  // padding dims, and an odd head count (the two-heads block's lone last head).
+  for (const auto& [s, q_begin, q_end] : testing::SimtCases(cases, {1, 2, 4})) {
     const VarlenCase c = s.Case().RoundedToBf16();
     const std::vector<uint16_t> qkv16 = Bf16Rows(c);
     // a: the first kernel; b: the pipelined one, on the same bf16 rows, one or two heads a block.

@@ -78,6 +78,10 @@ struct EncoderStats {
   int64_t plan_cache_misses = 0;
 };
 
+// The grid lists whose recorded forwards a GPU encoder keeps by default (EnableGraphs), each with
+// its plan's device arrays (the memory plan counts them: core::MemoryBudgets::encoder_graphs).
+inline constexpr int kEncoderGraphsKept = 16;
+
 class VisionEncoder {
  public:
   // Loads `visual.*` tensors from the checkpoint (HF names) and prepares the kernels.
@@ -147,7 +151,7 @@ class VisionEncoder {
   // setting, EnableGraphs again. Up to `max_graphs` grid lists are kept, the least recently used
   // dropped first. UNIMPLEMENTED on a device that records no graphs; INVALID_ARGUMENT for
   // max_graphs below 1.
-  absl::Status EnableGraphs(int max_graphs = 16);
+  absl::Status EnableGraphs(int max_graphs = kEncoderGraphsKept);
   void DisableGraphs();
   // While paused, forwards run directly and the graphs are kept (a benchmark's same-run
   // comparison of forwards with and without them).
