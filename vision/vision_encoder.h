@@ -227,6 +227,7 @@ class VisionEncoder {
   std::unique_ptr<kernels::Linear> merger_fc2_;
   int64_t padded_intermediate_ = 0;
   EncoderPlanCache plan_cache_;
+  int64_t held_plan_hits_ = 0;  // forwards that reused device_plan_ or a graph's plan, not the cache
   EncoderStats stats_;
   std::shared_ptr<const DevicePlan> device_plan_;  // the cached plan's device copy
   BlockObserver observer_;
