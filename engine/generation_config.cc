@@ -56,9 +56,10 @@ absl::StatusOr<bool> UsesModelSamplingDefaults(const std::string& flag_value) {
 }
 
 std::string SamplingDefaults::Describe() const {
-  const std::string penalty = absl::StrCat("repetition_penalty ", repetition_penalty);
-  if (temperature == 0.f) return absl::StrCat("greedy, ", penalty);
-  return absl::StrCat("temperature ", temperature, ", top_p ", top_p, ", top_k ", top_k, ", ", penalty);
+  const std::string rest = absl::StrCat("repetition_penalty ", repetition_penalty,
+                                        max_tokens > 0 ? absl::StrCat(", max_new_tokens ", max_tokens) : "");
+  if (temperature == 0.f) return absl::StrCat("greedy, ", rest);
+  return absl::StrCat("temperature ", temperature, ", top_p ", top_p, ", top_k ", top_k, ", ", rest);
 }
 
 absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& dir, const core::ModelConfig& config) {
@@ -81,6 +82,16 @@ absl::StatusOr<GenerationConfig> ParseGenerationConfig(const nlohmann::json& j, 
   SamplingDefaults& s = out.sampling;
   s.source = path;
   IRIS_ASSIGN_OR_RETURN(s.repetition_penalty, Number(j, path, "repetition_penalty", 1.f, 0.0, true, 10.0));
+  if (j.contains("max_new_tokens") && !j["max_new_tokens"].is_null()) {
+    const nlohmann::json& m = j["max_new_tokens"];
+    constexpr int64_t kMost = (int64_t{1} << 31) - 1;
+    // (JSON's non-negative integers parse as unsigned: compared as such, never wrapped.)
+    const bool in_range = m.is_number_unsigned()
+                              ? m.get<uint64_t>() >= 1 && m.get<uint64_t>() <= uint64_t{kMost}
+                              : m.is_number_integer() && m.get<int64_t>() >= 1 && m.get<int64_t>() <= kMost;
+    if (!in_range) return Invalid(path, "max_new_tokens", absl::StrCat("must be an integer in [1, ", kMost, "]"));
+    s.max_tokens = m.get<int64_t>();
+  }
   bool do_sample = false;  // transformers' default
   if (j.contains("do_sample") && !j["do_sample"].is_null()) {
     if (!j["do_sample"].is_boolean()) return Invalid(path, "do_sample", "must be true or false");

@@ -20,9 +20,11 @@ struct SamplingDefaults {
   float top_p = 1.f;        // 1: off
   int top_k = 0;            // 0: off
   float repetition_penalty = 1.f;
+  int64_t max_tokens = 0;   // max_new_tokens; 0: the server's --default-max-tokens (a tool's own default)
   std::string source;       // where they came from, for the startup line ("" = iris's own)
 
-  // "temperature 0.1, top_p 0.001, top_k 1, repetition_penalty 1.05" (greedy: "greedy, ...").
+  // "temperature 0.1, top_p 0.001, top_k 1, repetition_penalty 1.05" (greedy: "greedy, ..."), then
+  // ", max_new_tokens N" where set.
   std::string Describe() const;
 };
 
@@ -34,10 +36,13 @@ struct GenerationConfig {
 // Reads `dir`/generation_config.json as transformers' GenerationConfig reads it: do_sample
 // (default false) chooses between greedy — where temperature, top_k and top_p are ignored — and
 // sampling with temperature (default 1), top_k (default 50; 0 or >= vocab_size: off) and top_p
-// (default 1); repetition_penalty (default 1) applies either way. A missing file gives iris's
+// (default 1); repetition_penalty (default 1) and max_new_tokens (as vLLM takes it: the tokens a
+// request that sets no max_tokens gets; max_length, a total, is not read) apply either way. A
+// missing file gives iris's
 // defaults and the config's EOS id (as a file without eos_token_id gives the config's).
 // INVALID_ARGUMENT naming the file and field for a value of the wrong type or outside the range a
-// request could set (temperature [0, 100], top_p (0, 1], top_k >= 0, repetition_penalty (0, 10]).
+// request could set (temperature [0, 100], top_p (0, 1], top_k >= 0, repetition_penalty (0, 10],
+// max_new_tokens [1, 2^31 - 1]).
 absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& dir, const core::ModelConfig& config);
 // The same from the file's parsed JSON (`path` names it in messages).
 absl::StatusOr<GenerationConfig> ParseGenerationConfig(const nlohmann::json& j, const std::string& path,

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/generate_call.h"
+#include "server/request_conversion.h"
 
 namespace iris::server {
 namespace {
@@ -111,6 +112,7 @@ IrisService::IrisService(engine::Engine* engine, core::ThreadPool* workers, cons
   defaults->set_top_k(sd.top_k);
   defaults->set_repetition_penalty(sd.repetition_penalty);
   defaults->set_source(sd.source);
+  defaults->set_max_tokens(static_cast<uint64_t>(DefaultMaxTokens(options.limits)));
   if (model.config.has_vision()) {
     limits->set_min_pixels(model.preprocessor.min_pixels);
     limits->set_max_pixels(model.preprocessor.max_pixels);

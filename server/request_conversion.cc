@@ -104,7 +104,7 @@ absl::StatusOr<llm::SamplingParams> ConvertSampling(const v1::SamplingParams& s,
     }
     out.max_tokens = s.max_tokens();
   } else {
-    out.max_tokens = std::min(limits.default_max_tokens, limits.max_tokens);
+    out.max_tokens = DefaultMaxTokens(limits);
   }
   // Each unset field takes the model's default (its generation_config.json, as transformers'
   // generate() would; iris's own with --generation-config none), each set one its own value.
@@ -154,6 +154,11 @@ absl::StatusOr<llm::SamplingParams> ConvertSampling(const v1::SamplingParams& s,
 }
 
 }  // namespace
+
+int64_t DefaultMaxTokens(const RequestLimits& limits) {
+  const int64_t model = limits.sampling_defaults.max_tokens;
+  return std::min(model > 0 ? model : limits.default_max_tokens, limits.max_tokens);
+}
 
 engine::PromptLimits PromptLimitsFor(const RequestLimits& limits) {
   engine::PromptLimits out;

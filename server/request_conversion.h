@@ -30,6 +30,9 @@ struct ValidatedRequest {
 // The prompt-build limits (images, prompt tokens, image bytes and pixels) that the request
 // limits imply: what a worker passes to engine::BuildPrompt.
 engine::PromptLimits PromptLimitsFor(const RequestLimits& limits);
+// The tokens a request that sets no sampling.max_tokens gets: the model's max_new_tokens
+// (sampling_defaults), else default_max_tokens; at most max_tokens.
+int64_t DefaultMaxTokens(const RequestLimits& limits);
 
 absl::StatusOr<ValidatedRequest> ValidateRequest(const v1::GenerateRequest& request,
                                                  const RequestLimits& limits, int64_t vocab_size);

@@ -98,6 +98,25 @@ TEST_F(GenerationConfigTest, SampledFieldsLeftOutTakeTransformersDefaults) {
   EXPECT_EQ(g->sampling.Describe(), "greedy, repetition_penalty 1");
 }
 
+// max_new_tokens (vLLM's reading: the tokens a request that sets none gets) applies greedy or
+// sampled; absent or null leaves the server's own default (0); max_length (a total) is not read.
+TEST_F(GenerationConfigTest, MaxNewTokensIsTheDefaultLengthEitherWay) {
+  for (const char* json : {R"({"max_new_tokens": 512, "max_length": 20})",
+                           R"({"do_sample": true, "top_k": 5, "max_new_tokens": 512})"}) {
+    absl::StatusOr<GenerationConfig> g = Load(json);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->sampling.max_tokens, 512) << json;
+    EXPECT_NE(g->sampling.Describe().find(", max_new_tokens 512"), std::string::npos) << g->sampling.Describe();
+  }
+  for (const char* json : {R"({"max_length": 20})", R"({"max_new_tokens": null})", R"({"max_new_tokens": 2147483647})"}) {
+    absl::StatusOr<GenerationConfig> g = Load(json);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->sampling.max_tokens, std::string(json).find("2147483647") != std::string::npos ? 2147483647 : 0)
+        << json;
+  }
+  EXPECT_EQ(Load("{}")->sampling.Describe(), "greedy, repetition_penalty 1");
+}
+
 TEST_F(GenerationConfigTest, BadValuesAreRefusedNamingTheField) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"do_sample": true, "temperature": -0.5})", "temperature must be in [0, 100], got -0.5"},
@@ -113,6 +132,12 @@ TEST_F(GenerationConfigTest, BadValuesAreRefusedNamingTheField) {
       {R"({"eos_token_id": -3})", "eos_token_id must be a token id or a list of them"},
       {R"({"eos_token_id": [1, "x"]})", "eos_token_id must hold token ids"},
       {R"({"eos_token_id": [1, 4294967296]})", "eos_token_id must hold token ids"},
+      {R"({"max_new_tokens": 0})", "max_new_tokens must be an integer in [1, 2147483647]"},
+      {R"({"max_new_tokens": -5})", "max_new_tokens must be an integer in [1, 2147483647]"},
+      {R"({"max_new_tokens": 2147483648})", "max_new_tokens must be an integer in [1, 2147483647]"},
+      {R"({"max_new_tokens": 18446744073709551615})", "max_new_tokens must be an integer in [1, 2147483647]"},
+      {R"({"max_new_tokens": 12.5})", "max_new_tokens must be an integer in [1, 2147483647]"},
+      {R"({"max_new_tokens": "512"})", "max_new_tokens must be an integer in [1, 2147483647]"},
       {R"([1, 2])", "not a JSON object"},
   };
   for (const auto& [json, want] : cases) {

@@ -258,7 +258,8 @@ TEST(IrisGenerate, UnsetSamplingFlagsTakeTheModelsGenerationConfig) {
     }
   }
   std::ofstream(dir / "generation_config.json")
-      << R"({"do_sample": true, "temperature": 0.5, "top_k": 1, "repetition_penalty": 1.8, "eos_token_id": [151645]})";
+      << R"({"do_sample": true, "temperature": 0.5, "top_k": 1, "repetition_penalty": 1.8, "eos_token_id": [151645],
+            "max_new_tokens": 5})";
   const std::string args = "--model " + dir.string() + " --dtype f32 --max-tokens 16 --prompt 'Tell me a story.'";
   const Result unset = RunGenerate(args);
   const Result penalised = RunGenerate(args + " --greedy --repetition-penalty 1.8");
@@ -268,6 +269,14 @@ TEST(IrisGenerate, UnsetSamplingFlagsTakeTheModelsGenerationConfig) {
   EXPECT_EQ(unset.out, penalised.out);
   EXPECT_NE(penalised.out, plain.out) << "the penalty should move this prompt's tokens";
   EXPECT_EQ(none.out, plain.out);
+  EXPECT_NE(unset.err.find("iris-generate: 16 tokens, finish length"), std::string::npos) << unset.err;
+  // Without --max-tokens, the file's max_new_tokens.
+  const Result model_length = RunGenerate("--model " + dir.string() + " --dtype f32 --prompt 'Tell me a story.'");
+  ASSERT_EQ(model_length.exit_code, 0) << model_length.err;
+  EXPECT_NE(model_length.err.find("iris-generate: 5 tokens, finish length"), std::string::npos) << model_length.err;
+  std::string five = model_length.out;
+  if (!five.empty() && five.back() == '\n') five.pop_back();  // the tool's closing newline
+  EXPECT_EQ(five, unset.out.substr(0, five.size())) << "the same tokens, stopped sooner";
   const Result bad = RunGenerate(args + " --generation-config vllm");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("--generation-config must be auto or none"), std::string::npos) << bad.err;

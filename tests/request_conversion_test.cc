@@ -87,7 +87,7 @@ TEST(ValidateRequestTest, UnsetSamplingIsGreedyWithDefaults) {
 // value, an explicit temperature 0 included.
 TEST(ValidateRequestTest, UnsetSamplingFieldsTakeTheModelsDefaults) {
   RequestLimits limits = Limits();
-  limits.sampling_defaults = {0.1f, 0.001f, 1, 1.05f, "generation_config.json"};
+  limits.sampling_defaults = {0.1f, 0.001f, 1, 1.05f, 0, "generation_config.json"};
   absl::StatusOr<ValidatedRequest> v = ValidateRequest(GoodRequest(), limits, kVocab);
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_FLOAT_EQ(v->sampling.temperature, 0.1f);
@@ -111,6 +111,27 @@ TEST(ValidateRequestTest, UnsetSamplingFieldsTakeTheModelsDefaults) {
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_FLOAT_EQ(v->sampling.top_p, 0.9f);
   EXPECT_EQ(v->sampling.top_k, 1);
+}
+
+// A request without max_tokens gets the model's max_new_tokens where it has one, else the server's
+// default, never past the limit; a request's own max_tokens is its own.
+TEST(ValidateRequestTest, UnsetMaxTokensTakesTheModelsMaxNewTokens) {
+  RequestLimits limits = Limits();
+  ASSERT_EQ(DefaultMaxTokens(limits), 16);
+  limits.sampling_defaults.max_tokens = 40;
+  absl::StatusOr<ValidatedRequest> v = ValidateRequest(GoodRequest(), limits, kVocab);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->sampling.max_tokens, 40);
+  EXPECT_EQ(DefaultMaxTokens(limits), 40);
+  v1::GenerateRequest r = GoodRequest();
+  r.mutable_sampling()->set_max_tokens(3);
+  v = ValidateRequest(r, limits, kVocab);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->sampling.max_tokens, 3);
+  limits.sampling_defaults.max_tokens = limits.max_tokens + 100;
+  v = ValidateRequest(GoodRequest(), limits, kVocab);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->sampling.max_tokens, limits.max_tokens);
 }
 
 TEST(ValidateRequestTest, RequestId) {

@@ -80,6 +80,8 @@ void CheckGeneration(const iris::engine::GenerationConfig& g, const iris::core::
   IRIS_FUZZ_CHECK(s.top_k >= 0 && s.top_k < model.text.vocab_size, "top_k %d", s.top_k);
   IRIS_FUZZ_CHECK(s.repetition_penalty > 0.f && s.repetition_penalty <= 10.f, "repetition_penalty %g",
                   s.repetition_penalty);
+  IRIS_FUZZ_CHECK(s.max_tokens >= 0 && s.max_tokens <= INT32_MAX, "max_new_tokens %lld",
+                  static_cast<long long>(s.max_tokens));
   IRIS_FUZZ_CHECK(!g.eos_token_ids.empty(), "no end id");
   for (const int32_t id : g.eos_token_ids) IRIS_FUZZ_CHECK(id >= 0, "end id %d", id);
 }

@@ -331,6 +331,7 @@ class GenerateTest(ServerTestCase):
         self.assertEqual((defaults.temperature, defaults.top_k, defaults.top_p, defaults.repetition_penalty),
                          (0.0, 0, 1.0, 1.0))
         self.assertTrue(defaults.source.endswith("/generation_config.json"), defaults.source)
+        self.assertEqual(defaults.max_tokens, 16)  # no max_new_tokens there: --default-max-tokens
         self.assertGreater(info.kv_cache_blocks, 0)
         self.assertGreater(info.kv_block_size, 0)
         self.assertNotEqual(info.server_version, "")
@@ -798,10 +799,11 @@ class StartupTest(unittest.TestCase):
 class GenerationConfigDefaultsTest(unittest.TestCase):
     """A checkpoint whose generation_config.json samples with top_k 1 and a strong repetition
     penalty: a request that sets nothing gets what transformers' generate() would (greedy with
-    the penalty); --generation-config none gives iris's own defaults (greedy, no penalty)."""
+    the penalty) and, as vLLM reads the file, max_new_tokens tokens; --generation-config none
+    gives iris's own defaults (greedy, no penalty, --default-max-tokens)."""
 
     CONFIG = ('{"do_sample": true, "temperature": 0.5, "top_k": 1, "repetition_penalty": 1.8, '
-              '"eos_token_id": [151645, 151643]}')
+              '"eos_token_id": [151645, 151643], "max_new_tokens": 7}')
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -818,9 +820,10 @@ class GenerationConfigDefaultsTest(unittest.TestCase):
     def tearDownClass(cls) -> None:
         cls.tmp.cleanup()
 
-    def replies(self, *server_args: str) -> tuple[object, list[int], list[int], list[int]]:
+    def replies(self, *server_args: str) -> tuple[object, list[int], list[int], list[int], int]:
         """The server's sampling defaults, then the tokens of a request that sets no sampling
-        field, of one that asks greedy with the file's penalty, and of one that asks plain greedy."""
+        field but max_tokens, of one that asks greedy with the file's penalty, of one that asks
+        plain greedy, and how many tokens a request without max_tokens gets."""
         server = ServerProcess(require_server(), ["--model", self.tmp.name, "--port", "0", "--dtype", "f32",
                                                   *server_args])
         try:
@@ -830,12 +833,14 @@ class GenerationConfigDefaultsTest(unittest.TestCase):
                 unset = client.generate(**ask).token_ids
                 penalised = client.generate(**ask, temperature=0.0, repetition_penalty=1.8).token_ids
                 plain = client.generate(**ask, temperature=0.0, repetition_penalty=1.0).token_ids
+                unbounded = len(client.generate(text=PROMPT, images=[SMALL_IMAGE], ignore_eos=True).token_ids)
         finally:
             self.assertEqual(server.stop(timeout=60), 0, server.stderr()[-4000:])
-        return info, unset, penalised, plain
+        return info, unset, penalised, plain, unbounded
 
     def test_unset_fields_take_the_checkpoints_defaults(self):
-        info, unset, penalised, plain = self.replies()
+        info, unset, penalised, plain, unbounded = self.replies()
+        self.assertEqual((info.max_tokens, unbounded), (7, 7))
         self.assertAlmostEqual(info.temperature, 0.5)
         self.assertEqual(info.top_k, 1)
         self.assertAlmostEqual(info.repetition_penalty, 1.8, places=5)
@@ -844,9 +849,11 @@ class GenerationConfigDefaultsTest(unittest.TestCase):
         self.assertNotEqual(penalised, plain, "the penalty should move this prompt's tokens")
 
     def test_none_keeps_iris_defaults(self):
-        info, unset, penalised, plain = self.replies("--generation-config", "none")
+        info, unset, penalised, plain, unbounded = self.replies("--generation-config", "none",
+                                                                "--default-max-tokens", "9")
         self.assertEqual((info.temperature, info.top_k, info.top_p, info.repetition_penalty, info.source),
                          (0.0, 0, 1.0, 1.0, ""))
+        self.assertEqual((info.max_tokens, unbounded), (9, 9))
         self.assertEqual(unset, plain)
         self.assertNotEqual(unset, penalised)
 

@@ -43,7 +43,7 @@ ABSL_FLAG(std::vector<std::string>, image, {}, "image file for --prompt; repeat 
 ABSL_FLAG(std::string, messages, "",
           "chat as JSON: [{\"role\", \"content\": text or [{\"type\":\"text\",\"text\":...} | "
           "{\"type\":\"image\",\"image\":PATH}]}]; relative paths are taken from the file's folder");
-ABSL_FLAG(int64_t, max_tokens, 128, "most tokens to generate");
+ABSL_FLAG(int64_t, max_tokens, -1, "most tokens to generate (default: the model's max_new_tokens, else 128)");
 ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu, or cuda / cuda:N (a GPU, in a build with the CUDA backend)");
 ABSL_FLAG(std::string, cpu_isa, "", "CPU device: highest instruction set of iris's kernels, avx2 | avx512 | avx512_bf16");
 ABSL_FLAG(bool, greedy, false, "greedy decoding (temperature 0)");
@@ -92,12 +92,15 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes)
   return bytes;
 }
 
+constexpr int64_t kDefaultMaxTokens = 128;  // where neither --max-tokens nor the model's max_new_tokens says
+
 // The sampling flags given on the command line, the rest (left at their -1 defaults) from
 // `defaults` (the model's generation_config.json, or iris's own with --generation-config none): as
 // iris-server fills a request's unset fields. Given values are checked by Validate.
 absl::StatusOr<llm::SamplingParams> SamplingFromFlags(const engine::SamplingDefaults& defaults) {
   llm::SamplingParams s;
-  s.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  const int64_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  s.max_tokens = max_tokens != -1 ? max_tokens : defaults.max_tokens > 0 ? defaults.max_tokens : kDefaultMaxTokens;
   const double temperature = absl::GetFlag(FLAGS_temperature);
   s.temperature = defaults.temperature;
   if (absl::GetFlag(FLAGS_greedy)) {
