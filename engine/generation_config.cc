@@ -13,7 +13,8 @@ absl::Status Invalid(const std::string& path, const char* field, const std::stri
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", field, " ", what));
 }
 
-bool IsTokenId(const nlohmann::json& v) {
+// An integer in [0, 2^31) (JSON's non-negative integers parse as unsigned: compared as such).
+bool IsNonNegativeInt32(const nlohmann::json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>() <= 0x7FFFFFFFu;
   return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= 0x7FFFFFFF;
 }
@@ -23,11 +24,11 @@ absl::StatusOr<std::vector<int32_t>> EosIds(const nlohmann::json& j, const std::
   std::vector<int32_t> ids;
   if (!j.contains("eos_token_id")) return ids;
   const nlohmann::json& e = j["eos_token_id"];
-  if (IsTokenId(e)) {
+  if (IsNonNegativeInt32(e)) {
     ids.push_back(e.get<int32_t>());
   } else if (e.is_array()) {
     for (const auto& v : e) {
-      if (!IsTokenId(v)) return Invalid(path, "eos_token_id", "must hold token ids (integers in [0, 2^31))");
+      if (!IsNonNegativeInt32(v)) return Invalid(path, "eos_token_id", "must hold token ids (integers in [0, 2^31))");
       ids.push_back(v.get<int32_t>());
     }
   } else if (!e.is_null()) {
@@ -84,12 +85,9 @@ absl::StatusOr<GenerationConfig> ParseGenerationConfig(const nlohmann::json& j, 
   IRIS_ASSIGN_OR_RETURN(s.repetition_penalty, Number(j, path, "repetition_penalty", 1.f, 0.0, true, 10.0));
   if (j.contains("max_new_tokens") && !j["max_new_tokens"].is_null()) {
     const nlohmann::json& m = j["max_new_tokens"];
-    constexpr int64_t kMost = (int64_t{1} << 31) - 1;
-    // (JSON's non-negative integers parse as unsigned: compared as such, never wrapped.)
-    const bool in_range = m.is_number_unsigned()
-                              ? m.get<uint64_t>() >= 1 && m.get<uint64_t>() <= uint64_t{kMost}
-                              : m.is_number_integer() && m.get<int64_t>() >= 1 && m.get<int64_t>() <= kMost;
-    if (!in_range) return Invalid(path, "max_new_tokens", absl::StrCat("must be an integer in [1, ", kMost, "]"));
+    if (!IsNonNegativeInt32(m) || m.get<int64_t>() < 1) {
+      return Invalid(path, "max_new_tokens", "must be an integer in [1, 2147483647]");
+    }
     s.max_tokens = m.get<int64_t>();
   }
   bool do_sample = false;  // transformers' default

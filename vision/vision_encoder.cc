@@ -67,6 +67,12 @@ struct VisionEncoder::DevicePlan {
   }
 };
 
+namespace {
+bool SameGrids(std::span<const GridThw> a, std::span<const GridThw> b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end());
+}
+}  // namespace
+
 // The recorded forwards (EnableGraphs), by grid list.
 struct VisionEncoder::Graphs {
   struct Entry {
@@ -92,7 +98,7 @@ struct VisionEncoder::Graphs {
   Entry& Find(std::span<const GridThw> grids, kernels::Device& device) {
     ++clock;
     for (auto& e : entries) {
-      if (std::equal(e->grids.begin(), e->grids.end(), grids.begin(), grids.end())) {
+      if (SameGrids(e->grids, grids)) {
         e->last_use = clock;
         return *e;
       }
@@ -115,7 +121,7 @@ struct VisionEncoder::Graphs {
   // reads them, and the same values a new plan of the list would have.
   std::shared_ptr<const DevicePlan> HeldPlan(std::span<const GridThw> grids) const {
     for (const auto& e : entries) {
-      if (e->plan != nullptr && std::equal(e->grids.begin(), e->grids.end(), grids.begin(), grids.end())) return e->plan;
+      if (e->plan != nullptr && SameGrids(e->grids, grids)) return e->plan;
     }
     return nullptr;
   }
@@ -426,8 +432,7 @@ absl::StatusOr<std::unique_ptr<VisionEncoder::Run>> VisionEncoder::NewRun(std::s
     // The last forward's plan while the list repeats; else the plan a recorded graph of the list
     // holds (lists alternate between graphs: no rebuild and upload a replay would not read);
     // else the host plan (the cache's, rebuilt on a miss) mirrored.
-    const std::vector<GridThw>* last = device_plan_ != nullptr ? &device_plan_->host->grid_thw : nullptr;
-    if (last != nullptr && std::equal(last->begin(), last->end(), grid_thw.begin(), grid_thw.end())) {
+    if (device_plan_ != nullptr && SameGrids(device_plan_->host->grid_thw, grid_thw)) {
       ++held_plan_hits_;
     } else if (std::shared_ptr<const DevicePlan> held = graphs_ != nullptr ? graphs_->HeldPlan(grid_thw) : nullptr) {
       device_plan_ = std::move(held);
