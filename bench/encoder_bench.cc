@@ -7,9 +7,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_device.h"
@@ -21,9 +24,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/bf16.h"
 #include "core/model_config.h"
 #include "core/safetensors.h"
+#include "kernels/gated_mlp.h"
 #include "kernels/linear.h"
+#include "kernels/qkv_bf16.h"
 #include "kernels/qkv_pad.h"
 #include "kernels/rotary.h"
 #include "vision/encoder_plan.h"
@@ -33,6 +39,7 @@
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_linear.h"
+#include "kernels/cuda/stream_timer.h"
 #endif
 
 ABSL_FLAG(std::string, model, "build/models/vision-3b", "model folder (the 3b preset's vision tower)");
@@ -136,6 +143,90 @@ absl::StatusOr<Prepared> Prepare(const Shape& shape, const core::PreprocessorCon
   }
   return p;
 }
+
+#ifdef IRIS_HAVE_CUDA
+// The tower's matmuls as its layers run them, at `rows` rows (the folded RMSNorm writing the bf16
+// input rows, the bias and residual add in the matmul): cuBLASLt against iris's Hopper GEMM
+// (CudaDevice::SetHopperGemm), alternating within each round, GPU time by events, medians. Only
+// where the Hopper GEMM runs (compute capability 9.0).
+void PrintHopperGemmTable(kernels::Device& dev, const core::VisionConfig& v, int64_t rows, int rounds, double peak) {
+  using Use = kernels::cuda::CudaDevice::HopperGemmUse;
+  kernels::cuda::CudaDevice& cuda = kernels::cuda::AsCuda(dev);
+  if (!cuda.SetHopperGemm(Use::kAll).ok()) return;
+  (void)cuda.SetHopperGemm(Use::kOff);
+  const int64_t h = v.hidden_size, inter = v.intermediate_size;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 0.02f);
+  const auto linear = [&](int64_t out, int64_t in) {
+    core::Tensor w = core::Tensor::Empty(core::DType::kBF16, {out, in});
+    for (int64_t i = 0; i < out * in; ++i) w.data<uint16_t>()[i] = core::FloatToBf16(normal(rng));
+    core::Tensor b = core::Tensor::Zeros(core::DType::kF32, {out});
+    return kernels::Linear::Create(dev, w, &b, kernels::ComputeType::kBF16);
+  };
+  auto qkv = linear(3 * h, h), proj = linear(h, h), gate_up = linear(2 * inter, h), down = linear(h, inter);
+  const auto buffer = [&](int64_t floats) { return dev.Allocate(core::DType::kF32, {floats}); };
+  auto x = buffer(rows * h), norm = buffer(h), staging = buffer(rows * h), y = buffer(rows * h),
+       qkv_out = buffer(rows * 3 * h), gu_out = buffer(rows * 2 * inter), act = buffer(rows * inter);
+  for (const auto* t : {&x, &norm, &staging, &y, &qkv_out, &gu_out, &act}) {
+    if (!t->ok()) return;
+  }
+  if (!qkv.ok() || !proj.ok() || !gate_up.ok() || !down.ok()) return;
+  std::vector<float> ones(static_cast<size_t>(rows * h), 0.5f);
+  dev.CopyToDevice(ones.data(), x->raw(), ones.size() * sizeof(float));
+  dev.CopyToDevice(ones.data(), norm->raw(), static_cast<size_t>(h) * sizeof(float));
+  dev.CopyToDevice(ones.data(), y->raw(), ones.size() * sizeof(float));
+  const kernels::LinearInput normed =
+      kernels::LinearInput::RmsNorm(x->data<float>(), norm->data<float>(), 1e-6f, staging->data<float>());
+  struct Op {
+    const char* name;
+    double flops;
+    std::function<void()> run;
+  };
+  const double r = static_cast<double>(rows), hd = static_cast<double>(h), id = static_cast<double>(inter);
+  const std::vector<Op> ops = {
+      {"qkv (norm folded) -> bf16", 2 * r * hd * 3 * hd,
+       [&] { kernels::LinearForwardToBf16(dev, **qkv, normed, rows, static_cast<uint16_t*>(qkv_out->raw()), 3 * h); }},
+      {"o + residual", 2 * r * hd * hd,
+       [&] { kernels::LinearForward(dev, **proj, kernels::LinearInput::Plain(x->data<float>()), rows, y->data<float>(),
+                                    kernels::Epilogue::kAccumulate); }},
+      {"gated MLP (norm folded)", 2 * r * hd * 3 * id,
+       [&] { kernels::GatedMlp(dev, **gate_up, **down, normed, rows, {gu_out->data<float>(), act->data<float>()},
+                               y->data<float>()); }},
+  };
+  constexpr int kRepeats = 10;
+  kernels::cuda::StreamTimer timer(cuda.stream());
+  const Use uses[] = {Use::kOff, Use::kSwiGlu, Use::kAll};
+  std::printf("\nthe tower's matmuls at %lld rows, cuBLASLt vs iris's Hopper GEMM (GPU ms by events, median of %d "
+              "alternating rounds of %d; the same-run peak %.0f TFLOP/s):\n",
+              static_cast<long long>(rows), rounds, kRepeats, peak / 1e12);
+  std::printf("| op | cuBLASLt ms | Hopper SwiGLU ms | Hopper all ms | cuBLASLt / best Hopper | best Hopper of peak |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const Op& op : ops) {
+    std::vector<double> ms[3];
+    for (int round = 0; round < rounds; ++round) {
+      for (int u = 0; u < 3; ++u) {
+        (void)cuda.SetHopperGemm(uses[u]);
+        op.run();  // warm: plans, tensor-map encoder, shared-memory opt-in
+        const std::optional<double> s = timer.Time([&] {
+          for (int i = 0; i < kRepeats; ++i) op.run();
+          return cuda.status().ok();
+        });
+        if (s.has_value()) ms[u].push_back(1e3 * *s / kRepeats);
+      }
+    }
+    (void)cuda.SetHopperGemm(Use::kOff);
+    if (ms[0].empty() || ms[1].empty() || ms[2].empty()) {
+      std::printf("| %s | failed: %s |\n", op.name, std::string(cuda.status().message()).c_str());
+      return;
+    }
+    const double off = iris::bench::Median(ms[0]), swiglu = iris::bench::Median(ms[1]), all = iris::bench::Median(ms[2]);
+    const double best = std::min(swiglu, all);
+    std::printf("| %s | %.3f | %.3f | %.3f | %.2fx | %.0f%% |\n", op.name, off, swiglu, all, off / best,
+                100.0 * op.flops / (best * 1e-3) / peak);
+    std::fflush(stdout);
+  }
+}
+#endif
 
 }  // namespace
 
@@ -273,6 +364,10 @@ int main(int argc, char** argv) {
                 100.0 * tflops * 1e12 / row_peak, floor_ms, ms / floor_ms);
     std::fflush(stdout);
   }
+
+#ifdef IRIS_HAVE_CUDA
+  if (gpu && bf16) PrintHopperGemmTable(dev, config->vision, inputs.back().patches(), absl::GetFlag(FLAGS_rounds), peak);
+#endif
 
   // Where a forward's wall time goes: its three calls timed apart, the device waited on after each
   // (BeginRgb: the bytes' upload and the plan; AdvanceToEnd: the device's work; Finish: the
@@ -418,6 +513,10 @@ int main(int argc, char** argv) {
       bool matmul_tuning = absl::GetFlag(FLAGS_matmul_tuning);
       // GPU: q heads a pipelined flash block walks (--flash_heads_per_block).
       int flash_heads = absl::GetFlag(FLAGS_flash_heads_per_block);
+#ifdef IRIS_HAVE_CUDA
+      // GPU: which matmuls run iris's own Hopper GEMM (CudaDevice::SetHopperGemm; off by default).
+      kernels::cuda::CudaDevice::HopperGemmUse hopper = kernels::cuda::CudaDevice::HopperGemmUse::kOff;
+#endif
     };
     std::vector<Config> configs = {
         {"fused rotary off", {false, true, true}},
@@ -436,6 +535,18 @@ int main(int argc, char** argv) {
         const int other = flash_heads == 1 ? 2 : 1;
         configs.push_back({other == 2 ? "flash 2 heads a block" : "flash 1 head a block", {}, true, true, true,
                            matmul_tuning, other});
+      }
+      // iris's Hopper GEMM: gate_up with the SiLU·mul fused, then every matmul (sm_90 only).
+      using HopperGemmUse = kernels::cuda::CudaDevice::HopperGemmUse;
+      if (kernels::cuda::AsCuda(dev).SetHopperGemm(HopperGemmUse::kOff).ok() &&
+          kernels::cuda::AsCuda(dev).SetHopperGemm(HopperGemmUse::kAll).ok()) {
+        (void)kernels::cuda::AsCuda(dev).SetHopperGemm(HopperGemmUse::kOff);
+        for (const auto& [name, use] : {std::pair{"hopper GEMM SwiGLU", HopperGemmUse::kSwiGlu},
+                                        std::pair{"hopper GEMM all", HopperGemmUse::kAll}}) {
+          Config c{name, {}, true, true, flash_pipeline, matmul_tuning, flash_heads};
+          c.hopper = use;
+          configs.push_back(c);
+        }
       }
     }
 #endif
@@ -461,6 +572,7 @@ int main(int argc, char** argv) {
             kernels::cuda::AsCuda(dev).SetFlashPipeline(configs[c].flash_pipeline);
             kernels::cuda::AsCuda(dev).SetMatmulTuning(configs[c].matmul_tuning);
             (void)kernels::cuda::AsCuda(dev).SetFlashHeadsPerBlock(configs[c].flash_heads);
+            (void)kernels::cuda::AsCuda(dev).SetHopperGemm(configs[c].hopper);
             // The tuning's own timing (once per shape) stays out of the table: a first forward
             // with tuning on runs untimed.
             if (r == 0 && configs[c].matmul_tuning != matmul_tuning) {
@@ -489,6 +601,7 @@ int main(int argc, char** argv) {
         kernels::cuda::AsCuda(dev).SetFlashPipeline(flash_pipeline);
         kernels::cuda::AsCuda(dev).SetMatmulTuning(matmul_tuning);
         (void)kernels::cuda::AsCuda(dev).SetFlashHeadsPerBlock(flash_heads);
+        (void)kernels::cuda::AsCuda(dev).SetHopperGemm(kernels::cuda::CudaDevice::HopperGemmUse::kOff);
       }
 #endif
     }

@@ -53,7 +53,7 @@ struct CudaDevice::State {
   int ordinal = 0;
   int sm_count = 0;
   int64_t l2_bytes = 0;
-  int cc_major = 0;  // compute capability
+  int cc_major = 0, cc_minor = 0;  // compute capability
   cudaStream_t stream = nullptr;
   cudaMemPool_t pool = nullptr;
   cublasLtHandle_t lt = nullptr;
@@ -176,6 +176,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
   state->sm_count = prop.multiProcessorCount;
   state->l2_bytes = prop.l2CacheSize;
   state->cc_major = prop.major;
+  state->cc_minor = prop.minor;
   const size_t counter_bytes = sizeof(int) * static_cast<size_t>(state->sm_count);
   if (const cudaError_t e = cudaMalloc(&state->split_counters, counter_bytes); e != cudaSuccess) {
     state->split_counters = nullptr;
@@ -217,6 +218,15 @@ absl::Status CudaDevice::SetGemvMaxRows(int rows) {
         absl::StrCat("gemv max rows must be in [0, ", kGemvMaxRowsPerLaunch, "], got ", rows));
   }
   gemv_max_rows_ = rows;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::SetHopperGemm(HopperGemmUse use) {
+  if (use != HopperGemmUse::kOff && (state_->cc_major != 9 || state_->cc_minor != 0)) {
+    return absl::FailedPreconditionError(absl::StrCat(description_, ": the Hopper GEMM needs compute capability 9.0 "
+                                                                    "(its code is built for sm_90a only)"));
+  }
+  hopper_gemm_ = use;
   return absl::OkStatus();
 }
 

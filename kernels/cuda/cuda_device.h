@@ -248,6 +248,25 @@ class CudaDevice final : public Device {
   void SetMatmulTuning(bool tuning) { matmul_tuning_ = tuning; }
   // The algorithms tuning chose, shared by every Linear of this device.
   MatmulAlgoTable& matmul_algos() const { return *matmul_algos_; }
+  // Which bf16 matmuls of at least kHopperGemmMinRows rows run iris's own Hopper GEMM
+  // (kernels/cuda/hopper_gemm.h: the copy engine and warpgroup MMAs, f32 accumulation) in place of
+  // cuBLASLt: kOff; kSwiGlu, the gated MLP's gate_up with the SiLU·mul as its epilogue
+  // (GatedMlpBf16Handoff: gate_up's output never reaches memory and the SiLU·mul launch is gone);
+  // kAll, that and every other bf16 matmul without a GELU (f32 rows with the bias and residual
+  // add, bf16 rows). Off by default: never yet run on a GPU (encoder_bench's "hopper GEMM"
+  // columns time both). FAILED_PRECONDITION unless the GPU is compute capability 9.0 (its code
+  // is sm_90a's alone).
+  enum class HopperGemmUse { kOff, kSwiGlu, kAll };
+  static constexpr int64_t kHopperGemmMinRows = 128;
+  HopperGemmUse hopper_gemm() const { return hopper_gemm_; }
+  absl::Status SetHopperGemm(HopperGemmUse use);
+  // Whether a bf16 matmul of m rows runs the Hopper GEMM: the gated MLP's fused gate_up (swiglu)
+  // or any other.
+  bool UsesHopperGemm(int64_t m, bool swiglu) const {
+    return m >= kHopperGemmMinRows &&
+           (hopper_gemm_ == HopperGemmUse::kAll || (swiglu && hopper_gemm_ == HopperGemmUse::kSwiGlu));
+  }
+
   // Whether stream() is being captured into a graph now (no host waits, no allocations then).
   bool Capturing() const;
 
@@ -285,6 +304,7 @@ class CudaDevice final : public Device {
   bool early_start_;
   int64_t weight_prefetch_bytes_ = 0;
   bool matmul_tuning_ = false;
+  HopperGemmUse hopper_gemm_ = HopperGemmUse::kOff;
   std::unique_ptr<MatmulAlgoTable> matmul_algos_ = std::make_unique<MatmulAlgoTable>();
   std::unique_ptr<CudnnSdpa> sdpa_;
 };

@@ -48,6 +48,7 @@
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/flash_varlen_args.h"
+#include "kernels/cuda/hopper_gemm.h"
 #include "kernels/cuda/linear_kernels.h"
 #include "kernels/cuda/matmul_tuning.h"
 #include "kernels/cuda/stream_timer.h"
@@ -423,6 +424,7 @@ class CudaLinear final : public Linear {
   // False, with nothing enqueued, where Bf16OutputPlan has no plan (the caller then runs Matmul
   // into f32).
   bool MatmulToBf16(const uint16_t* rows, int64_t m, uint16_t* y, int64_t ldy) const {
+    if (RunHopper(HopperCall(rows, ld_, m, HopperEpilogue::kBf16, y, ldy, false), false)) return true;
     MatmulPlan* plan = Bf16OutputPlan(m, rows, y, ldy);
     if (plan == nullptr) return false;
     const cublasStatus_t s = RunPlan(*plan, rows, m, 0.f, y, CUDA_R_16BF, ldy);
@@ -450,7 +452,9 @@ class CudaLinear final : public Linear {
       // rows first: growing the scratch after the rows are written would lose them.
       const uint16_t* base = ScratchBf16Rows(m);
       if (base == nullptr) return;
-      if (Bf16OutputPlan(m, base, y, ldy) != nullptr) {
+      const HopperGemm hopper = HopperCall(base, ld_, m, HopperEpilogue::kBf16, y, ldy, false);
+      if ((compute_ == ComputeType::kBF16 && dev_.UsesHopperGemm(m, false) && HopperGemmTakes(hopper)) ||
+          Bf16OutputPlan(m, base, y, ldy) != nullptr) {
         const uint16_t* rows = InputRowsBf16(in, m);  // at `base`: the scratch is big enough already
         if (rows != nullptr) MatmulToBf16(rows, m, y, ldy);
         return;
@@ -466,10 +470,44 @@ class CudaLinear final : public Linear {
     dev_.Check(LaunchToBf16Rows(dev_.stream(), f32, m, out_, ldy, y), "Linear: f32 -> bf16 output rows");
   }
 
-  // cuBLASLt on b: m rows of stride ldb, in the compute type (bf16 rows or the f32 input).
+  // The Hopper GEMM's call for m bf16 rows of stride ldb times this Linear's weight, into y of
+  // stride ldy (kSwiGluBf16: this Linear is a gated MLP's gate_up, gate's rows then up's).
+  HopperGemm HopperCall(const uint16_t* rows, int64_t ldb, int64_t m, HopperEpilogue epilogue, void* y, int64_t ldy,
+                        bool accumulate) const {
+    HopperGemm g;
+    g.epilogue = epilogue;
+    g.a = rows;
+    g.lda = ldb;
+    g.b = static_cast<const uint16_t*>(weight_.raw());
+    g.ldb = ld_;
+    g.m = m;
+    g.n = epilogue == HopperEpilogue::kSwiGluBf16 ? out_ / 2 : out_;
+    g.k = in_;
+    g.bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
+    g.y = y;
+    g.ldy = ldy;
+    g.accumulate = accumulate;
+    return g;
+  }
+  // Enqueues g where the device runs the Hopper GEMM for it and the kernel takes it; false, with
+  // nothing enqueued, otherwise.
+  bool RunHopper(const HopperGemm& g, bool swiglu) const {
+    if (compute_ != ComputeType::kBF16 || !dev_.UsesHopperGemm(g.m, swiglu) || !HopperGemmTakes(g)) return false;
+    dev_.Check(LaunchHopperGemm(dev_.stream(), g), "Linear: Hopper GEMM");
+    return true;
+  }
+
+  // cuBLASLt on b: m rows of stride ldb, in the compute type (bf16 rows or the f32 input); or the
+  // Hopper GEMM where the device runs it (CudaDevice::hopper_gemm).
   void Matmul(const void* b, int64_t ldb, int64_t m, float* y, Epilogue epilogue) const {
-    const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
     const bool gelu = epilogue == Epilogue::kGeluErf;
+    if (!gelu && compute_ == ComputeType::kBF16 &&
+        RunHopper(HopperCall(static_cast<const uint16_t*>(b), ldb, m, HopperEpilogue::kF32, y, out_,
+                             epilogue == Epilogue::kAccumulate),
+                  false)) {
+      return;
+    }
+    const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
     MatmulPlan* plan = GetPlan(m, ldb, gelu ? nullptr : bias, Alignment(b), Alignment(y), CUDA_R_32F, out_);
     if (plan == nullptr) return;
     const cublasStatus_t s = RunPlan(*plan, b, m, epilogue == Epilogue::kAccumulate ? 1.f : 0.f, y, CUDA_R_32F, out_);
@@ -643,6 +681,18 @@ bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& d
   // MatmulToBf16 takes only widths of whole 16-byte vectors (as in every Qwen2.5-VL tower); the
   // others take the f32 output, the values of the hand-off off.
   uint16_t* g = reinterpret_cast<uint16_t*>(gate_up_out);
+  // The Hopper GEMM with the SiLU·mul as its epilogue: down's bf16 input rows straight from
+  // gate_up's accumulators, into gate_up_out's bytes (its f32 output is not made; the input rows
+  // stay in the scratch, read by the same launch).
+  if (const uint16_t* base = gu->ScratchBf16Rows(m); base != nullptr && dev.UsesHopperGemm(m, true)) {
+    const HopperGemm fused = gu->HopperCall(base, gu->ld(), m, HopperEpilogue::kSwiGluBf16, g, dn->ld(), false);
+    if (HopperGemmTakes(fused)) {
+      if (gu->InputRowsBf16(in, m) == nullptr) return true;  // at `base`; a null: the device keeps the error
+      gu->RunHopper(fused, true);
+      dn->Matmul(g, dn->ld(), m, y, Epilogue::kAccumulate);
+      return true;
+    }
+  }
   const uint16_t* rows = gu->InputRowsBf16(in, m);
   if (rows == nullptr) return true;  // the device keeps the error
   uint16_t* act = nullptr;

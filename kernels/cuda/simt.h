@@ -12,8 +12,11 @@
 // GridDependencyTrigger(), PrefetchL2(), PrefetchL2Bulk(), Exp2Approx(), MmaBf16() (a warp's
 // tensor-core product, with a scalar twin here), CpAsync16()/CpAsyncCommit()/CpAsyncWait<N>()
 // (copies to shared memory in flight while the thread computes; here they land at the wait),
-// LdMatrixX4()/LdMatrixX4Trans() (a warp's fragment loads from shared memory),
-// threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch for the host side.
+// LdMatrixX4()/LdMatrixX4Trans() (a warp's fragment loads from shared memory), Hopper's
+// DynamicShared(), MBarrier*() (transaction barriers), TmaLoad2d() (the bulk tensor copy, its
+// TmaMap2d) and Wgmma*() (warpgroup MMAs from shared-memory descriptors, twinned on the host by
+// decoding the descriptor as the hardware does), IRIS_SM90A_CODE and IRIS_GRID_CONSTANT,
+// threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch/LaunchShared for the host side.
 // Every thread of a block must reach each SyncThreads (as CUDA requires), and a block's size is a
 // multiple of the warp size when it shuffles.
 #pragma once
@@ -21,6 +24,8 @@
 #include <cstdint>
 
 #if defined(__CUDACC__)
+
+#include <cuda.h>  // CUtensorMap
 
 #define IRIS_GLOBAL __global__
 #define IRIS_DEVICE __device__ __forceinline__
@@ -157,18 +162,160 @@ __device__ __forceinline__ float Exp2Approx(float x) {
   return y;
 }
 
+
+// --- Hopper (sm_90a only: the "a" features): the bulk tensor copy engine (TMA), transaction
+// barriers in shared memory (mbarrier) and the warpgroup MMAs (wgmma). A kernel that uses them
+// compiles its body only where IRIS_SM90A_CODE is 1 (the sm_90a device pass, and the harness).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define IRIS_SM90A_CODE 1
+#else
+#define IRIS_SM90A_CODE 0
+#endif
+// A kernel parameter read in place from the constant bank (a tensor map must be: the copy
+// engine reads it by address).
+#define IRIS_GRID_CONSTANT __grid_constant__
+
+// A 2-D tensor map (cuTensorMapEncodeTiled's): a bf16 matrix in global memory, its box, and the
+// 128-byte swizzle (kernels/cuda/hopper_gemm.cu makes them).
+using TmaMap2d = CUtensorMap;
+// A wgmma shared-memory matrix descriptor (the PTX ISA's "matrix descriptor": start address,
+// leading and stride byte offsets, swizzle mode).
+using WgmmaDesc = uint64_t;
+
+// The block's dynamic shared memory (the launch's third argument), at least 16-byte aligned.
+__device__ __forceinline__ unsigned char* DynamicShared() {
+  extern __shared__ __align__(16) unsigned char iris_dynamic_shared[];
+  return iris_dynamic_shared;
+}
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// A transaction barrier: `count` arrivals and, where set, the bytes the copy engine must land
+// complete each phase. MBarrierWait(bar, parity) returns once the phase of that parity has
+// completed (a fresh barrier counts its phase "-1", parity 1, as completed).
+__device__ __forceinline__ void MBarrierInit(uint64_t* bar, int count) {
+#if IRIS_SM90A_CODE
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SharedAddress(bar)), "r"(count) : "memory");
+#endif
+}
+// After a block's MBarrierInit calls (then a SyncThreads): the copy engine sees them initialised.
+__device__ __forceinline__ void MBarrierInitFence() {
+#if IRIS_SM90A_CODE
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+// One arrival that also announces `bytes` the copy engine will land in this phase.
+__device__ __forceinline__ void MBarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) {
+#if IRIS_SM90A_CODE
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SharedAddress(bar)), "r"(bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void MBarrierArrive(uint64_t* bar) {
+#if IRIS_SM90A_CODE
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SharedAddress(bar)) : "memory");
+#endif
+}
+__device__ __forceinline__ void MBarrierWait(uint64_t* bar, uint32_t parity) {
+#if IRIS_SM90A_CODE
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(SharedAddress(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// The copy engine lands map's box at (x = column, y = row) in dst (1024-byte aligned, the 128-byte
+// swizzle applied), zeros where the box leaves the matrix, and completes the box's bytes on bar.
+__device__ __forceinline__ void TmaLoad2d(void* dst, const TmaMap2d* map, int32_t x, int32_t y, uint64_t* bar) {
+#if IRIS_SM90A_CODE
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          SharedAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(SharedAddress(bar))
+      : "memory");
+#endif
+}
+
+// The descriptor of a K-major bf16 tile in shared memory as the 128-byte-swizzled TMA box lays it
+// out: rows of 64 values (128 bytes), groups of 8 rows 1024 bytes apart (the stride byte offset),
+// the tile 1024-byte aligned. WgmmaDescAdvance moves its start along K (32 bytes: 16 values).
+__device__ __forceinline__ WgmmaDesc WgmmaDescSw128(const void* tile) {
+  const uint64_t addr = SharedAddress(tile);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+__device__ __forceinline__ WgmmaDesc WgmmaDescAdvance(WgmmaDesc d, uint32_t bytes) { return d + (bytes >> 4); }
+
+// wgmma.fence: before a warpgroup's first MMA, and after its registers were last written otherwise.
+__device__ __forceinline__ void WgmmaFence() {
+#if IRIS_SM90A_CODE
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WgmmaCommit() {
+#if IRIS_SM90A_CODE
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+// Waits until at most the N newest committed groups are in flight: the older ones' accumulators
+// are written and their shared-memory tiles read.
+template <int N>
+__device__ __forceinline__ void WgmmaWait() {
+#if IRIS_SM90A_CODE
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+// Keeps the compiler from moving reads or writes of the accumulators across the asynchronous MMAs
+// (before the first one and after the wait).
+__device__ __forceinline__ void WgmmaHoldRegisters(float (&d)[64]) {
+  IRIS_UNROLL
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (+)= A·B for a warpgroup (4 warps, 128 threads) on the tensor cores, asynchronously: A 64x16
+// and B 128x16 (both K-major) bf16 in shared memory by their descriptors, d 64x128 f32 in
+// registers. With thread t of the warpgroup, warp w = t / 32, lane = 4 * group + q:
+//   d[4j + 0], d[4j + 1] = D[16w + group][8j + 2q, 8j + 2q + 1]
+//   d[4j + 2], d[4j + 3] = D[16w + group + 8][8j + 2q, 8j + 2q + 1]      (j = 0..15)
+// accumulate 0: d = A·B; 1: d += A·B.
+__device__ __forceinline__ void WgmmaM64N128K16Bf16(float (&d)[64], WgmmaDesc a, WgmmaDesc b, int accumulate) {
+#if IRIS_SM90A_CODE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(accumulate));
+#endif
+}
+
 }  // namespace iris::kernels::cuda
 
 #else  // the host harness
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <cmath>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 // Internal linkage: nvcc emits a host-side launch stub with each __global__ kernel's own name, so
@@ -238,6 +385,8 @@ struct Block {
   explicit Block(int threads) : sync(threads) {}
   Barrier sync;
   std::vector<std::unique_ptr<Warp>> warps;
+  unsigned char* dynamic_shared = nullptr;  // the launch's dynamic shared memory (1024-byte aligned)
+  std::vector<std::unique_ptr<Barrier>> warpgroups;  // one per 128 threads (the wgmma twins')
 };
 
 // A CpAsync16 not yet landed: the copy happens at the CpAsyncWait that retires its group.
@@ -414,11 +563,188 @@ inline void LdMatrix(uint32_t (&r)[4], const void* row, bool trans) {
 inline void LdMatrixX4(uint32_t (&r)[4], const void* row) { simt::LdMatrix(r, row, false); }
 inline void LdMatrixX4Trans(uint32_t (&r)[4], const void* row) { simt::LdMatrix(r, row, true); }
 
-// kernel<<<grid, block>>>(args...), on the host: returns when every block has run.
+// --- Hopper's twins (the CUDA versions above say what each does) ---
+#define IRIS_SM90A_CODE 1
+#define IRIS_GRID_CONSTANT
+
+// The tensor map's twin: a bf16 matrix (cols x rows, row_bytes apart) and its box; the swizzle is
+// always the 128-byte one (box_cols * 2 == 128).
+struct TmaMap2d {
+  const uint16_t* base = nullptr;
+  uint64_t cols = 0, rows = 0, row_bytes = 0;
+  uint32_t box_cols = 0, box_rows = 0;
+};
+// The descriptor's twin keeps the host address the hardware's 14-bit field cannot, and the fields
+// WgmmaDescSw128 sets (checked where they are read).
+struct WgmmaDesc {
+  const unsigned char* start = nullptr;
+  uint32_t leading_bytes = 0, stride_bytes = 0;
+  int swizzle = 0;  // 1: 128 bytes (the PTX ISA's value)
+};
+
+namespace simt {
+[[noreturn]] inline void Fail(const char* what) {
+  std::fprintf(stderr, "SIMT harness: %s\n", what);
+  std::abort();
+}
+// The 128-byte swizzle of a shared-memory address: its 16-byte chunk (bits 4-6) XOR its row of 8
+// (bits 7-9); the tile is 1024-byte aligned, so these are the tile's own row and chunk.
+inline const unsigned char* Swizzle128(const unsigned char* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<const unsigned char*>(a ^ (((a >> 7) & 7u) << 4));
+}
+// The barrier's state in its 8 bytes of shared memory: bit 63 the current phase's parity, bits
+// 42-62 the bytes still expected, 21-41 the arrivals a phase takes, 0-20 those still missing.
+constexpr uint64_t kBarField = (uint64_t{1} << 21) - 1;
+inline void BarrierUpdate(uint64_t* bar, int arrivals, int64_t tx) {
+  std::atomic_ref<uint64_t> word(*bar);
+  uint64_t old = word.load(std::memory_order_relaxed), next;
+  do {
+    const uint64_t count = (old >> 21) & kBarField;
+    int64_t missing = static_cast<int64_t>(old & kBarField) - arrivals;
+    int64_t bytes = static_cast<int64_t>((old >> 42) & kBarField) + tx;
+    uint64_t parity = old >> 63;
+    if (missing < 0 || bytes < 0) Fail("mbarrier: more arrivals or bytes than the phase takes");
+    if (missing == 0 && bytes == 0) {  // the phase completes
+      missing = static_cast<int64_t>(count);
+      parity ^= 1;
+    }
+    next = (parity << 63) | (static_cast<uint64_t>(bytes) << 42) | (count << 21) | static_cast<uint64_t>(missing);
+  } while (!word.compare_exchange_weak(old, next, std::memory_order_acq_rel, std::memory_order_relaxed));
+}
+}  // namespace simt
+
+inline unsigned char* DynamicShared() { return simt::tls.block->dynamic_shared; }
+
+inline void MBarrierInit(uint64_t* bar, int count) {
+  std::atomic_ref<uint64_t>(*bar).store((static_cast<uint64_t>(count) << 21) | static_cast<uint64_t>(count),
+                                        std::memory_order_relaxed);
+}
+inline void MBarrierInitFence() {}
+inline void MBarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) { simt::BarrierUpdate(bar, 1, bytes); }
+inline void MBarrierArrive(uint64_t* bar) { simt::BarrierUpdate(bar, 1, 0); }
+inline void MBarrierWait(uint64_t* bar, uint32_t parity) {
+  while ((std::atomic_ref<uint64_t>(*bar).load(std::memory_order_acquire) >> 63) == parity) std::this_thread::yield();
+}
+
+// The copy lands at once, on the issuing thread, and completes its bytes (the release that the
+// waiters' acquire pairs with).
+inline void TmaLoad2d(void* dst, const TmaMap2d* map, int32_t x, int32_t y, uint64_t* bar) {
+  auto* out = static_cast<unsigned char*>(dst);
+  if (reinterpret_cast<uintptr_t>(out) % 1024 != 0) simt::Fail("TMA: a 128-byte-swizzled box lands 1024-byte aligned");
+  if (map->box_cols * 2 != 128) simt::Fail("TMA: the 128-byte swizzle takes boxes 128 bytes wide");
+  if (x < 0 || y < 0) simt::Fail("TMA: negative coordinates are not used by iris");
+  for (uint32_t r = 0; r < map->box_rows; ++r) {
+    for (uint32_t c = 0; c < map->box_cols; ++c) {
+      const uint64_t gx = static_cast<uint64_t>(x) + c, gy = static_cast<uint64_t>(y) + r;
+      uint16_t v = 0;
+      if (gx < map->cols && gy < map->rows) {
+        v = *reinterpret_cast<const uint16_t*>(reinterpret_cast<const unsigned char*>(map->base) + gy * map->row_bytes +
+                                               gx * 2);
+      }
+      std::memcpy(const_cast<unsigned char*>(simt::Swizzle128(out + r * 128 + c * 2)), &v, 2);
+    }
+  }
+  simt::BarrierUpdate(bar, 0, -static_cast<int64_t>(map->box_rows) * map->box_cols * 2);
+}
+
+inline WgmmaDesc WgmmaDescSw128(const void* tile) {
+  return {static_cast<const unsigned char*>(tile), 16, 1024, 1};
+}
+inline WgmmaDesc WgmmaDescAdvance(WgmmaDesc d, uint32_t bytes) {
+  d.start += bytes;
+  return d;
+}
+
+namespace simt {
+// A wgmma issued and not yet retired: it runs at the WgmmaWait that retires its group (so a
+// kernel that releases a tile before waiting reads what the copy engine put there since).
+struct PendingWgmma {
+  float* d;
+  WgmmaDesc a, b;
+  int accumulate;
+  int group;  // -1 while open
+};
+inline thread_local std::vector<PendingWgmma> wgmmas;
+inline thread_local int wgmma_commits = 0;
+
+// Element (row, k) of a K-major 128-byte-swizzled tile: rows 128 bytes apart within a group of 8,
+// groups stride_bytes apart, the swizzle on the whole address (as the hardware's).
+inline float SwizzledAt(const WgmmaDesc& t, int row, int k) {
+  if (t.swizzle != 1 || t.stride_bytes != 1024) Fail("wgmma: only the 128-byte-swizzled K-major layout is twinned");
+  const unsigned char* p = Swizzle128(t.start + (row / 8) * t.stride_bytes + (row % 8) * 128 + k * 2);
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline void RunWgmma(const PendingWgmma& op) {
+  const int t = static_cast<int>(tls.thread_idx.x) % 128, w = t / 32, lane = t % 32;
+  const int group = lane / 4, q = lane % 4;
+  for (int j = 0; j < 16; ++j) {
+    for (int i = 0; i < 4; ++i) {
+      const int row = 16 * w + group + 8 * (i / 2), col = 8 * j + 2 * q + i % 2;
+      float sum = 0.f;
+      for (int k = 0; k < 16; ++k) sum += SwizzledAt(op.a, row, k) * SwizzledAt(op.b, col, k);
+      op.d[4 * j + i] = op.accumulate ? op.d[4 * j + i] + sum : sum;
+    }
+  }
+}
+
+inline void LandWgmmas(int in_flight) {
+  std::vector<PendingWgmma> keep;
+  for (const PendingWgmma& op : wgmmas) {
+    if (op.group >= 0 && op.group < wgmma_commits - in_flight) {
+      RunWgmma(op);
+    } else {
+      keep.push_back(op);
+    }
+  }
+  wgmmas.swap(keep);
+}
+}  // namespace simt
+
+inline void WgmmaFence() {}
+inline void WgmmaCommit() {
+  for (simt::PendingWgmma& op : simt::wgmmas) {
+    if (op.group < 0) op.group = simt::wgmma_commits;
+  }
+  ++simt::wgmma_commits;
+}
+// The MMA is one operation of the whole warpgroup: once a thread's wait returns, every thread's
+// share of it has read its tiles (a thread then hands the tiles back for all), so the twin's wait
+// is also a barrier of the warpgroup.
+template <int N>
+void WgmmaWait() {
+  simt::LandWgmmas(N);
+  const simt::ThreadState& s = simt::tls;
+  const size_t wg = static_cast<size_t>(s.thread_idx.x) / 128;
+  if (s.thread_idx.y != 0 || s.thread_idx.z != 0 || wg >= s.block->warpgroups.size()) {
+    simt::Fail("wgmma: a warpgroup is 128 threads of a one-dimensional block");
+  }
+  s.block->warpgroups[wg]->arrive_and_wait();
+}
+inline void WgmmaHoldRegisters(float (&)[64]) {}
+inline void WgmmaM64N128K16Bf16(float (&d)[64], WgmmaDesc a, WgmmaDesc b, int accumulate) {
+  simt::wgmmas.push_back({d, a, b, accumulate, -1});
+}
+
+// kernel<<<grid, block, shared_bytes>>>(args...): with dynamic shared memory (DynamicShared()),
+// exactly that many bytes (so that ASan sees one past them).
 template <typename... Params, typename... Args>
-void Launch(Dim3 grid, Dim3 block, void (*kernel)(Params...), Args&&... args) {
+void LaunchShared(Dim3 grid, Dim3 block, size_t shared_bytes, void (*kernel)(Params...), Args&&... args) {
   const int threads = static_cast<int>(block.count());
   simt::Block b(threads);
+  struct FreeAligned {
+    void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{1024}); }
+  };
+  std::unique_ptr<unsigned char[], FreeAligned> shared(
+      shared_bytes > 0 ? static_cast<unsigned char*>(::operator new[](shared_bytes, std::align_val_t{1024})) : nullptr);
+  b.dynamic_shared = shared.get();
+  for (int g = 0; g + 128 <= threads; g += 128) b.warpgroups.push_back(std::make_unique<simt::Barrier>(128));
   const int warps = (threads + kWarpSize - 1) / kWarpSize;
   for (int w = 0; w < warps; ++w) {
     b.warps.push_back(std::make_unique<simt::Warp>(std::min(kWarpSize, threads - w * kWarpSize)));
@@ -442,6 +768,8 @@ void Launch(Dim3 grid, Dim3 block, void (*kernel)(Params...), Args&&... args) {
             CpAsyncCommit();  // copies a kernel never waited for still land (as on the GPU)
             simt::LandCopies(0);
             s.commits = 0;
+            if (!simt::wgmmas.empty()) simt::Fail("wgmma: a kernel ended with MMAs it never waited for");
+            simt::wgmma_commits = 0;
             b.sync.arrive_and_wait();  // the block is done before the next one reuses its shared storage
           }
         }
@@ -449,6 +777,12 @@ void Launch(Dim3 grid, Dim3 block, void (*kernel)(Params...), Args&&... args) {
     });
   }
   for (std::thread& th : pool) th.join();
+}
+
+// kernel<<<grid, block>>>(args...), on the host: returns when every block has run.
+template <typename... Params, typename... Args>
+void Launch(Dim3 grid, Dim3 block, void (*kernel)(Params...), Args&&... args) {
+  LaunchShared(grid, block, 0, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace iris::kernels::cuda

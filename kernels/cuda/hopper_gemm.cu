@@ -1,0 +1,84 @@
+// nvcc's side of hopper_gemm.cuh: the tensor maps (through the driver's cuTensorMapEncodeTiled,
+// found at run time: the binaries link no libcuda) and the launch.
+#include "kernels/cuda/hopper_gemm.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/hopper_gemm.cuh"
+#include "kernels/cuda/launch_grid.cuh"
+
+namespace iris::kernels::cuda {
+namespace {
+
+using EncodeTiled = decltype(&cuTensorMapEncodeTiled);
+
+EncodeTiled Encoder() {
+  static const EncodeTiled encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return EncodeTiled{nullptr};
+    }
+    return reinterpret_cast<EncodeTiled>(fn);
+  }();
+  return encode;
+}
+
+// A bf16 matrix of `rows` rows of `cols` values, `ld` apart, read in boxes of 64 values x box_rows
+// rows with the 128-byte swizzle (the layout the kernel's wgmma descriptors describe), zeros past
+// its edges.
+int MakeMap(CUtensorMap* map, const uint16_t* base, int64_t cols, int64_t rows, int64_t ld, uint32_t box_rows) {
+  const EncodeTiled encode = Encoder();
+  if (encode == nullptr) return static_cast<int>(cudaErrorNotSupported);
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kHopperTileK), box_rows};
+  const cuuint32_t elements[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(base), dims, strides, box,
+                            elements, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : static_cast<int>(cudaErrorInvalidValue);
+}
+
+template <HopperEpilogue kEpi>
+int LaunchAs(CUstream_st* stream, const HopperGemm& g, const CUtensorMap& a, const CUtensorMap& b) {
+  // More than the 48 KB a kernel gets unasked; set once per process (iris drives one GPU).
+  static const cudaError_t opted = cudaFuncSetAttribute(
+      HopperGemmKernel<kEpi>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHopperSharedBytes);
+  if (opted != cudaSuccess) return static_cast<int>(opted);
+  const HopperGrid grid = HopperGemmGrid(g);
+  HopperGemmKernel<kEpi><<<dim3(grid.cols, grid.rows), kHopperThreads, kHopperSharedBytes, stream>>>(
+      a, b, HopperGemmParamsOf(g));
+  return LastLaunchError();
+}
+
+}  // namespace
+
+bool HopperGemmTakes(const HopperGemm& g) {
+  constexpr int64_t kMax = int64_t{1} << 31;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return g.a != nullptr && g.b != nullptr && g.y != nullptr && aligned(g.a) && aligned(g.b) && g.m > 0 && g.n > 0 &&
+         g.k > 0 && g.m < kMax && 2 * g.n < kMax && g.k < kMax && g.lda % 8 == 0 && g.ldb % 8 == 0 && g.lda >= g.k &&
+         g.ldb >= g.k && g.ldy >= g.n && (HopperGrid{HopperGemmGrid(g)}.rows <= 65535u);
+}
+
+int LaunchHopperGemm(CUstream_st* stream, const HopperGemm& g) {
+  if (!HopperGemmTakes(g)) return static_cast<int>(cudaErrorInvalidValue);
+  CUtensorMap a{}, b{};
+  if (const int e = MakeMap(&a, g.a, g.k, g.m, g.lda, kHopperTileRows); e != 0) return e;
+  if (const int e = MakeMap(&b, g.b, g.k, HopperGemmBRows(g), g.ldb, 64); e != 0) return e;
+  switch (g.epilogue) {
+    case HopperEpilogue::kF32:
+      return LaunchAs<HopperEpilogue::kF32>(stream, g, a, b);
+    case HopperEpilogue::kBf16:
+      return LaunchAs<HopperEpilogue::kBf16>(stream, g, a, b);
+    case HopperEpilogue::kSwiGluBf16:
+      return LaunchAs<HopperEpilogue::kSwiGluBf16>(stream, g, a, b);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // namespace iris::kernels::cuda

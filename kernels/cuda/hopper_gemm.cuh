@@ -1,0 +1,187 @@
+// iris's own Hopper GEMM (sm_90a): y = A·Bᵀ for bf16 A [m][k] (activation rows) and B [n][k]
+// (a Linear's weight rows, as HF stores them), f32 accumulation, with the epilogues cuBLASLt
+// lacks fused in. A block computes a 128 x 128 tile of products:
+//   - warpgroup 0 is the producer: one thread has the copy engine (TMA) land 64-wide K slices of
+//     A's 128 rows and B's two 64-row halves into a ring of kHopperStages shared-memory stages,
+//     each announced on its `full` transaction barrier;
+//   - warpgroups 1 and 2 are the consumers, 64 rows each: they wait on a stage's `full` barrier,
+//     issue four m64n128k16 MMAs from its 128-byte-swizzled tiles, keep one stage's MMAs in
+//     flight, and hand the stage before back through its `empty` barrier;
+//   - the epilogue runs from the accumulators in registers: f32 rows (+ bias, + the rows already
+//     there: a residual add), bf16 rows (+ bias), or SwiGLU: B's two halves are 64 rows of gate
+//     and the 64 rows of up `second_half` rows below them (the gate_up weight as it is stored,
+//     no permutation), so that silu(gate + bias) * (up + bias) meets in one thread's registers
+//     and only the bf16 product leaves the block (the gate_up output never reaches memory).
+// Edges need no code: the copy engine fills zeros past the matrices' rows and K, and the epilogue
+// writes only rows < m and columns < n. Shared with the SIMT harness (kernels/cuda/simt.h), which
+// twins the copy engine, the barriers and the MMAs.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/bf16_bits.cuh"
+#include "kernels/cuda/hopper_gemm.h"
+#include "kernels/cuda/row_math.cuh"
+#include "kernels/cuda/simt.h"
+
+namespace iris::kernels::cuda {
+
+constexpr int kHopperTileRows = 128;  // of A (m), two consumer warpgroups of 64
+constexpr int kHopperTileCols = 128;  // of B (n): two 64-row halves
+constexpr int kHopperTileK = 64;      // bf16 values: one 128-byte swizzle row
+constexpr int kHopperStages = 4;
+constexpr int kHopperThreads = 384;  // producer + two consumer warpgroups
+constexpr int kHopperHalfBytes = 64 * kHopperTileK * 2;                        // one 64-row box
+constexpr int kHopperStageBytes = (kHopperTileRows + kHopperTileCols) * kHopperTileK * 2;  // 32 KB
+// The ring, its barriers (full and empty per stage), and room to align the ring to 1024 bytes.
+constexpr int kHopperSharedBytes = kHopperStages * kHopperStageBytes + 2 * kHopperStages * 8 + 1024;
+
+struct HopperGemmParams {
+  int m = 0, n = 0, k = 0;  // kSwiGluBf16: n is the output width (B holds 2n rows)
+  int second_half = 0;      // kSwiGluBf16: the row of B where up starts (n)
+  const float* bias = nullptr;  // f32: [n], or [2n] (gate's then up's) for kSwiGluBf16; null: none
+  void* y = nullptr;            // f32 or bf16 rows
+  int64_t ldy = 0;              // y's row stride, in elements
+  bool accumulate = false;      // kF32: y += the product
+};
+
+// Output columns a block covers.
+template <HopperEpilogue kEpi>
+constexpr int kHopperBlockCols = kEpi == HopperEpilogue::kSwiGluBf16 ? kHopperTileCols / 2 : kHopperTileCols;
+
+// The kernel's parameters and grid for a call (the launcher's and the SIMT tests' one mapping).
+inline HopperGemmParams HopperGemmParamsOf(const HopperGemm& g) {
+  HopperGemmParams p;
+  p.m = static_cast<int>(g.m);
+  p.n = static_cast<int>(g.n);
+  p.k = static_cast<int>(g.k);
+  p.second_half = g.epilogue == HopperEpilogue::kSwiGluBf16 ? static_cast<int>(g.n) : 0;
+  p.bias = g.bias;
+  p.y = g.y;
+  p.ldy = g.ldy;
+  p.accumulate = g.accumulate && g.epilogue == HopperEpilogue::kF32;
+  return p;
+}
+// B's rows the copy engine may read: gate's then up's for kSwiGluBf16.
+inline int64_t HopperGemmBRows(const HopperGemm& g) {
+  return g.epilogue == HopperEpilogue::kSwiGluBf16 ? 2 * g.n : g.n;
+}
+struct HopperGrid {
+  unsigned cols, rows;  // blocks across y's columns, down its rows
+};
+inline HopperGrid HopperGemmGrid(const HopperGemm& g) {
+  const int64_t per = g.epilogue == HopperEpilogue::kSwiGluBf16 ? kHopperBlockCols<HopperEpilogue::kSwiGluBf16>
+                                                                 : kHopperBlockCols<HopperEpilogue::kF32>;
+  return {static_cast<unsigned>((g.n + per - 1) / per), static_cast<unsigned>((g.m + kHopperTileRows - 1) / kHopperTileRows)};
+}
+
+template <HopperEpilogue kEpi>
+IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, const float (&acc)[64], int row0, int col0) {
+  const int t = static_cast<int>(threadIdx.x) % 128, lane = t % 32;
+  const int group = lane / 4, q = lane % 4;
+  constexpr int kBlocks8 = kEpi == HopperEpilogue::kSwiGluBf16 ? 8 : 16;  // n8 column blocks out
+  IRIS_UNROLL
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + 16 * (t / 32) + group + 8 * half;
+    if (row >= p.m) continue;
+    IRIS_UNROLL
+    for (int j = 0; j < kBlocks8; ++j) {
+      const int col = col0 + 8 * j + 2 * q;
+      float v[2];
+      IRIS_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        v[e] = acc[4 * j + 2 * half + e];
+        if constexpr (kEpi == HopperEpilogue::kSwiGluBf16) {
+          float up = acc[4 * (j + 8) + 2 * half + e];  // the same column of the up half
+          if (p.bias != nullptr && col + e < p.n) {
+            v[e] += p.bias[col + e];
+            up += p.bias[p.n + col + e];
+          }
+          v[e] = Silu(v[e]) * up;
+        } else if (p.bias != nullptr && col + e < p.n) {
+          v[e] += p.bias[col + e];
+        }
+      }
+      if constexpr (kEpi == HopperEpilogue::kF32) {
+        float* y = static_cast<float*>(p.y) + static_cast<int64_t>(row) * p.ldy + col;
+        for (int e = 0; e < 2; ++e) {
+          if (col + e < p.n) y[e] = p.accumulate ? y[e] + v[e] : v[e];
+        }
+      } else {
+        uint16_t* y = static_cast<uint16_t*>(p.y) + static_cast<int64_t>(row) * p.ldy + col;
+        for (int e = 0; e < 2; ++e) {
+          if (col + e < p.n) y[e] = FloatToBf16(v[e]);
+        }
+      }
+    }
+  }
+}
+
+// grid (column blocks, row blocks), kHopperThreads threads, kHopperSharedBytes of dynamic shared
+// memory. a: A's map, box 64 x 128 rows; b: B's map, box 64 x 64 rows; both 128-byte swizzled.
+template <HopperEpilogue kEpi>
+IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kHopperThreads, 1)
+    HopperGemmKernel(const IRIS_GRID_CONSTANT TmaMap2d a, const IRIS_GRID_CONSTANT TmaMap2d b,
+                     const HopperGemmParams p) {
+#if IRIS_SM90A_CODE
+  unsigned char* raw = DynamicShared();
+  unsigned char* ring = raw + ((1024 - reinterpret_cast<uintptr_t>(raw) % 1024) % 1024);
+  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kHopperStages * kHopperStageBytes);
+  uint64_t* empty = full + kHopperStages;
+  const int tid = static_cast<int>(threadIdx.x), warpgroup = tid / 128;
+  if (tid == 0) {
+    for (int s = 0; s < kHopperStages; ++s) {
+      MBarrierInit(&full[s], 1);   // the producer's arrival, with the stage's bytes
+      MBarrierInit(&empty[s], 2);  // one arrival per consumer warpgroup
+    }
+    MBarrierInitFence();
+  }
+  SyncThreads();
+  const int k_tiles = (p.k + kHopperTileK - 1) / kHopperTileK;
+  const int row0 = static_cast<int>(blockIdx.y) * kHopperTileRows;
+  const int col0 = static_cast<int>(blockIdx.x) * kHopperBlockCols<kEpi>;
+  if (warpgroup == 0) {
+    if (tid == 0) {
+      const int b_first = col0;
+      const int b_second = kEpi == HopperEpilogue::kSwiGluBf16 ? p.second_half + col0 : col0 + 64;
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % kHopperStages;
+        const uint32_t round = static_cast<uint32_t>(kt / kHopperStages);
+        MBarrierWait(&empty[s], (round & 1u) ^ 1u);  // the consumers are done with the round before
+        unsigned char* stage = ring + s * kHopperStageBytes;
+        MBarrierArriveExpectTx(&full[s], kHopperStageBytes);
+        TmaLoad2d(stage, &a, kt * kHopperTileK, row0, &full[s]);
+        TmaLoad2d(stage + 2 * kHopperHalfBytes, &b, kt * kHopperTileK, b_first, &full[s]);
+        TmaLoad2d(stage + 3 * kHopperHalfBytes, &b, kt * kHopperTileK, b_second, &full[s]);
+      }
+    }
+    return;  // no barrier of the whole block follows
+  }
+  const int consumer = warpgroup - 1;
+  float acc[64];
+  IRIS_UNROLL
+  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % kHopperStages;
+    MBarrierWait(&full[s], static_cast<uint32_t>(kt / kHopperStages) & 1u);
+    const unsigned char* stage = ring + s * kHopperStageBytes;
+    const WgmmaDesc da = WgmmaDescSw128(stage + consumer * kHopperHalfBytes);
+    const WgmmaDesc db = WgmmaDescSw128(stage + 2 * kHopperHalfBytes);
+    WgmmaFence();
+    WgmmaHoldRegisters(acc);
+    IRIS_UNROLL
+    for (int kk = 0; kk < kHopperTileK / 16; ++kk) {
+      WgmmaM64N128K16Bf16(acc, WgmmaDescAdvance(da, 32 * kk), WgmmaDescAdvance(db, 32 * kk), 1);
+    }
+    WgmmaCommit();
+    WgmmaWait<1>();  // the stage before's MMAs are done: hand it back
+    WgmmaHoldRegisters(acc);
+    if (kt > 0 && tid % 128 == 0) MBarrierArrive(&empty[(kt - 1) % kHopperStages]);
+  }
+  WgmmaWait<0>();
+  WgmmaHoldRegisters(acc);
+  HopperStoreTile<kEpi>(p, acc, row0 + 64 * consumer, col0);
+#endif
+}
+
+}  // namespace iris::kernels::cuda

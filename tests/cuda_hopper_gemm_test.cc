@@ -1,0 +1,217 @@
+// iris's Hopper GEMM on a GPU (label gpu; compute capability 9.0 only, skipped elsewhere): the
+// real copy engine, tensor maps, transaction barriers and warpgroup MMAs on the SIMT suite's odd
+// sizes and on the 3b vision tower's shapes, against the double reference; and the Linear's
+// paths that use it (CudaDevice::SetHopperGemm) against cuBLASLt's: the gated MLP with the fused
+// SiLU·mul, f32 rows with bias and residual add, bf16 rows.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/device.h"
+#include "kernels/gated_mlp.h"
+#include "kernels/linear.h"
+#include "kernels/qkv_bf16.h"
+#ifdef IRIS_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/hopper_gemm.h"
+#endif
+#include "tests/hopper_gemm_cases.h"
+#include "tests/kernel_cases.h"
+#include "tests/test_util.h"
+
+namespace iris::kernels::cuda {
+namespace {
+
+#ifdef IRIS_HAVE_CUDA
+
+using testing::HopperCase;
+
+// The GPU, or null where it is not compute capability 9.0 (the test then skips).
+std::unique_ptr<testing::Gpu> HopperGpu() {
+  std::unique_ptr<testing::Gpu> g = testing::MakeGpu();
+  if (g == nullptr || !g->cuda().SetHopperGemm(CudaDevice::HopperGemmUse::kAll).ok()) return nullptr;
+  EXPECT_TRUE(g->cuda().SetHopperGemm(CudaDevice::HopperGemmUse::kOff).ok());
+  return g;
+}
+
+void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed) {
+  SCOPED_TRACE(c.Name());
+  const testing::HopperData d = testing::MakeHopperData(c, seed);
+  constexpr float kPad = 12345.f;
+  HopperGemm g;
+  g.epilogue = c.epilogue;
+  g.a = gpu.Up(d.a);
+  g.lda = d.lda;
+  g.b = gpu.Up(d.b);
+  g.ldb = d.ldb;
+  g.m = c.m;
+  g.n = c.n;
+  g.k = c.k;
+  g.bias = c.bias ? gpu.Up(d.bias) : nullptr;
+  g.ldy = d.ldy;
+  g.accumulate = c.accumulate;
+  std::vector<float> y_f32;
+  std::vector<uint16_t> y_bf16;
+  if (c.epilogue == HopperEpilogue::kF32) {
+    y_f32 = c.accumulate ? d.y0 : std::vector<float>(c.m * d.ldy, kPad);
+    for (int64_t r = 0; r < c.m; ++r) {
+      for (int64_t col = c.n; col < d.ldy; ++col) y_f32[r * d.ldy + col] = kPad;
+    }
+    float* y = gpu.Up(y_f32);
+    g.y = y;
+    ASSERT_TRUE(HopperGemmTakes(g));
+    ASSERT_EQ(LaunchHopperGemm(gpu.cuda().stream(), g), 0);
+    y_f32 = gpu.Down(y, y_f32.size());
+  } else {
+    y_bf16.assign(c.m * d.ldy, core::FloatToBf16(kPad));
+    uint16_t* y = gpu.Up(y_bf16);
+    g.y = y;
+    ASSERT_TRUE(HopperGemmTakes(g));
+    ASSERT_EQ(LaunchHopperGemm(gpu.cuda().stream(), g), 0);
+    y_bf16 = gpu.Down(y, y_bf16.size());
+  }
+  testing::ExpectHopperResult(c, d, y_f32, y_bf16, kPad);
+}
+
+TEST(CudaHopperGemm, MatchesTheDefinitionOnOddSizes) {
+  std::unique_ptr<testing::Gpu> gpu = HopperGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
+  for (const HopperCase& c : testing::HopperCases()) RunOnGpu(*gpu, c, 23);
+}
+
+// The 3b tower's four matmuls (qkv to bf16, o and down into the residual, gate_up with SwiGLU),
+// on a few hundred rows: many column blocks, 20-54 K slices (the ring goes round many times).
+TEST(CudaHopperGemm, MatchesTheDefinitionOnTheVisionTowersShapes) {
+  std::unique_ptr<testing::Gpu> gpu = HopperGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
+  using E = HopperEpilogue;
+  const HopperCase cases[] = {
+      {E::kBf16, 300, 3840, 1280, 0, true, false},
+      {E::kF32, 257, 1280, 1280, 0, true, true},
+      {E::kSwiGluBf16, 200, 3420, 1280, 0, true, false},
+      {E::kF32, 130, 1280, 3420, 4, true, true},
+  };
+  uint32_t seed = 40;
+  for (const HopperCase& c : cases) RunOnGpu(*gpu, c, seed++);
+}
+
+TEST(CudaHopperGemm, RefusesWhatItCannotRead) {
+  HopperGemm g;
+  alignas(16) static uint16_t a[64], b[64];
+  static float y[64];
+  g.a = a;
+  g.b = b;
+  g.y = y;
+  g.m = g.n = 4;
+  g.k = 8;
+  g.lda = g.ldb = 8;
+  g.ldy = 4;
+  EXPECT_TRUE(HopperGemmTakes(g));
+  HopperGemm bad = g;
+  bad.lda = 12;  // rows not whole 16-byte vectors
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = g;
+  bad.a = a + 1;  // misaligned
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = g;
+  bad.ldy = 3;
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = g;
+  bad.k = 16;  // past the rows' stride
+  EXPECT_FALSE(HopperGemmTakes(bad));
+}
+
+// kernels::GatedMlp with the SiLU·mul fused into gate_up's Hopper GEMM against cuBLASLt's bf16
+// hand-off: the fused path rounds only the product silu(g)·u to bf16 (the hand-off also rounds g
+// and u), so the two agree to the bf16 hand-off's own tolerance; and every other matmul on the
+// Hopper GEMM (kAll) against cuBLASLt: f32 rows with bias and residual add, bf16 rows.
+TEST(CudaHopperGemm, TheLinearsPathsAgreeWithCublasLt) {
+  std::unique_ptr<testing::Gpu> gpu = HopperGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
+  Device& dev = *gpu->dev;
+  CudaDevice& cuda = gpu->cuda();
+  const int64_t h = 1280, inter = 3420, m = 300;
+  const auto weight = [](int64_t out, int64_t in, uint32_t seed) {
+    core::Tensor t = core::Tensor::Empty(core::DType::kBF16, {out, in});
+    const std::vector<float> v = testing::RandomNormal(out * in, seed, 0.03f);
+    for (int64_t i = 0; i < out * in; ++i) t.data<uint16_t>()[i] = core::FloatToBf16(v[i]);
+    return t;
+  };
+  const auto vec = [](int64_t n, uint32_t seed) {
+    core::Tensor t = core::Tensor::Empty(core::DType::kF32, {n});
+    const std::vector<float> v = testing::RandomNormal(n, seed, 0.1f);
+    std::copy(v.begin(), v.end(), t.data<float>());
+    return t;
+  };
+  const core::Tensor gu_w = weight(2 * inter, h, 1), dn_w = weight(h, inter, 2), gu_b = vec(2 * inter, 3),
+                     dn_b = vec(h, 4), norm = vec(h, 5);
+  auto gate_up = Linear::Create(dev, gu_w, &gu_b, ComputeType::kBF16);
+  auto down = Linear::Create(dev, dn_w, &dn_b, ComputeType::kBF16);
+  ASSERT_TRUE(gate_up.ok() && down.ok());
+  const std::vector<float> x = testing::RandomNormal(m * h, 6, 1.f), y0 = testing::RandomNormal(m * h, 7, 1.f);
+  float* dx = gpu->Up(x);
+  float* dnorm = gpu->Up(std::vector<float>(norm.data<float>(), norm.data<float>() + h));
+  float* staging = gpu->Up(std::vector<float>(m * h, 0.f));
+  float* gu_out = gpu->Up(std::vector<float>(m * 2 * inter, 0.f));
+  float* act = gpu->Up(std::vector<float>(m * inter, 0.f));
+  const LinearInput in = LinearInput::RmsNorm(dx, dnorm, 1e-6f, staging);
+  const auto mlp = [&](CudaDevice::HopperGemmUse use) {
+    EXPECT_TRUE(cuda.SetHopperGemm(use).ok());
+    float* dy = gpu->Up(y0);
+    GatedMlp(dev, **gate_up, **down, in, m, {gu_out, act}, dy);
+    return gpu->Down(dy, static_cast<size_t>(m * h));
+  };
+  const std::vector<float> ref = mlp(CudaDevice::HopperGemmUse::kOff);
+  const std::vector<float> swiglu = mlp(CudaDevice::HopperGemmUse::kSwiGlu);
+  const std::vector<float> all = mlp(CudaDevice::HopperGemmUse::kAll);
+  EXPECT_NE(swiglu, ref) << "the fused path's rounding should show";
+  const auto rel_l2 = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double e = 0, r = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      e += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+      r += double(b[i]) * b[i];
+    }
+    return std::sqrt(e / r);
+  };
+  EXPECT_LT(rel_l2(swiglu, ref), 5e-3) << "gated MLP: SwiGLU fused vs cuBLASLt's hand-off";
+  EXPECT_LT(rel_l2(all, swiglu), 1e-4) << "gated MLP: down on the Hopper GEMM too";
+
+  // f32 rows with bias and the residual add; bf16 rows.
+  float* down_in = gpu->Up(testing::RandomNormal(m * inter, 8, 1.f));
+  for (const bool to_bf16 : {false, true}) {
+    std::vector<float> got[2];
+    for (const auto use : {CudaDevice::HopperGemmUse::kOff, CudaDevice::HopperGemmUse::kAll}) {
+      ASSERT_TRUE(cuda.SetHopperGemm(use).ok());
+      const int i = use == CudaDevice::HopperGemmUse::kOff ? 0 : 1;
+      if (to_bf16) {
+        const int64_t ldy = inter * 2 + 8;
+        uint16_t* y = gpu->Up(std::vector<uint16_t>(m * ldy, 0));
+        LinearForwardToBf16(dev, **gate_up, LinearInput::Plain(dx), m, y, ldy);
+        const std::vector<uint16_t> bits = gpu->Down(y, static_cast<size_t>(m * ldy));
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t c = 0; c < 2 * inter; ++c) got[i].push_back(core::Bf16ToFloat(bits[r * ldy + c]));
+          for (int64_t c = 2 * inter; c < ldy; ++c) ASSERT_EQ(bits[r * ldy + c], 0) << "padding written";
+        }
+      } else {
+        float* y = gpu->Up(y0);
+        LinearForward(dev, **down, LinearInput::Plain(down_in), m, y, Epilogue::kAccumulate);
+        got[i] = gpu->Down(y, static_cast<size_t>(m * h));
+      }
+    }
+    EXPECT_LT(rel_l2(got[1], got[0]), to_bf16 ? 4e-3 : 1e-5) << (to_bf16 ? "bf16 rows" : "f32 rows + residual");
+  }
+  ASSERT_TRUE(cuda.SetHopperGemm(CudaDevice::HopperGemmUse::kOff).ok());
+  EXPECT_TRUE(cuda.status().ok()) << cuda.status();
+}
+
+#else
+
+TEST(CudaHopperGemm, NeedsTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend"; }
+
+#endif
+
+}  // namespace
+}  // namespace iris::kernels::cuda

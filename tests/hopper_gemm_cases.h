@@ -1,0 +1,136 @@
+// Cases, inputs and the double reference for iris's Hopper GEMM (kernels/cuda/hopper_gemm.cuh),
+// shared by its SIMT suite (simt_hopper_gemm_test: the kernel's code on the CPU, the copy engine,
+// barriers and MMAs twinned) and its GPU suite (cuda_hopper_gemm_test: the real instructions).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/bf16.h"
+#include "kernels/cuda/hopper_gemm.h"
+#include "tests/test_util.h"
+
+namespace iris::testing {
+
+struct HopperCase {
+  kernels::cuda::HopperEpilogue epilogue;
+  int64_t m, n, k;  // n: y's columns (kSwiGluBf16: B has 2n rows)
+  int64_t pad;      // extra values at the end of every row of A, B and y (strides stay multiples of 8)
+  bool bias, accumulate;
+  std::string Name() const {
+    return absl::StrCat("epilogue ", static_cast<int>(epilogue), " m ", m, " n ", n, " k ", k, bias ? " bias" : "",
+                        accumulate ? " accumulate" : "");
+  }
+};
+
+// Odd sizes: ragged last row and column blocks, K not a whole 64-wide slice, more K slices than
+// the kernel's 4 stages (its ring goes round, so the hand-back barriers' phases are exercised),
+// SwiGLU outputs whose last block reads up's rows in its gate half and rows past B in its up half.
+inline std::vector<HopperCase> HopperCases() {
+  using E = kernels::cuda::HopperEpilogue;
+  return {
+      {E::kF32, 130, 136, 328, 8, false, false},  // 6 K slices: the ring goes round
+      {E::kF32, 70, 200, 72, 0, true, true},      // bias + the rows already in y
+      {E::kBf16, 129, 130, 200, 16, true, false},
+      {E::kSwiGluBf16, 100, 100, 136, 8, true, false},
+      {E::kSwiGluBf16, 16, 64, 320, 0, false, false},  // one block, 5 K slices
+  };
+}
+
+inline int64_t RoundUp8(int64_t v) { return (v + 7) / 8 * 8; }
+
+// A case's inputs (bf16 bits of normal values), its strides, and the expected y.
+struct HopperData {
+  int64_t lda, ldb, ldy, b_rows;
+  std::vector<uint16_t> a, b;
+  std::vector<float> bias;  // empty: none
+  std::vector<float> y0;    // y before the call (f32 accumulate), as floats
+  std::vector<double> want;  // [m][n]
+  std::vector<double> bound;  // |got - want| allowed, per element
+};
+
+inline HopperData MakeHopperData(const HopperCase& c, uint32_t seed) {
+  using E = kernels::cuda::HopperEpilogue;
+  HopperData d;
+  d.lda = RoundUp8(c.k) + c.pad;
+  d.ldb = RoundUp8(c.k) + c.pad;
+  d.ldy = RoundUp8(c.n) + c.pad;
+  d.b_rows = c.epilogue == E::kSwiGluBf16 ? 2 * c.n : c.n;
+  const auto bf16 = [](const std::vector<float>& v) {
+    std::vector<uint16_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = core::FloatToBf16(v[i]);
+    return out;
+  };
+  d.a = bf16(RandomNormal(c.m * d.lda, seed, 1.f));
+  d.b = bf16(RandomNormal(d.b_rows * d.ldb, seed + 1, 0.2f));
+  if (c.bias) d.bias = RandomNormal(d.b_rows, seed + 2, 0.5f);
+  if (c.accumulate) d.y0 = RandomNormal(c.m * d.ldy, seed + 3, 1.f);
+  d.want.resize(c.m * c.n);
+  d.bound.resize(c.m * c.n);
+  const auto dot = [&](int64_t r, int64_t brow, double* mag) {
+    double s = 0, a = 0;
+    for (int64_t i = 0; i < c.k; ++i) {
+      const double p = double(core::Bf16ToFloat(d.a[r * d.lda + i])) * core::Bf16ToFloat(d.b[brow * d.ldb + i]);
+      s += p;
+      a += std::fabs(p);
+    }
+    *mag = a;
+    return s;
+  };
+  // f32 sums of k products: within about k ulps of the magnitudes' sum (twice the worst case).
+  const double sum_err = 5e-7 * static_cast<double>(c.k);
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t col = 0; col < c.n; ++col) {
+      double mag = 0;
+      double v = dot(r, col, &mag);
+      double err = sum_err * mag;
+      if (c.bias) v += d.bias[col];
+      if (c.epilogue == E::kSwiGluBf16) {
+        double umag = 0;
+        double u = dot(r, c.n + col, &umag);
+        if (c.bias) u += d.bias[c.n + col];
+        const double silu = v / (1 + std::exp(-v));
+        // silu's slope is at most ~1.1: the gate's error passes through scaled by |u|.
+        err = 1.1 * err * std::fabs(u) + std::fabs(silu) * sum_err * umag + 1e-6 * std::fabs(silu * u);
+        v = silu * u;
+      }
+      if (c.accumulate) v += d.y0[r * d.ldy + col];
+      if (c.epilogue != E::kF32) err += std::fabs(v) / 256;  // one bf16 rounding (half an ulp is 2^-9)
+      d.want[r * c.n + col] = v;
+      d.bound[r * c.n + col] = err + 1e-6;
+    }
+  }
+  return d;
+}
+
+// y (f32 or bf16 rows of stride ldy, as the case's epilogue writes them) against the reference;
+// the values past n in each row must be untouched (pad_value).
+inline void ExpectHopperResult(const HopperCase& c, const HopperData& d, const std::vector<float>& y_f32,
+                               const std::vector<uint16_t>& y_bf16, float pad_value) {
+  using E = kernels::cuda::HopperEpilogue;
+  int bad = 0;
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t col = 0; col < d.ldy; ++col) {
+      const double got = c.epilogue == E::kF32 ? y_f32[r * d.ldy + col] : core::Bf16ToFloat(y_bf16[r * d.ldy + col]);
+      if (col >= c.n) {
+        const double untouched =
+            c.epilogue == E::kF32 ? pad_value : core::Bf16ToFloat(core::FloatToBf16(pad_value));
+        if (got != untouched && ++bad <= 5) ADD_FAILURE() << c.Name() << ": wrote past n at row " << r << " col " << col;
+        continue;
+      }
+      const double want = d.want[r * c.n + col];
+      if (!(std::fabs(got - want) <= d.bound[r * c.n + col]) && ++bad <= 5) {
+        ADD_FAILURE() << c.Name() << ": y[" << r << "][" << col << "] = " << got << ", want " << want << " +- "
+                      << d.bound[r * c.n + col];
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << c.Name();
+}
+
+}  // namespace iris::testing
