@@ -218,18 +218,28 @@ __device__ __forceinline__ void MBarrierArrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SharedAddress(bar)) : "memory");
 #endif
 }
-__device__ __forceinline__ void MBarrierWait(uint64_t* bar, uint32_t parity) {
+// One try (the hardware may hold the thread a while before answering false).
+__device__ __forceinline__ bool MBarrierTryWait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 1;
 #if IRIS_SM90A_CODE
   asm volatile(
       "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(SharedAddress(bar)),
-      "r"(parity)
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(SharedAddress(bar)), "r"(parity)
       : "memory");
 #endif
+  return done != 0;
+}
+// A wait that never ends is a broken hand-off protocol: after 2^26 tries (seconds) the kernel
+// traps, so the launch fails with an error instead of holding the GPU.
+__device__ __forceinline__ void MBarrierWait(uint64_t* bar, uint32_t parity) {
+  for (uint32_t tries = 0; !MBarrierTryWait(bar, parity);) {
+    if (++tries == (1u << 26)) __trap();
+  }
 }
 
 // The copy engine lands map's box at (x = column, y = row) in dst (1024-byte aligned, the 128-byte
