@@ -35,7 +35,16 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     return absl::InvalidArgumentError(
         absl::StrCat("decode rotary \"", options.decode_rotary, "\" is not one of: separate, fused, gemv"));
   }
+  if (!options.hopper_gemm.empty() && options.hopper_gemm != "off" && options.hopper_gemm != "swiglu" &&
+      options.hopper_gemm != "all") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hopper gemm \"", options.hopper_gemm, "\" is not one of: off, swiglu, all"));
+  }
   if (options.name == "cpu") {
+    if (options.hopper_gemm == "swiglu" || options.hopper_gemm == "all") {
+      return absl::InvalidArgumentError(absl::StrCat("hopper gemm \"", options.hopper_gemm,
+                                                     "\" is for a CUDA device (sm_90); the CPU runs oneDNN's matmuls"));
+    }
     if (options.decode_rotary == "fused" || options.decode_rotary == "gemv") {
       return absl::InvalidArgumentError(absl::StrCat(
           "decode rotary \"", options.decode_rotary,
@@ -74,6 +83,13 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& option
     (*device)->SetMatmulTuning(options.matmul_tuning);
     (*device)->SetFusedDecodeRotary(options.decode_rotary == "fused");
     (*device)->SetQkvGemvRotary(options.decode_rotary == "gemv");
+    using HopperGemmUse = cuda::CudaDevice::HopperGemmUse;
+    if (absl::Status s = (*device)->SetHopperGemm(options.hopper_gemm == "all"      ? HopperGemmUse::kAll
+                                                  : options.hopper_gemm == "swiglu" ? HopperGemmUse::kSwiGlu
+                                                                                    : HopperGemmUse::kOff);
+        !s.ok()) {
+      return s;
+    }
     using DecodeAttention = cuda::CudaDevice::DecodeAttention;
     (*device)->SetDecodeAttention(options.decode_attention == "tensor-cores" ? DecodeAttention::kTensorCores
                                   : options.decode_attention == "tensor-cores-every-batch"

@@ -141,6 +141,11 @@ struct DeviceOptions {
   // candidates, timed once per shape and row bucket (CudaDevice::SetMatmulTuning; off by default
   // until timed on a GPU).
   bool matmul_tuning = false;
+  // CUDA, compute capability 9.0: which bf16 matmuls run iris's own Hopper GEMM instead of
+  // cuBLASLt (CudaDevice::SetHopperGemm): "off" (the default; empty means it), "swiglu" (the gated
+  // MLP's gate_up with the SiLU·mul as its epilogue) or "all" (that and every other bf16 matmul
+  // without a GELU). Not yet run on a GPU. The CPU has oneDNN's matmuls only.
+  std::string hopper_gemm;
 };
 
 // INVALID_ARGUMENT for an unknown name, UNIMPLEMENTED for a backend this build lacks,

@@ -51,6 +51,10 @@ ABSL_FLAG(std::string, decode_rotary, "separate",
           "own (separate, faster at large batches on an H200), inside its paged attention (fused: one launch a "
           "layer fewer, the same results) or as the qkv GEMV's epilogue (gemv: one launch fewer at batches of up to "
           "4, the same results; not yet timed on a GPU)");
+ABSL_FLAG(std::string, hopper_gemm, "off",
+          "with --device cuda on an H100/H200 (compute capability 9.0) and bf16: which matmuls run iris's own Hopper "
+          "GEMM instead of cuBLASLt: off, swiglu (the gated MLPs' gate_up with the SiLU·mul fused: no gate_up output "
+          "in memory, one launch fewer a layer) or all (also every other matmul without a GELU); not yet timed on a GPU");
 ABSL_FLAG(bool, flash_pipeline, true,
           "with --device cuda and bf16: the encoder's flash attention runs its pipelined kernel (the next K/V tile "
           "copied to shared memory while the warps compute; same result; 6-15% faster encodes on an H200)");
@@ -333,7 +337,8 @@ absl::Status ApplyCpuPlan(const CpuPlan& plan, engine::EngineOptions& engine_opt
                                                           .decode_attention = "",
                                                           .decode_rotary = "",
                                                           .flash_pipeline = true,
-                                                          .matmul_tuning = false};
+                                                          .matmul_tuning = false,
+                                                          .hopper_gemm = ""};
     engine_options.encoder_cpus = plan.encoder;
   }
   return absl::OkStatus();
@@ -410,6 +415,7 @@ absl::Status Run(const sigset_t& stop_signals) {
       absl::GetFlag(FLAGS_decode_rotary) == "separate" ? "" : absl::GetFlag(FLAGS_decode_rotary);
   model_options.device.flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
   model_options.device.matmul_tuning = absl::GetFlag(FLAGS_matmul_tuning);
+  model_options.device.hopper_gemm = absl::GetFlag(FLAGS_hopper_gemm) == "off" ? "" : absl::GetFlag(FLAGS_hopper_gemm);
   IRIS_RETURN_IF_ERROR(ApplyEncoderDevice(cpu_plan, model_options));
   const double gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   if (gpu_memory_fraction != 0 && !absl::GetFlag(FLAGS_check_memory)) {

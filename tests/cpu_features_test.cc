@@ -179,6 +179,8 @@ TEST(CpuFeaturesTest, DeviceRunsTheChosenTier) {
                {{"fused", "is for a CUDA device"},
                 {"gemv", "is for a CUDA device"},
                 {"inline", "not one of: separate, fused, gemv"}});
+  check_choice(&DeviceOptions::hopper_gemm, {"", "off"},
+               {{"swiglu", "is for a CUDA device"}, {"all", "is for a CUDA device"}, {"on", "not one of: off, swiglu, all"}});
   // cuBLASLt's matmul tuning: the CPU's oneDNN has no such choice to make.
   options.matmul_tuning = true;
   const absl::Status t = CreateDevice(options).status();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -96,6 +97,22 @@ TEST(CudaHopperGemm, MatchesTheDefinitionOnTheVisionTowersShapes) {
   };
   uint32_t seed = 40;
   for (const HopperCase& c : cases) RunOnGpu(*gpu, c, seed++);
+}
+
+// iris-server's --hopper-gemm: the device option sets it on a compute capability 9.0 GPU and is a
+// clear startup error on any other.
+TEST(CudaHopperGemm, TheDeviceOptionSetsItOrSaysWhyNot) {
+  DeviceOptions options;
+  options.name = "cuda:0";
+  options.hopper_gemm = "swiglu";
+  absl::StatusOr<std::unique_ptr<Device>> d = CreateDevice(options);
+  if (HopperGpu() != nullptr) {
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(AsCuda(**d).hopper_gemm(), CudaDevice::HopperGemmUse::kSwiGlu);
+  } else {
+    ASSERT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition) << d.status();
+    EXPECT_NE(d.status().message().find("compute capability 9.0"), std::string::npos) << d.status();
+  }
 }
 
 TEST(CudaHopperGemm, RefusesWhatItCannotRead) {
