@@ -1,6 +1,6 @@
 // Cases, inputs and the double reference for iris's Hopper GEMM (kernels/cuda/hopper_gemm.cuh),
 // shared by its SIMT suite (simt_hopper_gemm_test: the kernel's code on the CPU, the copy engine,
-// barriers and MMAs twinned) and its GPU suite (cuda_hopper_gemm_test: the real instructions).
+// barriers and MMAs twinned) and its GPU tests (cuda_linear_test_hopper_gemm.cc, in cuda_linear_test: the real instructions).
 #pragma once
 
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 // engine, the transaction barriers and the warpgroup MMAs twinned as the PTX ISA describes them
 // (simt.h). The twins' swizzle is checked against the ISA's pattern on its own. What only the
 // hardware can say (the descriptor's bit fields, the tensor map's encoding) is
-// cuda_hopper_gemm_test's, on a GPU.
+// cuda_linear_test's CudaHopperGemm tests, on a GPU (tests/cuda_linear_test_hopper_gemm.cc).
 // (Not named cuda_*: that prefix means label gpu, and this suite is for machines without one.)
 #include "kernels/cuda/hopper_gemm.cuh"
 

@@ -1,4 +1,5 @@
-// iris's Hopper GEMM on a GPU (label gpu; compute capability 9.0 only, skipped elsewhere): the
+// iris's Hopper GEMM on a GPU, part of cuda_linear_test (label gpu; compute capability 9.0 only,
+// skipped elsewhere; built into that binary: tests/CMakeLists.txt says why): the
 // real copy engine, tensor maps, transaction barriers and warpgroup MMAs on the SIMT suite's odd
 // sizes and on the 3b vision tower's shapes, against the double reference; and the Linear's
 // paths that use it (CudaDevice::SetHopperGemm) against cuBLASLt's: the gated MLP with the fused
