@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -19,6 +20,7 @@
 #ifdef IRIS_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/hopper_gemm.h"
+#include "kernels/cuda/hopper_probes.h"
 #endif
 #include "tests/hopper_gemm_cases.h"
 #include "tests/kernel_cases.h"
@@ -37,6 +39,37 @@ std::unique_ptr<testing::Gpu> HopperGpu() {
   if (g == nullptr || !g->cuda().SetHopperGemm(CudaDevice::HopperGemmUse::kAll).ok()) return nullptr;
   EXPECT_TRUE(g->cuda().SetHopperGemm(CudaDevice::HopperGemmUse::kOff).ok());
   return g;
+}
+
+// First, each primitive alone (hopper_probes.cuh), so that a GEMM that fails says why: the copy
+// engine's box as it lands (tensor map, swizzle, zero fill), then one warpgroup MMA on tiles
+// written by hand (descriptor, K step, accumulator fragment, accumulate off).
+TEST(CudaHopperGemm, ProbeTheCopyEnginesBox) {
+  std::unique_ptr<testing::Gpu> gpu = HopperGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
+  constexpr int64_t kRows = 100, kCols = 90, kLd = 96;
+  const std::vector<uint16_t> m = testing::Bf16Normal(kRows * kLd, 3);
+  const uint16_t* dm = gpu->Up(m);
+  for (const auto& [x, y] : {std::pair{0, 0}, std::pair{64, 50}}) {
+    unsigned char* out = gpu->Up(std::vector<unsigned char>(8192, 0xAB));
+    ASSERT_EQ(LaunchTmaBoxProbe(gpu->cuda().stream(), dm, kRows, kCols, kLd, x, y, out), 0);
+    testing::ExpectSwizzledBox(m, kRows, kCols, kLd, x, y, gpu->Down(out, 8192), [](int r, int b) {
+      return r * 128 + (((b / 16) ^ (r % 8)) * 16) + b % 16;
+    });
+  }
+}
+
+TEST(CudaHopperGemm, ProbeOneWarpgroupMma) {
+  std::unique_ptr<testing::Gpu> gpu = HopperGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
+  const std::vector<uint16_t> a = testing::Bf16Normal(64 * 64, 4), b = testing::Bf16Normal(128 * 64, 5);
+  const uint16_t* da = gpu->Up(a);
+  const uint16_t* db = gpu->Up(b);
+  for (int kk = 0; kk < 4; ++kk) {
+    float* d = gpu->Up(std::vector<float>(64 * 128, 7.f));
+    ASSERT_EQ(LaunchWgmmaProbe(gpu->cuda().stream(), da, db, kk, d), 0);
+    testing::ExpectWgmmaProbe(a, b, kk, gpu->Down(d, 64 * 128));
+  }
 }
 
 void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed) {

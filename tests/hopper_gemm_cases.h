@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,58 @@ inline void ExpectHopperResult(const HopperCase& c, const HopperData& d, const s
     }
   }
   EXPECT_EQ(bad, 0) << c.Name();
+}
+
+// The copy-engine probe's 8192 bytes against the box laid out as the GEMM assumes (128-byte
+// swizzle, zeros past the matrix); on a mismatch, also whether they match the box unswizzled (a
+// first run's diagnosis).
+inline void ExpectSwizzledBox(const std::vector<uint16_t>& m, int64_t rows, int64_t cols, int64_t ld, int x, int y,
+                              const std::vector<unsigned char>& got, int (*offset)(int, int)) {
+  ASSERT_EQ(got.size(), 8192u);
+  int bad = 0, bad_plain = 0;
+  for (int r = 0; r < 64; ++r) {
+    for (int c = 0; c < 64; ++c) {
+      const int64_t gy = y + r, gx = x + c;
+      const uint16_t want = gy < rows && gx < cols ? m[gy * ld + gx] : 0;
+      uint16_t at, plain;
+      std::memcpy(&at, got.data() + offset(r, 2 * c), 2);
+      std::memcpy(&plain, got.data() + r * 128 + 2 * c, 2);
+      bad_plain += plain != want;
+      if (at != want && ++bad <= 5) {
+        ADD_FAILURE() << "box (" << x << ", " << y << ") row " << r << " value " << c << ": " << at << ", want " << want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << (bad_plain == 0 ? "the box landed unswizzled" : "the box is in neither layout");
+}
+
+// The warpgroup-MMA probe's d [64][128] against A[:, K step kk] · B[:, K step kk]ᵀ.
+inline void ExpectWgmmaProbe(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int kk,
+                             const std::vector<float>& d) {
+  ASSERT_EQ(d.size(), 64u * 128u);
+  int bad = 0;
+  for (int r = 0; r < 64; ++r) {
+    for (int n = 0; n < 128; ++n) {
+      double want = 0, mag = 0;
+      for (int k = 16 * kk; k < 16 * kk + 16; ++k) {
+        const double p = double(core::Bf16ToFloat(a[r * 64 + k])) * core::Bf16ToFloat(b[n * 64 + k]);
+        want += p;
+        mag += std::fabs(p);
+      }
+      if (!(std::fabs(d[r * 128 + n] - want) <= 1e-5 * mag + 1e-30) && ++bad <= 5) {
+        ADD_FAILURE() << "K step " << kk << ": d[" << r << "][" << n << "] = " << d[r * 128 + n] << ", want " << want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "K step " << kk;
+}
+
+// Inputs for the probes: bf16 bits of normal values.
+inline std::vector<uint16_t> Bf16Normal(int64_t n, uint32_t seed) {
+  const std::vector<float> v = RandomNormal(n, seed, 1.f);
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = core::FloatToBf16(v[i]);
+  return out;
 }
 
 }  // namespace iris::testing

@@ -7,11 +7,13 @@
 // cuda_linear_test's CudaHopperGemm tests, on a GPU (tests/cuda_linear_test_hopper_gemm.cc).
 // (Not named cuda_*: that prefix means label gpu, and this suite is for machines without one.)
 #include "kernels/cuda/hopper_gemm.cuh"
+#include "kernels/cuda/hopper_probes.cuh"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "tests/hopper_gemm_cases.h"
@@ -75,6 +77,28 @@ TEST(SimtHopperTwins, TransactionBarrierCompletesOnArrivalsAndBytes) {
   MBarrierArrive(&bar);
   MBarrierArrive(&bar);
   EXPECT_EQ(bar >> 63, 0u) << "phase 1 completes on its two arrivals";
+}
+
+// The probes a GPU's first run starts from (cuda_linear_test_hopper_gemm.cc), on the twins: they
+// must pass here, or their GPU verdicts would mean nothing.
+TEST(SimtHopperProbes, TheBoxLandsSwizzledWithZerosPastTheEdges) {
+  constexpr int64_t kRows = 100, kCols = 90, kLd = 96;
+  const std::vector<uint16_t> m = testing::Bf16Normal(kRows * kLd, 3);
+  const TmaMap2d map{m.data(), kCols, kRows, kLd * 2, 64, 64};
+  for (const auto& [x, y] : {std::pair{0, 0}, std::pair{64, 50}}) {
+    std::vector<unsigned char> out(kProbeBoxBytes, 0xAB);
+    LaunchShared(Dim3(1), Dim3(128), kProbeSharedBytes, TmaBoxProbeKernel, map, int32_t{x}, int32_t{y}, out.data());
+    testing::ExpectSwizzledBox(m, kRows, kCols, kLd, x, y, out, Swizzled128Offset);
+  }
+}
+
+TEST(SimtHopperProbes, OneWarpgroupMmaAtEachKStep) {
+  const std::vector<uint16_t> a = testing::Bf16Normal(64 * 64, 4), b = testing::Bf16Normal(128 * 64, 5);
+  for (int kk = 0; kk < 4; ++kk) {
+    std::vector<float> d(64 * 128, 7.f);
+    LaunchShared(Dim3(1), Dim3(128), kProbeSharedBytes, WgmmaProbeKernel, a.data(), b.data(), kk, d.data());
+    testing::ExpectWgmmaProbe(a, b, kk, d);
+  }
 }
 
 void RunCase(const HopperCase& c) {

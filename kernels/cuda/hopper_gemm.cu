@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/hopper_gemm.cuh"
+#include "kernels/cuda/hopper_probes.cuh"
+#include "kernels/cuda/hopper_probes.h"
 #include "kernels/cuda/launch_grid.cuh"
 
 namespace iris::kernels::cuda {
@@ -79,6 +81,26 @@ int LaunchHopperGemm(CUstream_st* stream, const HopperGemm& g) {
       return LaunchAs<HopperEpilogue::kSwiGluBf16>(stream, g, a, b);
   }
   return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int LaunchTmaBoxProbe(CUstream_st* stream, const uint16_t* m, int64_t rows, int64_t cols, int64_t ld, int32_t x,
+                      int32_t y, unsigned char* out) {
+  CUtensorMap map{};
+  if (const int e = MakeMap(&map, m, cols, rows, ld, 64); e != 0) return e;
+  static const cudaError_t opted =
+      cudaFuncSetAttribute(TmaBoxProbeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kProbeSharedBytes);
+  if (opted != cudaSuccess) return static_cast<int>(opted);
+  TmaBoxProbeKernel<<<1, 128, kProbeSharedBytes, stream>>>(map, x, y, out);
+  return LastLaunchError();
+}
+
+int LaunchWgmmaProbe(CUstream_st* stream, const uint16_t* a, const uint16_t* b, int kk, float* d) {
+  if (kk < 0 || kk > 3) return static_cast<int>(cudaErrorInvalidValue);
+  static const cudaError_t opted =
+      cudaFuncSetAttribute(WgmmaProbeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kProbeSharedBytes);
+  if (opted != cudaSuccess) return static_cast<int>(opted);
+  WgmmaProbeKernel<<<1, 128, kProbeSharedBytes, stream>>>(a, b, kk, d);
+  return LastLaunchError();
 }
 
 }  // namespace iris::kernels::cuda

@@ -263,6 +263,14 @@ __device__ __forceinline__ WgmmaDesc WgmmaDescSw128(const void* tile) {
 }
 __device__ __forceinline__ WgmmaDesc WgmmaDescAdvance(WgmmaDesc d, uint32_t bytes) { return d + (bytes >> 4); }
 
+// Orders this thread's ordinary shared-memory writes before the copy engine's and the MMAs' reads
+// of them (the "async proxy"): after filling a tile by hand, before the barrier and the MMA.
+__device__ __forceinline__ void FenceProxyAsync() {
+#if IRIS_SM90A_CODE
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 // wgmma.fence: before a warpgroup's first MMA, and after its registers were last written otherwise.
 __device__ __forceinline__ void WgmmaFence() {
 #if IRIS_SM90A_CODE
@@ -717,6 +725,7 @@ inline void LandWgmmas(int in_flight) {
 }
 }  // namespace simt
 
+inline void FenceProxyAsync() {}
 inline void WgmmaFence() {}
 inline void WgmmaCommit() {
   for (simt::PendingWgmma& op : simt::wgmmas) {
