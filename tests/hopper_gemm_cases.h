@@ -23,6 +23,7 @@ struct HopperCase {
   int64_t m, n, k;  // n: y's columns (kSwiGluBf16: B has 2n rows)
   int64_t pad;      // extra values at the end of every row of A, B and y (strides stay multiples of 8)
   bool bias, accumulate;
+  bool odd_ldy = false;  // one more value in y's rows: column pairs are then stored one by one
   std::string Name() const {
     return absl::StrCat("epilogue ", static_cast<int>(epilogue), " m ", m, " n ", n, " k ", k, bias ? " bias" : "",
                         accumulate ? " accumulate" : "");
@@ -40,6 +41,8 @@ inline std::vector<HopperCase> HopperCases() {
       {E::kBf16, 129, 130, 200, 16, true, false},
       {E::kSwiGluBf16, 100, 100, 136, 8, true, false},
       {E::kSwiGluBf16, 16, 64, 320, 0, false, false},  // one block, 5 K slices
+      {E::kBf16, 40, 77, 72, 0, true, false},          // an odd n: the last pair is half in y
+      {E::kF32, 33, 75, 64, 0, true, true, true},      // an odd row stride: no pair stores
   };
 }
 
@@ -60,7 +63,7 @@ inline HopperData MakeHopperData(const HopperCase& c, uint32_t seed) {
   HopperData d;
   d.lda = RoundUp8(c.k) + c.pad;
   d.ldb = RoundUp8(c.k) + c.pad;
-  d.ldy = RoundUp8(c.n) + c.pad;
+  d.ldy = RoundUp8(c.n) + c.pad + (c.odd_ldy ? 1 : 0);
   d.b_rows = c.epilogue == E::kSwiGluBf16 ? 2 * c.n : c.n;
   const auto bf16 = [](const std::vector<float>& v) {
     std::vector<uint16_t> out(v.size());

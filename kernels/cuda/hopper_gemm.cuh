@@ -43,6 +43,7 @@ struct HopperGemmParams {
   void* y = nullptr;            // f32 or bf16 rows
   int64_t ldy = 0;              // y's row stride, in elements
   bool accumulate = false;      // kF32: y += the product
+  bool pairs_aligned = false;   // ldy even and y aligned to two elements: column pairs store at once
 };
 
 // Output columns a block covers.
@@ -60,6 +61,8 @@ inline HopperGemmParams HopperGemmParamsOf(const HopperGemm& g) {
   p.y = g.y;
   p.ldy = g.ldy;
   p.accumulate = g.accumulate && g.epilogue == HopperEpilogue::kF32;
+  const uintptr_t pair_bytes = g.epilogue == HopperEpilogue::kF32 ? 8 : 4;
+  p.pairs_aligned = g.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(g.y) % pair_bytes == 0;
   return p;
 }
 // B's rows the copy engine may read: gate's then up's for kSwiGluBf16.
@@ -102,15 +105,31 @@ IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, const float (&acc)[6
           v[e] += p.bias[col + e];
         }
       }
+      // Both columns in one store where both are in y and the pair is aligned (col is even: an
+      // even row stride and an aligned y make it so), else one at a time.
+      const bool pair = col + 1 < p.n && p.pairs_aligned;
       if constexpr (kEpi == HopperEpilogue::kF32) {
         float* y = static_cast<float*>(p.y) + static_cast<int64_t>(row) * p.ldy + col;
-        for (int e = 0; e < 2; ++e) {
-          if (col + e < p.n) y[e] = p.accumulate ? y[e] + v[e] : v[e];
+        if (pair) {
+          Float2 out{v[0], v[1]};
+          if (p.accumulate) {
+            const Float2 old = *reinterpret_cast<const Float2*>(y);
+            out = Float2{old.x + v[0], old.y + v[1]};
+          }
+          *reinterpret_cast<Float2*>(y) = out;
+        } else {
+          for (int e = 0; e < 2; ++e) {
+            if (col + e < p.n) y[e] = p.accumulate ? y[e] + v[e] : v[e];
+          }
         }
       } else {
         uint16_t* y = static_cast<uint16_t*>(p.y) + static_cast<int64_t>(row) * p.ldy + col;
-        for (int e = 0; e < 2; ++e) {
-          if (col + e < p.n) y[e] = FloatToBf16(v[e]);
+        if (pair) {
+          *reinterpret_cast<uint32_t*>(y) = PackBf16x2(v[0], v[1]);
+        } else {
+          for (int e = 0; e < 2; ++e) {
+            if (col + e < p.n) y[e] = FloatToBf16(v[e]);
+          }
         }
       }
     }

@@ -64,8 +64,9 @@ __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], c
 #endif
 }
 
-// Four floats read as one 16-byte load (the address is 16-byte aligned).
+// Four floats read as one 16-byte load (the address is 16-byte aligned); two as one 8-byte one.
 using Float4 = float4;
+using Float2 = float2;
 
 // Asynchronous copies global -> shared (sm_80 and later), 16 bytes each: CpAsync16 issues one
 // (valid false: no bytes are read and the 16 bytes are zeros; src must still be an address of the
@@ -350,9 +351,12 @@ namespace iris::kernels::cuda {
 
 constexpr int kWarpSize = 32;
 
-// The harness's float4: four floats read as one 16-byte load.
+// The harness's float4: four floats read as one 16-byte load; and float2.
 struct alignas(16) Float4 {
   float x, y, z, w;
+};
+struct alignas(8) Float2 {
+  float x, y;
 };
 
 struct Dim3 {
