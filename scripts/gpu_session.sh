@@ -6,6 +6,10 @@
 #       [--only A,B] [--no-detail]
 # Stages in this order, each bounded by the time left (one that cannot have its minimum is skipped
 # and named):
+#   hopper     iris's own Hopper GEMM alone, first, as it has never run on a GPU: its primitives'
+#              probes (the copy engine's box, one warpgroup MMA), the GEMM against the double
+#              reference, the Linear's paths against cuBLASLt (cuda_linear_test's CudaHopperGemm.*,
+#              at most 90 s: a broken hand-off traps within seconds); the encoder stage then times it
 #   tests      every GPU test suite (gpu_check.sh, each suite bounded)
 #   decode     decode_bench on the 3b at batches 1, 8, 32, 64, with its same-run tables (graphs,
 #              decode attention on the CUDA cores against the tensor cores, the decode rotary in the
@@ -13,7 +17,9 @@
 #              against the default kernel, the prompt step both ways, each op's cost inside the graph-replayed step at batches 1 and 8, each Linear
 #              alone)
 #   encoder    encoder_bench on the 3b vision tower: the switch table (the three techniques, bf16
-#              hand-offs, the pipelined flash kernel, matmul tuning) and the tuned matmuls' table
+#              hand-offs, the pipelined flash kernel, matmul tuning, the Hopper GEMM fused into the
+#              gated MLP and everywhere), the tower's matmuls on cuBLASLt against the Hopper GEMM, and
+#              the tuned matmuls' table
 #   transformers  transformers' Qwen2.5-VL vision tower (sdpa) on the same 3b weights and inputs
 #              (bench/hf_vision_tower.py), for the same-run ratio against the encoder stage
 #   sampling   sampler_bench --device cuda: a step's sampled rows (1, 8, 64 of 152k logits) brought
@@ -42,7 +48,7 @@ cd "$(dirname "$0")/.."
 BUNDLE=""
 DEADLINE=540
 OUT_DIR=""
-FROM=tests
+FROM=hopper
 ONLY=""
 PROFILE_DETAIL=1
 while [ $# -gt 0 ]; do
@@ -57,7 +63,7 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_session: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-STAGES=(tests decode encoder transformers sampling decode_ab profile sanitize)
+STAGES=(hopper tests decode encoder transformers sampling decode_ab profile sanitize)
 [[ " ${STAGES[*]} " == *" $FROM "* ]] || { echo "gpu_session: --from must be one of ${STAGES[*]}" >&2; exit 2; }
 for s in ${ONLY//,/ }; do
   [[ " ${STAGES[*]} " == *" $s "* ]] || { echo "gpu_session: --only takes stages of ${STAGES[*]}, not $s" >&2; exit 2; }
@@ -107,6 +113,9 @@ decode() {
   "$BIN/decode_bench" --model "$MODELS/3b" --device cuda --batches 1,8,32,64 --context 512 --steps 24 \
     --kv_compare_contexts=
 }
+hopper() {
+  timeout 90 "$BIN/cuda_linear_test" --gtest_filter='CudaHopperGemm.*'
+}
 sampling() {
   "$BIN/sampler_bench" --device cuda --rows 10 --batch 64 --draw_batches 1,8,64
 }
@@ -142,8 +151,9 @@ profile() {
     --out "$OUT_DIR/profile_decode" --detail PagedAttentionKernel || rc=1
   return $rc
 }
-export -f make_model decode sampling decode_ab encoder transformers profile
+export -f make_model hopper decode sampling decode_ab encoder transformers profile
 
+run_stage hopper 60 hopper
 run_stage tests 120 env TEST_TIMEOUT_S=150 bash scripts/gpu_check.sh --bundle "$BUNDLE" --out "$OUT_DIR/check"
 run_stage decode 90 decode
 run_stage encoder 90 encoder
