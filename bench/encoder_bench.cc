@@ -198,17 +198,25 @@ void PrintHopperGemmTable(kernels::Device& dev, const core::VisionConfig& v, int
   };
   constexpr int kRepeats = 10;
   kernels::cuda::StreamTimer timer(cuda.stream());
-  const Use uses[] = {Use::kOff, Use::kSwiGlu, Use::kAll};
+  struct Setting {
+    Use use;
+    int tile_n;
+  };
+  constexpr Setting kSettings[] = {
+      {Use::kOff, 128}, {Use::kSwiGlu, 128}, {Use::kAll, 128}, {Use::kSwiGlu, 256}, {Use::kAll, 256}};
+  constexpr int kCount = sizeof(kSettings) / sizeof(kSettings[0]);
   std::printf("\nthe tower's matmuls at %lld rows, cuBLASLt vs iris's Hopper GEMM (GPU ms by events, median of %d "
               "alternating rounds of %d; the same-run peak %.0f TFLOP/s):\n",
               static_cast<long long>(rows), rounds, kRepeats, peak / 1e12);
-  std::printf("| op | cuBLASLt ms | Hopper SwiGLU ms | Hopper all ms | cuBLASLt / best Hopper | best Hopper of peak |\n"
-              "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| op | cuBLASLt ms | Hopper SwiGLU ms | Hopper all ms | SwiGLU, 256-row tiles | all, 256-row tiles | "
+              "cuBLASLt / best Hopper | best Hopper of peak |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Op& op : ops) {
-    std::vector<double> ms[3];
+    std::vector<double> ms[kCount];
     for (int round = 0; round < rounds; ++round) {
-      for (int u = 0; u < 3; ++u) {
-        (void)cuda.SetHopperGemm(uses[u]);
+      for (int u = 0; u < kCount; ++u) {
+        (void)cuda.SetHopperGemm(kSettings[u].use);
+        (void)cuda.SetHopperGemmTileN(kSettings[u].tile_n);
         op.run();  // warm: plans, tensor-map encoder, shared-memory opt-in
         const std::optional<double> s = timer.Time([&] {
           for (int i = 0; i < kRepeats; ++i) op.run();
@@ -218,14 +226,18 @@ void PrintHopperGemmTable(kernels::Device& dev, const core::VisionConfig& v, int
       }
     }
     (void)cuda.SetHopperGemm(Use::kOff);
-    if (ms[0].empty() || ms[1].empty() || ms[2].empty()) {
-      std::printf("| %s | failed: %s |\n", op.name, std::string(cuda.status().message()).c_str());
-      return;
+    (void)cuda.SetHopperGemmTileN(128);
+    double med[kCount];
+    for (int u = 0; u < kCount; ++u) {
+      if (ms[u].empty()) {
+        std::printf("| %s | failed: %s |\n", op.name, std::string(cuda.status().message()).c_str());
+        return;
+      }
+      med[u] = iris::bench::Median(ms[u]);
     }
-    const double off = iris::bench::Median(ms[0]), swiglu = iris::bench::Median(ms[1]), all = iris::bench::Median(ms[2]);
-    const double best = std::min(swiglu, all);
-    std::printf("| %s | %.3f | %.3f | %.3f | %.2fx | %.0f%% |\n", op.name, off, swiglu, all, off / best,
-                100.0 * op.flops / (best * 1e-3) / peak);
+    const double best = *std::min_element(med + 1, med + kCount);
+    std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.2fx | %.0f%% |\n", op.name, med[0], med[1], med[2], med[3],
+                med[4], med[0] / best, 100.0 * op.flops / (best * 1e-3) / peak);
     std::fflush(stdout);
   }
 }
@@ -515,6 +527,7 @@ int main(int argc, char** argv) {
 #ifdef IRIS_HAVE_CUDA
       // GPU: which matmuls run iris's own Hopper GEMM (CudaDevice::SetHopperGemm; off by default).
       kernels::cuda::CudaDevice::HopperGemmUse hopper = kernels::cuda::CudaDevice::HopperGemmUse::kOff;
+      int hopper_tile_n = 128;
 #endif
     };
     std::vector<Config> configs = {
@@ -540,10 +553,17 @@ int main(int argc, char** argv) {
       if (absl::GetFlag(FLAGS_hopper_gemm) && kernels::cuda::AsCuda(dev).SetHopperGemm(HopperGemmUse::kOff).ok() &&
           kernels::cuda::AsCuda(dev).SetHopperGemm(HopperGemmUse::kAll).ok()) {
         (void)kernels::cuda::AsCuda(dev).SetHopperGemm(HopperGemmUse::kOff);
-        for (const auto& [name, use] : {std::pair{"hopper GEMM SwiGLU", HopperGemmUse::kSwiGlu},
-                                        std::pair{"hopper GEMM all", HopperGemmUse::kAll}}) {
-          Config c{name, {}, true, true, flash_pipeline, matmul_tuning, flash_heads};
-          c.hopper = use;
+        struct HopperColumn {
+          const char* name;
+          HopperGemmUse use;
+          int tile_n;
+        };
+        for (const HopperColumn& h : {HopperColumn{"hopper GEMM SwiGLU", HopperGemmUse::kSwiGlu, 128},
+                                      HopperColumn{"hopper GEMM all", HopperGemmUse::kAll, 128},
+                                      HopperColumn{"hopper GEMM all, 256-row tiles", HopperGemmUse::kAll, 256}}) {
+          Config c{h.name, {}, true, true, flash_pipeline, matmul_tuning, flash_heads};
+          c.hopper = h.use;
+          c.hopper_tile_n = h.tile_n;
           configs.push_back(c);
         }
       }
@@ -572,6 +592,7 @@ int main(int argc, char** argv) {
             kernels::cuda::AsCuda(dev).SetMatmulTuning(configs[c].matmul_tuning);
             (void)kernels::cuda::AsCuda(dev).SetFlashHeadsPerBlock(configs[c].flash_heads);
             (void)kernels::cuda::AsCuda(dev).SetHopperGemm(configs[c].hopper);
+            (void)kernels::cuda::AsCuda(dev).SetHopperGemmTileN(configs[c].hopper_tile_n);
             // The tuning's own timing (once per shape) stays out of the table: a first forward
             // with tuning on runs untimed.
             if (r == 0 && configs[c].matmul_tuning != matmul_tuning) {
@@ -601,6 +622,7 @@ int main(int argc, char** argv) {
         kernels::cuda::AsCuda(dev).SetMatmulTuning(matmul_tuning);
         (void)kernels::cuda::AsCuda(dev).SetFlashHeadsPerBlock(flash_heads);
         (void)kernels::cuda::AsCuda(dev).SetHopperGemm(kernels::cuda::CudaDevice::HopperGemmUse::kOff);
+        (void)kernels::cuda::AsCuda(dev).SetHopperGemmTileN(128);
       }
 #endif
     }

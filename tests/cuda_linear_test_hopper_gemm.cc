@@ -72,8 +72,8 @@ TEST(CudaHopperGemm, ProbeOneWarpgroupMma) {
   }
 }
 
-void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed) {
-  SCOPED_TRACE(c.Name());
+void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed, int tile_n) {
+  SCOPED_TRACE(c.Name() + " tile " + std::to_string(tile_n));
   const testing::HopperData d = testing::MakeHopperData(c, seed);
   constexpr float kPad = 12345.f;
   HopperGemm g;
@@ -88,6 +88,7 @@ void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed) {
   g.bias = c.bias ? gpu.Up(d.bias) : nullptr;
   g.ldy = d.ldy;
   g.accumulate = c.accumulate;
+  g.tile_n = tile_n;
   std::vector<float> y_f32;
   std::vector<uint16_t> y_bf16;
   if (c.epilogue == HopperEpilogue::kF32) {
@@ -114,7 +115,9 @@ void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed) {
 TEST(CudaHopperGemm, MatchesTheDefinitionOnOddSizes) {
   std::unique_ptr<testing::Gpu> gpu = HopperGpu();
   if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
-  for (const HopperCase& c : testing::HopperCases()) RunOnGpu(*gpu, c, 23);
+  for (const int tile_n : {128, 256}) {
+    for (const HopperCase& c : testing::HopperCases()) RunOnGpu(*gpu, c, 23, tile_n);
+  }
 }
 
 // The 3b tower's four matmuls (qkv to bf16, o and down into the residual, gate_up with SwiGLU),
@@ -129,8 +132,10 @@ TEST(CudaHopperGemm, MatchesTheDefinitionOnTheVisionTowersShapes) {
       {E::kSwiGluBf16, 200, 3420, 1280, 0, true, false},
       {E::kF32, 130, 1280, 3420, 4, true, true},
   };
-  uint32_t seed = 40;
-  for (const HopperCase& c : cases) RunOnGpu(*gpu, c, seed++);
+  for (const int tile_n : {128, 256}) {
+    uint32_t seed = 40;
+    for (const HopperCase& c : cases) RunOnGpu(*gpu, c, seed++, tile_n);
+  }
 }
 
 // iris-server's --hopper-gemm: the device option sets it on a compute capability 9.0 GPU and is a
@@ -215,45 +220,51 @@ TEST(CudaHopperGemm, TheLinearsPathsAgreeWithCublasLt) {
     GatedMlp(dev, **gate_up, **down, in, m, {gu_out, act}, dy);
     return gpu->Down(dy, static_cast<size_t>(m * h));
   };
-  const std::vector<float> ref = mlp(CudaDevice::HopperGemmUse::kOff);
-  const std::vector<float> swiglu = mlp(CudaDevice::HopperGemmUse::kSwiGlu);
-  const std::vector<float> all = mlp(CudaDevice::HopperGemmUse::kAll);
-  EXPECT_NE(swiglu, ref) << "the fused path's rounding should show";
-  const auto rel_l2 = [](const std::vector<float>& a, const std::vector<float>& b) {
-    double e = 0, r = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      e += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-      r += double(b[i]) * b[i];
-    }
-    return std::sqrt(e / r);
-  };
-  EXPECT_LT(rel_l2(swiglu, ref), 5e-3) << "gated MLP: SwiGLU fused vs cuBLASLt's hand-off";
-  EXPECT_LT(rel_l2(all, swiglu), 1e-4) << "gated MLP: down on the Hopper GEMM too";
-
-  // f32 rows with bias and the residual add; bf16 rows.
-  float* down_in = gpu->Up(testing::RandomNormal(m * inter, 8, 1.f));
-  for (const bool to_bf16 : {false, true}) {
-    std::vector<float> got[2];
-    for (const auto use : {CudaDevice::HopperGemmUse::kOff, CudaDevice::HopperGemmUse::kAll}) {
-      ASSERT_TRUE(cuda.SetHopperGemm(use).ok());
-      const int i = use == CudaDevice::HopperGemmUse::kOff ? 0 : 1;
-      if (to_bf16) {
-        const int64_t ldy = inter * 2 + 8;
-        uint16_t* y = gpu->Up(std::vector<uint16_t>(m * ldy, 0));
-        LinearForwardToBf16(dev, **gate_up, LinearInput::Plain(dx), m, y, ldy);
-        const std::vector<uint16_t> bits = gpu->Down(y, static_cast<size_t>(m * ldy));
-        for (int64_t r = 0; r < m; ++r) {
-          for (int64_t c = 0; c < 2 * inter; ++c) got[i].push_back(core::Bf16ToFloat(bits[r * ldy + c]));
-          for (int64_t c = 2 * inter; c < ldy; ++c) ASSERT_EQ(bits[r * ldy + c], 0) << "padding written";
-        }
-      } else {
-        float* y = gpu->Up(y0);
-        LinearForward(dev, **down, LinearInput::Plain(down_in), m, y, Epilogue::kAccumulate);
-        got[i] = gpu->Down(y, static_cast<size_t>(m * h));
+  EXPECT_FALSE(cuda.SetHopperGemmTileN(192).ok());
+  for (const int tile_n : {128, 256}) {
+    SCOPED_TRACE(::testing::Message() << "tile " << tile_n);
+    ASSERT_TRUE(cuda.SetHopperGemmTileN(tile_n).ok());
+    const std::vector<float> ref = mlp(CudaDevice::HopperGemmUse::kOff);
+    const std::vector<float> swiglu = mlp(CudaDevice::HopperGemmUse::kSwiGlu);
+    const std::vector<float> all = mlp(CudaDevice::HopperGemmUse::kAll);
+    EXPECT_NE(swiglu, ref) << "the fused path's rounding should show";
+    const auto rel_l2 = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double e = 0, r = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        e += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+        r += double(b[i]) * b[i];
       }
+      return std::sqrt(e / r);
+    };
+    EXPECT_LT(rel_l2(swiglu, ref), 5e-3) << "gated MLP: SwiGLU fused vs cuBLASLt's hand-off";
+    EXPECT_LT(rel_l2(all, swiglu), 1e-4) << "gated MLP: down on the Hopper GEMM too";
+
+    // f32 rows with bias and the residual add; bf16 rows.
+    float* down_in = gpu->Up(testing::RandomNormal(m * inter, 8, 1.f));
+    for (const bool to_bf16 : {false, true}) {
+      std::vector<float> got[2];
+      for (const auto use : {CudaDevice::HopperGemmUse::kOff, CudaDevice::HopperGemmUse::kAll}) {
+        ASSERT_TRUE(cuda.SetHopperGemm(use).ok());
+        const int i = use == CudaDevice::HopperGemmUse::kOff ? 0 : 1;
+        if (to_bf16) {
+          const int64_t ldy = inter * 2 + 8;
+          uint16_t* y = gpu->Up(std::vector<uint16_t>(m * ldy, 0));
+          LinearForwardToBf16(dev, **gate_up, LinearInput::Plain(dx), m, y, ldy);
+          const std::vector<uint16_t> bits = gpu->Down(y, static_cast<size_t>(m * ldy));
+          for (int64_t r = 0; r < m; ++r) {
+            for (int64_t c = 0; c < 2 * inter; ++c) got[i].push_back(core::Bf16ToFloat(bits[r * ldy + c]));
+            for (int64_t c = 2 * inter; c < ldy; ++c) ASSERT_EQ(bits[r * ldy + c], 0) << "padding written";
+          }
+        } else {
+          float* y = gpu->Up(y0);
+          LinearForward(dev, **down, LinearInput::Plain(down_in), m, y, Epilogue::kAccumulate);
+          got[i] = gpu->Down(y, static_cast<size_t>(m * h));
+        }
+      }
+      EXPECT_LT(rel_l2(got[1], got[0]), to_bf16 ? 4e-3 : 1e-5) << (to_bf16 ? "bf16 rows" : "f32 rows + residual");
     }
-    EXPECT_LT(rel_l2(got[1], got[0]), to_bf16 ? 4e-3 : 1e-5) << (to_bf16 ? "bf16 rows" : "f32 rows + residual");
   }
+  ASSERT_TRUE(cuda.SetHopperGemmTileN(128).ok());
   ASSERT_TRUE(cuda.SetHopperGemm(CudaDevice::HopperGemmUse::kOff).ok());
   EXPECT_TRUE(cuda.status().ok()) << cuda.status();
 }

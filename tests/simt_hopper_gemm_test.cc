@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -101,8 +102,28 @@ TEST(SimtHopperProbes, OneWarpgroupMmaAtEachKStep) {
   }
 }
 
-void RunCase(const HopperCase& c) {
-  SCOPED_TRACE(c.Name());
+template <int kTileN>
+void LaunchTwin(const HopperGemm& g, const TmaMap2d& a, const TmaMap2d& b) {
+  const HopperGrid grid = HopperGemmGrid(g);
+  const HopperGemmParams p = HopperGemmParamsOf(g);
+  const Dim3 blocks(grid.cols, grid.rows);
+  constexpr size_t kShared = HopperTile<kTileN>::kSharedBytes;
+  switch (g.epilogue) {
+    case HopperEpilogue::kF32:
+      LaunchShared(blocks, Dim3(kHopperThreads), kShared, HopperGemmKernel<HopperEpilogue::kF32, kTileN>, a, b, p);
+      break;
+    case HopperEpilogue::kBf16:
+      LaunchShared(blocks, Dim3(kHopperThreads), kShared, HopperGemmKernel<HopperEpilogue::kBf16, kTileN>, a, b, p);
+      break;
+    case HopperEpilogue::kSwiGluBf16:
+      LaunchShared(blocks, Dim3(kHopperThreads), kShared, HopperGemmKernel<HopperEpilogue::kSwiGluBf16, kTileN>, a,
+                   b, p);
+      break;
+  }
+}
+
+void RunCase(const HopperCase& c, int tile_n) {
+  SCOPED_TRACE(c.Name() + " tile " + std::to_string(tile_n));
   const HopperData d = testing::MakeHopperData(c, 17);
   constexpr float kPad = 12345.f;
   std::vector<float> y_f32;
@@ -119,6 +140,7 @@ void RunCase(const HopperCase& c) {
   g.bias = c.bias ? d.bias.data() : nullptr;
   g.ldy = d.ldy;
   g.accumulate = c.accumulate;
+  g.tile_n = tile_n;
   if (c.epilogue == HopperEpilogue::kF32) {
     y_f32 = c.accumulate ? d.y0 : std::vector<float>(c.m * d.ldy, kPad);
     if (c.accumulate) {
@@ -134,34 +156,25 @@ void RunCase(const HopperCase& c) {
   const TmaMap2d a{g.a, static_cast<uint64_t>(c.k), static_cast<uint64_t>(c.m), static_cast<uint64_t>(d.lda * 2),
                    64, kHopperTileRows};
   const TmaMap2d b{g.b, static_cast<uint64_t>(c.k), static_cast<uint64_t>(HopperGemmBRows(g)),
-                   static_cast<uint64_t>(d.ldb * 2), 64, 64};
-  const HopperGrid grid = HopperGemmGrid(g);
-  const HopperGemmParams p = HopperGemmParamsOf(g);
-  switch (c.epilogue) {
-    case HopperEpilogue::kF32:
-      LaunchShared(Dim3(grid.cols, grid.rows), Dim3(kHopperThreads), kHopperSharedBytes,
-                   HopperGemmKernel<HopperEpilogue::kF32>, a, b, p);
-      break;
-    case HopperEpilogue::kBf16:
-      LaunchShared(Dim3(grid.cols, grid.rows), Dim3(kHopperThreads), kHopperSharedBytes,
-                   HopperGemmKernel<HopperEpilogue::kBf16>, a, b, p);
-      break;
-    case HopperEpilogue::kSwiGluBf16:
-      LaunchShared(Dim3(grid.cols, grid.rows), Dim3(kHopperThreads), kHopperSharedBytes,
-                   HopperGemmKernel<HopperEpilogue::kSwiGluBf16>, a, b, p);
-      break;
+                   static_cast<uint64_t>(d.ldb * 2), 64, static_cast<uint32_t>(tile_n / 2)};
+  if (tile_n == 256) {
+    LaunchTwin<256>(g, a, b);
+  } else {
+    LaunchTwin<128>(g, a, b);
   }
   testing::ExpectHopperResult(c, d, y_f32, y_bf16, kPad);
 }
 
-// Every epilogue on odd sizes. Under a sanitizer: the ring going round (case 0), the f32
-// accumulate with bias (1), SwiGLU's edges (3) and the one-by-one stores (6) — every path
-// between them.
+// Every epilogue on odd sizes, with B tiles of 128 and of 256 rows. Under a sanitizer: the ring
+// going round (case 0), the f32 accumulate with bias (1), SwiGLU's edges (3) and the one-by-one
+// stores (6) — every path between them.
 TEST(SimtHopperGemm, MatchesTheDefinitionOnOddSizes) {
   const std::vector<HopperCase> cases = testing::HopperCases();
-  for (size_t i = 0; i < cases.size(); ++i) {
-    if (testing::kSimtSanitized && i != 0 && i != 1 && i != 3 && i != 6) continue;
-    RunCase(cases[i]);
+  for (const int tile_n : {128, 256}) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      if (testing::kSimtSanitized && i != 0 && i != 1 && i != 3 && i != 6) continue;
+      RunCase(cases[i], tile_n);
+    }
   }
 }
 

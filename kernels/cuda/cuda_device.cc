@@ -230,6 +230,14 @@ absl::Status CudaDevice::SetHopperGemm(HopperGemmUse use) {
   return absl::OkStatus();
 }
 
+absl::Status CudaDevice::SetHopperGemmTileN(int rows) {
+  if (rows != 128 && rows != 256) {
+    return absl::InvalidArgumentError(absl::StrCat("Hopper GEMM tile rows must be 128 or 256, got ", rows));
+  }
+  hopper_gemm_tile_n_ = rows;
+  return absl::OkStatus();
+}
+
 absl::Status CudaDevice::SetFlashHeadsPerBlock(int heads) {
   if (heads != 1 && heads != 2) {
     return absl::InvalidArgumentError(absl::StrCat("flash heads per block must be 1 or 2, got ", heads));

@@ -260,6 +260,11 @@ class CudaDevice final : public Device {
   static constexpr int64_t kHopperGemmMinRows = 128;
   HopperGemmUse hopper_gemm() const { return hopper_gemm_; }
   absl::Status SetHopperGemm(HopperGemmUse use);
+  // The weight rows a Hopper GEMM block multiplies, 128 (the default) or 256 (twice the MMA work
+  // per byte of activations brought in, 128 accumulators a thread, fewer blocks: a GPU's
+  // measurement decides; encoder_bench's matmul table times both). INVALID_ARGUMENT otherwise.
+  int hopper_gemm_tile_n() const { return hopper_gemm_tile_n_; }
+  absl::Status SetHopperGemmTileN(int rows);
   // Whether a bf16 matmul of m rows runs the Hopper GEMM: the gated MLP's fused gate_up (swiglu)
   // or any other.
   bool UsesHopperGemm(int64_t m, bool swiglu) const {
@@ -305,6 +310,7 @@ class CudaDevice final : public Device {
   int64_t weight_prefetch_bytes_ = 0;
   bool matmul_tuning_ = false;
   HopperGemmUse hopper_gemm_ = HopperGemmUse::kOff;
+  int hopper_gemm_tile_n_ = 128;
   std::unique_ptr<MatmulAlgoTable> matmul_algos_ = std::make_unique<MatmulAlgoTable>();
   std::unique_ptr<CudnnSdpa> sdpa_;
 };

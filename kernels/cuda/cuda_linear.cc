@@ -487,6 +487,7 @@ class CudaLinear final : public Linear {
     g.y = y;
     g.ldy = ldy;
     g.accumulate = accumulate;
+    g.tile_n = dev_.hopper_gemm_tile_n();
     return g;
   }
   // Enqueues g where the device runs the Hopper GEMM for it and the kernel takes it; false, with

@@ -45,16 +45,30 @@ int MakeMap(CUtensorMap* map, const uint16_t* base, int64_t cols, int64_t rows, 
   return r == CUDA_SUCCESS ? 0 : static_cast<int>(cudaErrorInvalidValue);
 }
 
-template <HopperEpilogue kEpi>
+template <HopperEpilogue kEpi, int kTileN>
 int LaunchAs(CUstream_st* stream, const HopperGemm& g, const CUtensorMap& a, const CUtensorMap& b) {
+  constexpr int kShared = HopperTile<kTileN>::kSharedBytes;
   // More than the 48 KB a kernel gets unasked; set once per process (iris drives one GPU).
-  static const cudaError_t opted = cudaFuncSetAttribute(
-      HopperGemmKernel<kEpi>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHopperSharedBytes);
+  static const cudaError_t opted =
+      cudaFuncSetAttribute(HopperGemmKernel<kEpi, kTileN>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
   if (opted != cudaSuccess) return static_cast<int>(opted);
   const HopperGrid grid = HopperGemmGrid(g);
-  HopperGemmKernel<kEpi><<<dim3(grid.cols, grid.rows), kHopperThreads, kHopperSharedBytes, stream>>>(
+  HopperGemmKernel<kEpi, kTileN><<<dim3(grid.cols, grid.rows), kHopperThreads, kShared, stream>>>(
       a, b, HopperGemmParamsOf(g));
   return LastLaunchError();
+}
+
+template <int kTileN>
+int LaunchTile(CUstream_st* stream, const HopperGemm& g, const CUtensorMap& a, const CUtensorMap& b) {
+  switch (g.epilogue) {
+    case HopperEpilogue::kF32:
+      return LaunchAs<HopperEpilogue::kF32, kTileN>(stream, g, a, b);
+    case HopperEpilogue::kBf16:
+      return LaunchAs<HopperEpilogue::kBf16, kTileN>(stream, g, a, b);
+    case HopperEpilogue::kSwiGluBf16:
+      return LaunchAs<HopperEpilogue::kSwiGluBf16, kTileN>(stream, g, a, b);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
 }
 
 }  // namespace
@@ -64,23 +78,17 @@ bool HopperGemmTakes(const HopperGemm& g) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return g.a != nullptr && g.b != nullptr && g.y != nullptr && aligned(g.a) && aligned(g.b) && g.m > 0 && g.n > 0 &&
          g.k > 0 && g.m < kMax && 2 * g.n < kMax && g.k < kMax && g.lda % 8 == 0 && g.ldb % 8 == 0 && g.lda >= g.k &&
-         g.ldb >= g.k && g.ldy >= g.n && (HopperGrid{HopperGemmGrid(g)}.rows <= 65535u);
+         g.ldb >= g.k && g.ldy >= g.n && (g.tile_n == 128 || g.tile_n == 256) && HopperGemmGrid(g).rows <= 65535u;
 }
 
 int LaunchHopperGemm(CUstream_st* stream, const HopperGemm& g) {
   if (!HopperGemmTakes(g)) return static_cast<int>(cudaErrorInvalidValue);
   CUtensorMap a{}, b{};
   if (const int e = MakeMap(&a, g.a, g.k, g.m, g.lda, kHopperTileRows); e != 0) return e;
-  if (const int e = MakeMap(&b, g.b, g.k, HopperGemmBRows(g), g.ldb, 64); e != 0) return e;
-  switch (g.epilogue) {
-    case HopperEpilogue::kF32:
-      return LaunchAs<HopperEpilogue::kF32>(stream, g, a, b);
-    case HopperEpilogue::kBf16:
-      return LaunchAs<HopperEpilogue::kBf16>(stream, g, a, b);
-    case HopperEpilogue::kSwiGluBf16:
-      return LaunchAs<HopperEpilogue::kSwiGluBf16>(stream, g, a, b);
+  if (const int e = MakeMap(&b, g.b, g.k, HopperGemmBRows(g), g.ldb, static_cast<uint32_t>(g.tile_n / 2)); e != 0) {
+    return e;
   }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return g.tile_n == 256 ? LaunchTile<256>(stream, g, a, b) : LaunchTile<128>(stream, g, a, b);
 }
 
 int LaunchTmaBoxProbe(CUstream_st* stream, const uint16_t* m, int64_t rows, int64_t cols, int64_t ld, int32_t x,

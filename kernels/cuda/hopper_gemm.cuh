@@ -1,17 +1,18 @@
 // iris's own Hopper GEMM (sm_90a): y = A·Bᵀ for bf16 A [m][k] (activation rows) and B [n][k]
 // (a Linear's weight rows, as HF stores them), f32 accumulation, with the epilogues cuBLASLt
-// lacks fused in. A block computes a 128 x 128 tile of products:
+// lacks fused in. A block computes a 128 x N tile of products (N, kTileN, 128 or 256):
 //   - warpgroup 0 is the producer: one thread has the copy engine (TMA) land 64-wide K slices of
-//     A's 128 rows and B's two 64-row halves into a ring of kHopperStages shared-memory stages,
+//     A's 128 rows and B's two N/2-row halves into a ring of kHopperStages shared-memory stages,
 //     each announced on its `full` transaction barrier;
 //   - warpgroups 1 and 2 are the consumers, 64 rows each: they wait on a stage's `full` barrier,
-//     issue four m64n128k16 MMAs from its 128-byte-swizzled tiles, keep one stage's MMAs in
+//     issue four m64nNk16 MMAs from its 128-byte-swizzled tiles, keep one stage's MMAs in
 //     flight, and hand the stage before back through its `empty` barrier;
 //   - the epilogue runs from the accumulators in registers: f32 rows (+ bias, + the rows already
-//     there: a residual add), bf16 rows (+ bias), or SwiGLU: B's two halves are 64 rows of gate
-//     and the 64 rows of up `second_half` rows below them (the gate_up weight as it is stored,
+//     there: a residual add), bf16 rows (+ bias), or SwiGLU: B's two halves are N/2 rows of gate
+//     and the N/2 rows of up `second_half` rows below them (the gate_up weight as it is stored,
 //     no permutation), so that silu(gate + bias) * (up + bias) meets in one thread's registers
 //     and only the bf16 product leaves the block (the gate_up output never reaches memory).
+// N = 256 does twice the MMA work per byte of A brought in, and holds 128 accumulators a thread.
 // Edges need no code: the copy engine fills zeros past the matrices' rows and K, and the epilogue
 // writes only rows < m and columns < n. Shared with the SIMT harness (kernels/cuda/simt.h), which
 // twins the copy engine, the barriers and the MMAs.
@@ -27,14 +28,25 @@
 namespace iris::kernels::cuda {
 
 constexpr int kHopperTileRows = 128;  // of A (m), two consumer warpgroups of 64
-constexpr int kHopperTileCols = 128;  // of B (n): two 64-row halves
 constexpr int kHopperTileK = 64;      // bf16 values: one 128-byte swizzle row
 constexpr int kHopperStages = 4;
 constexpr int kHopperThreads = 384;  // producer + two consumer warpgroups
-constexpr int kHopperHalfBytes = 64 * kHopperTileK * 2;                        // one 64-row box
-constexpr int kHopperStageBytes = (kHopperTileRows + kHopperTileCols) * kHopperTileK * 2;  // 32 KB
-// The ring, its barriers (full and empty per stage), and room to align the ring to 1024 bytes.
-constexpr int kHopperSharedBytes = kHopperStages * kHopperStageBytes + 2 * kHopperStages * 8 + 1024;
+constexpr int kHopperABytes = kHopperTileRows * kHopperTileK * 2;  // 16 KB
+
+// A block's shape and shared memory for B tiles of kTileN rows (two halves, one box each).
+template <int kTileN>
+struct HopperTile {
+  static_assert(kTileN == 128 || kTileN == 256);
+  static constexpr int kHalfRows = kTileN / 2;
+  static constexpr int kBHalfBytes = kHalfRows * kHopperTileK * 2;
+  static constexpr int kStageBytes = kHopperABytes + 2 * kBHalfBytes;  // 32 or 48 KB
+  // The ring, its barriers (full and empty per stage), and room to align the ring to 1024 bytes.
+  static constexpr int kSharedBytes = kHopperStages * kStageBytes + 2 * kHopperStages * 8 + 1024;
+  static constexpr int kAccumulators = kTileN / 2;  // a consumer thread's share of 64 x kTileN
+  // Output columns a block covers: SwiGLU's halves make one column each.
+  template <HopperEpilogue kEpi>
+  static constexpr int kBlockCols = kEpi == HopperEpilogue::kSwiGluBf16 ? kHalfRows : kTileN;
+};
 
 struct HopperGemmParams {
   int m = 0, n = 0, k = 0;  // kSwiGluBf16: n is the output width (B holds 2n rows)
@@ -45,10 +57,6 @@ struct HopperGemmParams {
   bool accumulate = false;      // kF32: y += the product
   bool pairs_aligned = false;   // ldy even and y aligned to two elements: column pairs store at once
 };
-
-// Output columns a block covers.
-template <HopperEpilogue kEpi>
-constexpr int kHopperBlockCols = kEpi == HopperEpilogue::kSwiGluBf16 ? kHopperTileCols / 2 : kHopperTileCols;
 
 // The kernel's parameters and grid for a call (the launcher's and the SIMT tests' one mapping).
 inline HopperGemmParams HopperGemmParamsOf(const HopperGemm& g) {
@@ -73,16 +81,16 @@ struct HopperGrid {
   unsigned cols, rows;  // blocks across y's columns, down its rows
 };
 inline HopperGrid HopperGemmGrid(const HopperGemm& g) {
-  const int64_t per = g.epilogue == HopperEpilogue::kSwiGluBf16 ? kHopperBlockCols<HopperEpilogue::kSwiGluBf16>
-                                                                 : kHopperBlockCols<HopperEpilogue::kF32>;
+  const int64_t per = g.epilogue == HopperEpilogue::kSwiGluBf16 ? g.tile_n / 2 : g.tile_n;
   return {static_cast<unsigned>((g.n + per - 1) / per), static_cast<unsigned>((g.m + kHopperTileRows - 1) / kHopperTileRows)};
 }
 
-template <HopperEpilogue kEpi>
-IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, const float (&acc)[64], int row0, int col0) {
+template <HopperEpilogue kEpi, int kTileN>
+IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, const float (&acc)[kTileN / 2], int row0, int col0) {
   const int t = static_cast<int>(threadIdx.x) % 128, lane = t % 32;
   const int group = lane / 4, q = lane % 4;
-  constexpr int kBlocks8 = kEpi == HopperEpilogue::kSwiGluBf16 ? 8 : 16;  // n8 column blocks out
+  constexpr int kUpBlock = kTileN / 16;  // SwiGLU: the up half's first n8 column block
+  constexpr int kBlocks8 = kEpi == HopperEpilogue::kSwiGluBf16 ? kUpBlock : kTileN / 8;  // n8 blocks out
   IRIS_UNROLL
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + 16 * (t / 32) + group + 8 * half;
@@ -95,7 +103,7 @@ IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, const float (&acc)[6
       for (int e = 0; e < 2; ++e) {
         v[e] = acc[4 * j + 2 * half + e];
         if constexpr (kEpi == HopperEpilogue::kSwiGluBf16) {
-          float up = acc[4 * (j + 8) + 2 * half + e];  // the same column of the up half
+          float up = acc[4 * (j + kUpBlock) + 2 * half + e];  // the same column of the up half
           if (p.bias != nullptr && col + e < p.n) {
             v[e] += p.bias[col + e];
             up += p.bias[p.n + col + e];
@@ -136,16 +144,18 @@ IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, const float (&acc)[6
   }
 }
 
-// grid (column blocks, row blocks), kHopperThreads threads, kHopperSharedBytes of dynamic shared
-// memory. a: A's map, box 64 x 128 rows; b: B's map, box 64 x 64 rows; both 128-byte swizzled.
-template <HopperEpilogue kEpi>
+// grid (column blocks, row blocks), kHopperThreads threads, HopperTile<kTileN>::kSharedBytes of
+// dynamic shared memory. a: A's map, box 64 x 128 rows; b: B's map, box 64 x kTileN / 2 rows;
+// both 128-byte swizzled.
+template <HopperEpilogue kEpi, int kTileN>
 IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kHopperThreads, 1)
     HopperGemmKernel(const IRIS_GRID_CONSTANT TmaMap2d a, const IRIS_GRID_CONSTANT TmaMap2d b,
                      const HopperGemmParams p) {
 #if IRIS_SM90A_CODE
+  using Tile = HopperTile<kTileN>;
   unsigned char* raw = DynamicShared();
   unsigned char* ring = raw + ((1024 - reinterpret_cast<uintptr_t>(raw) % 1024) % 1024);
-  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kHopperStages * kHopperStageBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kHopperStages * Tile::kStageBytes);
   uint64_t* empty = full + kHopperStages;
   const int tid = static_cast<int>(threadIdx.x), warpgroup = tid / 128;
   if (tid == 0) {
@@ -158,39 +168,39 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kHopperThreads, 1)
   SyncThreads();
   const int k_tiles = (p.k + kHopperTileK - 1) / kHopperTileK;
   const int row0 = static_cast<int>(blockIdx.y) * kHopperTileRows;
-  const int col0 = static_cast<int>(blockIdx.x) * kHopperBlockCols<kEpi>;
+  const int col0 = static_cast<int>(blockIdx.x) * Tile::template kBlockCols<kEpi>;
   if (warpgroup == 0) {
     if (tid == 0) {
       const int b_first = col0;
-      const int b_second = kEpi == HopperEpilogue::kSwiGluBf16 ? p.second_half + col0 : col0 + 64;
+      const int b_second = kEpi == HopperEpilogue::kSwiGluBf16 ? p.second_half + col0 : col0 + Tile::kHalfRows;
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % kHopperStages;
         const uint32_t round = static_cast<uint32_t>(kt / kHopperStages);
         MBarrierWait(&empty[s], (round & 1u) ^ 1u);  // the consumers are done with the round before
-        unsigned char* stage = ring + s * kHopperStageBytes;
-        MBarrierArriveExpectTx(&full[s], kHopperStageBytes);
+        unsigned char* stage = ring + s * Tile::kStageBytes;
+        MBarrierArriveExpectTx(&full[s], Tile::kStageBytes);
         TmaLoad2d(stage, &a, kt * kHopperTileK, row0, &full[s]);
-        TmaLoad2d(stage + 2 * kHopperHalfBytes, &b, kt * kHopperTileK, b_first, &full[s]);
-        TmaLoad2d(stage + 3 * kHopperHalfBytes, &b, kt * kHopperTileK, b_second, &full[s]);
+        TmaLoad2d(stage + kHopperABytes, &b, kt * kHopperTileK, b_first, &full[s]);
+        TmaLoad2d(stage + kHopperABytes + Tile::kBHalfBytes, &b, kt * kHopperTileK, b_second, &full[s]);
       }
     }
     return;  // no barrier of the whole block follows
   }
   const int consumer = warpgroup - 1;
-  float acc[64];
+  float acc[Tile::kAccumulators];
   IRIS_UNROLL
-  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  for (int i = 0; i < Tile::kAccumulators; ++i) acc[i] = 0.f;
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int s = kt % kHopperStages;
     MBarrierWait(&full[s], static_cast<uint32_t>(kt / kHopperStages) & 1u);
-    const unsigned char* stage = ring + s * kHopperStageBytes;
-    const WgmmaDesc da = WgmmaDescSw128(stage + consumer * kHopperHalfBytes);
-    const WgmmaDesc db = WgmmaDescSw128(stage + 2 * kHopperHalfBytes);
+    const unsigned char* stage = ring + s * Tile::kStageBytes;
+    const WgmmaDesc da = WgmmaDescSw128(stage + consumer * (kHopperABytes / 2));
+    const WgmmaDesc db = WgmmaDescSw128(stage + kHopperABytes);
     WgmmaFence();
     WgmmaHoldRegisters(acc);
     IRIS_UNROLL
     for (int kk = 0; kk < kHopperTileK / 16; ++kk) {
-      WgmmaM64N128K16Bf16(acc, WgmmaDescAdvance(da, 32 * kk), WgmmaDescAdvance(db, 32 * kk), 1);
+      WgmmaM64K16Bf16<kTileN>(acc, WgmmaDescAdvance(da, 32 * kk), WgmmaDescAdvance(db, 32 * kk), 1);
     }
     WgmmaCommit();
     WgmmaWait<1>();  // the stage before's MMAs are done: hand it back
@@ -199,7 +209,7 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kHopperThreads, 1)
   }
   WgmmaWait<0>();
   WgmmaHoldRegisters(acc);
-  HopperStoreTile<kEpi>(p, acc, row0 + 64 * consumer, col0);
+  HopperStoreTile<kEpi, kTileN>(p, acc, row0 + 64 * consumer, col0);
 #endif
 }
 

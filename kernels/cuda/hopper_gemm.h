@@ -28,10 +28,12 @@ struct HopperGemm {
   void* y = nullptr;            // [m][ldy], f32 or bf16 by the epilogue
   int64_t ldy = 0;
   bool accumulate = false;      // kF32 only
+  int tile_n = 128;             // B rows a block multiplies: 128 or 256 (twice the work per A byte)
 };
 
 // Whether the kernel takes g: a and b 16-byte aligned with row strides of whole 16-byte vectors
-// (lda, ldb multiples of 8, at least k), ldy >= n, sizes that fit the kernel's 32-bit indices.
+// (lda, ldb multiples of 8, at least k), ldy >= n, sizes that fit the kernel's 32-bit indices,
+// tile_n 128 or 256.
 bool HopperGemmTakes(const HopperGemm& g);
 
 // Enqueues g on stream (cudaErrorInvalidValue where !HopperGemmTakes; the driver's error where

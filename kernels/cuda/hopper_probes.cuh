@@ -67,7 +67,7 @@ IRIS_GLOBAL void WgmmaProbeKernel(const uint16_t* a, const uint16_t* b, int kk, 
   for (int i = 0; i < 64; ++i) acc[i] = -1.f;  // accumulate off: these must not survive
   WgmmaFence();
   WgmmaHoldRegisters(acc);
-  WgmmaM64N128K16Bf16(acc, WgmmaDescAdvance(WgmmaDescSw128(tile_a), 32 * kk),
+  WgmmaM64K16Bf16<128>(acc, WgmmaDescAdvance(WgmmaDescSw128(tile_a), 32 * kk),
                       WgmmaDescAdvance(WgmmaDescSw128(tile_b), 32 * kk), 0);
   WgmmaCommit();
   WgmmaWait<0>();

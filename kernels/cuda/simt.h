@@ -14,7 +14,7 @@
 // (copies to shared memory in flight while the thread computes; here they land at the wait),
 // LdMatrixX4()/LdMatrixX4Trans() (a warp's fragment loads from shared memory), Hopper's
 // DynamicShared(), MBarrier*() (transaction barriers), TmaLoad2d() (the bulk tensor copy, its
-// TmaMap2d) and Wgmma*() (warpgroup MMAs from shared-memory descriptors, twinned on the host by
+// TmaMap2d) and Wgmma*() (warpgroup MMAs, N 128 or 256, from shared-memory descriptors, twinned on the host by
 // decoding the descriptor as the hardware does), IRIS_SM90A_CODE and IRIS_GRID_CONSTANT,
 // threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch/LaunchShared for the host side.
 // Every thread of a block must reach each SyncThreads (as CUDA requires), and a block's size is a
@@ -293,18 +293,22 @@ __device__ __forceinline__ void WgmmaWait() {
 }
 // Keeps the compiler from moving reads or writes of the accumulators across the asynchronous MMAs
 // (before the first one and after the wait).
-__device__ __forceinline__ void WgmmaHoldRegisters(float (&d)[64]) {
+template <int R>
+__device__ __forceinline__ void WgmmaHoldRegisters(float (&d)[R]) {
   IRIS_UNROLL
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // d (+)= A·B for a warpgroup (4 warps, 128 threads) on the tensor cores, asynchronously: A 64x16
-// and B 128x16 (both K-major) bf16 in shared memory by their descriptors, d 64x128 f32 in
-// registers. With thread t of the warpgroup, warp w = t / 32, lane = 4 * group + q:
+// and B Nx16 (both K-major; N 128 or 256) bf16 in shared memory by their descriptors, d 64xN f32
+// in registers, N / 2 a thread. With thread t of the warpgroup, warp w = t / 32, lane = 4 * group + q:
 //   d[4j + 0], d[4j + 1] = D[16w + group][8j + 2q, 8j + 2q + 1]
-//   d[4j + 2], d[4j + 3] = D[16w + group + 8][8j + 2q, 8j + 2q + 1]      (j = 0..15)
+//   d[4j + 2], d[4j + 3] = D[16w + group + 8][8j + 2q, 8j + 2q + 1]      (j = 0..N/8 - 1)
 // accumulate 0: d = A·B; 1: d += A·B.
-__device__ __forceinline__ void WgmmaM64N128K16Bf16(float (&d)[64], WgmmaDesc a, WgmmaDesc b, int accumulate) {
+template <int N>
+__device__ __forceinline__ void WgmmaM64K16Bf16(float (&d)[N / 2], WgmmaDesc a, WgmmaDesc b, int accumulate);
+template <>
+__device__ __forceinline__ void WgmmaM64K16Bf16<128>(float (&d)[64], WgmmaDesc a, WgmmaDesc b, int accumulate) {
 #if IRIS_SM90A_CODE
   asm volatile(
       "{\n"
@@ -315,6 +319,21 @@ __device__ __forceinline__ void WgmmaM64N128K16Bf16(float (&d)[64], WgmmaDesc a,
       "%64, %65, p, 1, 1, 0, 0;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(accumulate));
+#endif
+}
+template <>
+__device__ __forceinline__ void WgmmaM64K16Bf16<256>(float (&d)[128], WgmmaDesc a, WgmmaDesc b, int accumulate) {
+#if IRIS_SM90A_CODE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(a), "l"(b), "r"(accumulate));
 #endif
 }
@@ -683,6 +702,7 @@ namespace simt {
 // kernel that releases a tile before waiting reads what the copy engine put there since).
 struct PendingWgmma {
   float* d;
+  int n;  // B's rows (the MMA's N)
   WgmmaDesc a, b;
   int accumulate;
   int group;  // -1 while open
@@ -706,7 +726,7 @@ inline float SwizzledAt(const WgmmaDesc& t, int row, int k) {
 inline void RunWgmma(const PendingWgmma& op) {
   const int t = static_cast<int>(tls.thread_idx.x) % 128, w = t / 32, lane = t % 32;
   const int group = lane / 4, q = lane % 4;
-  for (int j = 0; j < 16; ++j) {
+  for (int j = 0; j < op.n / 8; ++j) {
     for (int i = 0; i < 4; ++i) {
       const int row = 16 * w + group + 8 * (i / 2), col = 8 * j + 2 * q + i % 2;
       float sum = 0.f;
@@ -750,9 +770,12 @@ void WgmmaWait() {
   }
   s.block->warpgroups[wg]->arrive_and_wait();
 }
-inline void WgmmaHoldRegisters(float (&)[64]) {}
-inline void WgmmaM64N128K16Bf16(float (&d)[64], WgmmaDesc a, WgmmaDesc b, int accumulate) {
-  simt::wgmmas.push_back({d, a, b, accumulate, -1});
+template <int R>
+void WgmmaHoldRegisters(float (&)[R]) {}
+template <int N>
+void WgmmaM64K16Bf16(float (&d)[N / 2], WgmmaDesc a, WgmmaDesc b, int accumulate) {
+  static_assert(N == 128 || N == 256, "the MMAs iris twins");
+  simt::wgmmas.push_back({d, N, a, b, accumulate, -1});
 }
 
 // kernel<<<grid, block, shared_bytes>>>(args...): with dynamic shared memory (DynamicShared()),
