@@ -116,7 +116,9 @@ fi
 } > "$STAGE/MANIFEST"
 
 mkdir -p "$(dirname "$OUT")"
-tar -C "$STAGE" -cf - MANIFEST bin lib | xz -9 -T2 > "$OUT.tmp"
+# Sorted by name, so that the test binaries (each links every library statically) lie side by
+# side inside xz's 64 MiB window: 14242 -> 14168 KiB on 2026-11-29.
+tar -C "$STAGE" --sort=name -cf - MANIFEST bin lib | xz -9 -T2 > "$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
 BYTES=$(stat -c %s "$OUT")
 echo "gpu_bundle: $OUT: ${#BINS[@]} binaries, $(ls "$STAGE/lib" | wc -l) libraries, $((BYTES / 1024)) KiB"
