@@ -100,6 +100,10 @@ TEST(IrisEncode, ReportsBadInputsAndExitsNonZero) {
       {model + " --out " + out, "at least one --image"},
       {model + " --image " + testing::DataPath("images/rgb_300x200.png"), "--out is required"},
       {model + " --dtype f16 --image " + testing::DataPath("images/rgb_300x200.png") + " --out " + out, "--dtype"},
+      {model + " --hopper_gemm=swiglu --image " + testing::DataPath("images/rgb_300x200.png") + " --out " + out,
+       "is for a CUDA device"},
+      {model + " --hopper_gemm=on --image " + testing::DataPath("images/rgb_300x200.png") + " --out " + out,
+       "not one of: off, swiglu, all"},
       {"--model /nonexistent --image " + testing::DataPath("images/rgb_300x200.png") + " --out " + out, "config.json"},
       {"--model " + testing::DataPath("tiny-qwen2-text") + " --image " + testing::DataPath("images/rgb_300x200.png") +
            " --out " + out,

@@ -35,6 +35,10 @@ ABSL_FLAG(bool, flash_pipeline, true,
 ABSL_FLAG(bool, matmul_tuning, false,
           "with --device cuda: the matmuls run the fastest of cuBLASLt's candidates, timed on the first forward of "
           "each shape (not yet timed on a GPU)");
+ABSL_FLAG(std::string, hopper_gemm, "off",
+          "with --device cuda on an H100/H200 (compute capability 9.0) and --dtype bf16: which matmuls run iris's own "
+          "Hopper GEMM instead of cuBLASLt: off, swiglu (the gated MLP's gate_up with the SiLU·mul fused) or all "
+          "(also every other matmul without a GELU); not yet timed on a GPU");
 ABSL_FLAG(bool, fused_rotary, true, "encoder technique: fused rotary q/k");
 ABSL_FLAG(bool, parallel_qkv_padding, true, "encoder technique: parallel q/k/v padding");
 ABSL_FLAG(bool, cached_cu_seqlens, true, "encoder technique: cached cu_seqlens / encoder plan");
@@ -103,6 +107,7 @@ absl::Status Run(const std::vector<std::string>& images) {
   device_options.attention = absl::GetFlag(FLAGS_attention) == "flash" ? "" : absl::GetFlag(FLAGS_attention);
   device_options.flash_pipeline = absl::GetFlag(FLAGS_flash_pipeline);
   device_options.matmul_tuning = absl::GetFlag(FLAGS_matmul_tuning);
+  device_options.hopper_gemm = absl::GetFlag(FLAGS_hopper_gemm) == "off" ? "" : absl::GetFlag(FLAGS_hopper_gemm);
   IRIS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Device> device, kernels::CreateDevice(device_options));
   IRIS_ASSIGN_OR_RETURN(auto encoder, vision::VisionEncoder::Load(*device, ckpt, config.vision, options));
   const auto t2 = Clock::now();
