@@ -81,11 +81,10 @@ for t in $TESTS; do
   name=$(basename "$t")
   echo "gpu_check: === $name"
   # Bounded, so a hang in one suite (a lost event, a deadlocked stream) cannot eat the lease.
-  limit=${TEST_TIMEOUT_S:-300}
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} timeout "$limit" "$t" --gtest_output="xml:$OUT_DIR/$name.xml" \
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} timeout "${TEST_TIMEOUT_S:-300}" "$t" --gtest_output="xml:$OUT_DIR/$name.xml" \
     >"$OUT_DIR/$name.log" 2>&1
   rc=$?
-  [ $rc -eq 124 ] && { echo "gpu_check: $name stopped after $limit s; its last lines:"; tail -5 "$OUT_DIR/$name.log"; }
+  [ $rc -eq 124 ] && { echo "gpu_check: $name stopped after ${TEST_TIMEOUT_S:-300} s; its last lines:"; tail -5 "$OUT_DIR/$name.log"; }
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED_PRECONDITION' "$OUT_DIR/$name.log" | head -40
   # Each failure's first lines (what was expected, where), so a remote run's tail says what broke.
   grep -A5 'Failure$' "$OUT_DIR/$name.log" | cut -c1-300 | head -60

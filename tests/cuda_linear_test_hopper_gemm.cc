@@ -76,33 +76,21 @@ void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed, int tile_n)
   SCOPED_TRACE(c.Name() + " tile " + std::to_string(tile_n));
   const testing::HopperData d = testing::MakeHopperData(c, seed);
   constexpr float kPad = 12345.f;
-  HopperGemm g;
-  g.epilogue = c.epilogue;
-  g.a = gpu.Up(d.a);
-  g.lda = d.lda;
+  HopperGemm g = testing::HopperGemmOf(c, d, tile_n);
+  g.a = gpu.Up(d.a);  // the device's copies
   g.b = gpu.Up(d.b);
-  g.ldb = d.ldb;
-  g.m = c.m;
-  g.n = c.n;
-  g.k = c.k;
   g.bias = c.bias ? gpu.Up(d.bias) : nullptr;
-  g.ldy = d.ldy;
-  g.accumulate = c.accumulate;
-  g.tile_n = tile_n;
   std::vector<float> y_f32;
   std::vector<uint16_t> y_bf16;
   if (c.epilogue == HopperEpilogue::kF32) {
-    y_f32 = c.accumulate ? d.y0 : std::vector<float>(c.m * d.ldy, kPad);
-    for (int64_t r = 0; r < c.m; ++r) {
-      for (int64_t col = c.n; col < d.ldy; ++col) y_f32[r * d.ldy + col] = kPad;
-    }
+    y_f32 = testing::HopperStartingF32(c, d, kPad);
     float* y = gpu.Up(y_f32);
     g.y = y;
     ASSERT_TRUE(HopperGemmTakes(g));
     ASSERT_EQ(LaunchHopperGemm(gpu.cuda().stream(), g), 0);
     y_f32 = gpu.Down(y, y_f32.size());
   } else {
-    y_bf16.assign(c.m * d.ldy, core::FloatToBf16(kPad));
+    y_bf16 = testing::HopperStartingBf16(c, d, kPad);
     uint16_t* y = gpu.Up(y_bf16);
     g.y = y;
     ASSERT_TRUE(HopperGemmTakes(g));

@@ -112,6 +112,36 @@ inline HopperData MakeHopperData(const HopperCase& c, uint32_t seed) {
   return d;
 }
 
+// The call for a case on its host data (a GPU test points a, b, bias and y at its copies), and y
+// before it: f32 rows holding y0 where the case accumulates, pad_value elsewhere and past n; or
+// bf16 rows of pad_value.
+inline kernels::cuda::HopperGemm HopperGemmOf(const HopperCase& c, const HopperData& d, int tile_n) {
+  kernels::cuda::HopperGemm g;
+  g.epilogue = c.epilogue;
+  g.a = d.a.data();
+  g.lda = d.lda;
+  g.b = d.b.data();
+  g.ldb = d.ldb;
+  g.m = c.m;
+  g.n = c.n;
+  g.k = c.k;
+  g.bias = c.bias ? d.bias.data() : nullptr;
+  g.ldy = d.ldy;
+  g.accumulate = c.accumulate;
+  g.tile_n = tile_n;
+  return g;
+}
+inline std::vector<float> HopperStartingF32(const HopperCase& c, const HopperData& d, float pad_value) {
+  std::vector<float> y = c.accumulate ? d.y0 : std::vector<float>(c.m * d.ldy, pad_value);
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t col = c.n; col < d.ldy; ++col) y[r * d.ldy + col] = pad_value;
+  }
+  return y;
+}
+inline std::vector<uint16_t> HopperStartingBf16(const HopperCase& c, const HopperData& d, float pad_value) {
+  return std::vector<uint16_t>(c.m * d.ldy, core::FloatToBf16(pad_value));
+}
+
 // y (f32 or bf16 rows of stride ldy, as the case's epilogue writes them) against the reference;
 // the values past n in each row must be untouched (pad_value).
 inline void ExpectHopperResult(const HopperCase& c, const HopperData& d, const std::vector<float>& y_f32,

@@ -128,29 +128,12 @@ void RunCase(const HopperCase& c, int tile_n) {
   constexpr float kPad = 12345.f;
   std::vector<float> y_f32;
   std::vector<uint16_t> y_bf16;
-  HopperGemm g;
-  g.epilogue = c.epilogue;
-  g.a = d.a.data();
-  g.lda = d.lda;
-  g.b = d.b.data();
-  g.ldb = d.ldb;
-  g.m = c.m;
-  g.n = c.n;
-  g.k = c.k;
-  g.bias = c.bias ? d.bias.data() : nullptr;
-  g.ldy = d.ldy;
-  g.accumulate = c.accumulate;
-  g.tile_n = tile_n;
+  HopperGemm g = testing::HopperGemmOf(c, d, tile_n);
   if (c.epilogue == HopperEpilogue::kF32) {
-    y_f32 = c.accumulate ? d.y0 : std::vector<float>(c.m * d.ldy, kPad);
-    if (c.accumulate) {
-      for (int64_t r = 0; r < c.m; ++r) {
-        for (int64_t col = c.n; col < d.ldy; ++col) y_f32[r * d.ldy + col] = kPad;
-      }
-    }
+    y_f32 = testing::HopperStartingF32(c, d, kPad);
     g.y = y_f32.data();
   } else {
-    y_bf16.assign(c.m * d.ldy, core::FloatToBf16(kPad));
+    y_bf16 = testing::HopperStartingBf16(c, d, kPad);
     g.y = y_bf16.data();
   }
   const TmaMap2d a{g.a, static_cast<uint64_t>(c.k), static_cast<uint64_t>(c.m), static_cast<uint64_t>(d.lda * 2),

@@ -452,8 +452,7 @@ class CudaLinear final : public Linear {
       // rows first: growing the scratch after the rows are written would lose them.
       const uint16_t* base = ScratchBf16Rows(m);
       if (base == nullptr) return;
-      const HopperGemm hopper = HopperCall(base, ld_, m, HopperEpilogue::kBf16, y, ldy, false);
-      if ((compute_ == ComputeType::kBF16 && dev_.UsesHopperGemm(m, false) && HopperGemmTakes(hopper)) ||
+      if (HopperRuns(HopperCall(base, ld_, m, HopperEpilogue::kBf16, y, ldy, false), false) ||
           Bf16OutputPlan(m, base, y, ldy) != nullptr) {
         const uint16_t* rows = InputRowsBf16(in, m);  // at `base`: the scratch is big enough already
         if (rows != nullptr) MatmulToBf16(rows, m, y, ldy);
@@ -490,10 +489,14 @@ class CudaLinear final : public Linear {
     g.tile_n = dev_.hopper_gemm_tile_n();
     return g;
   }
-  // Enqueues g where the device runs the Hopper GEMM for it and the kernel takes it; false, with
-  // nothing enqueued, otherwise.
+  // Whether g runs on the Hopper GEMM: bf16 compute, the device runs it for g's rows (swiglu: the
+  // gated MLP's fused gate_up), and the kernel takes g.
+  bool HopperRuns(const HopperGemm& g, bool swiglu) const {
+    return compute_ == ComputeType::kBF16 && dev_.UsesHopperGemm(g.m, swiglu) && HopperGemmTakes(g);
+  }
+  // Enqueues g where HopperRuns; false, with nothing enqueued, otherwise.
   bool RunHopper(const HopperGemm& g, bool swiglu) const {
-    if (compute_ != ComputeType::kBF16 || !dev_.UsesHopperGemm(g.m, swiglu) || !HopperGemmTakes(g)) return false;
+    if (!HopperRuns(g, swiglu)) return false;
     dev_.Check(LaunchHopperGemm(dev_.stream(), g), "Linear: Hopper GEMM");
     return true;
   }
@@ -685,9 +688,9 @@ bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& d
   // The Hopper GEMM with the SiLU·mul as its epilogue: down's bf16 input rows straight from
   // gate_up's accumulators, into gate_up_out's bytes (its f32 output is not made; the input rows
   // stay in the scratch, read by the same launch).
-  if (const uint16_t* base = gu->ScratchBf16Rows(m); base != nullptr && dev.UsesHopperGemm(m, true)) {
+  if (const uint16_t* base = gu->ScratchBf16Rows(m); base != nullptr) {
     const HopperGemm fused = gu->HopperCall(base, gu->ld(), m, HopperEpilogue::kSwiGluBf16, g, dn->ld(), false);
-    if (HopperGemmTakes(fused)) {
+    if (gu->HopperRuns(fused, true)) {
       if (gu->InputRowsBf16(in, m) == nullptr) return true;  // at `base`; a null: the device keeps the error
       gu->RunHopper(fused, true);
       dn->Matmul(g, dn->ld(), m, y, Epilogue::kAccumulate);
