@@ -169,8 +169,9 @@ void PrintHopperGemmTable(kernels::Device& dev, const core::VisionConfig& v, int
   auto qkv = linear(3 * h, h), proj = linear(h, h), gate_up = linear(2 * inter, h), down = linear(h, inter);
   const auto buffer = [&](int64_t floats) { return dev.Allocate(core::DType::kF32, {floats}); };
   auto x = buffer(rows * h), norm = buffer(h), staging = buffer(rows * h), y = buffer(rows * h),
-       qkv_out = buffer(rows * 3 * h), gu_out = buffer(rows * 2 * inter), act = buffer(rows * inter);
-  for (const auto* t : {&x, &norm, &staging, &y, &qkv_out, &gu_out, &act}) {
+       qkv_out = buffer(rows * 3 * h), gu_out = buffer(rows * 2 * inter), act = buffer(rows * inter),
+       table = buffer(rows * v.head_dim() / 2);
+  for (const auto* t : {&x, &norm, &staging, &y, &qkv_out, &gu_out, &act, &table}) {
     if (!t->ok()) return;
   }
   if (!qkv.ok() || !proj.ok() || !gate_up.ok() || !down.ok()) return;
@@ -178,8 +179,11 @@ void PrintHopperGemmTable(kernels::Device& dev, const core::VisionConfig& v, int
   dev.CopyToDevice(ones.data(), x->raw(), ones.size() * sizeof(float));
   dev.CopyToDevice(ones.data(), norm->raw(), static_cast<size_t>(h) * sizeof(float));
   dev.CopyToDevice(ones.data(), y->raw(), ones.size() * sizeof(float));
+  dev.CopyToDevice(ones.data(), table->raw(), static_cast<size_t>(rows * v.head_dim() / 2) * sizeof(float));
   const kernels::LinearInput normed =
       kernels::LinearInput::RmsNorm(x->data<float>(), norm->data<float>(), 1e-6f, staging->data<float>());
+  // cos = sin = 0.5 for every angle: the rotary's work does not depend on them.
+  const kernels::QkvRotary rotary{v.num_heads, v.head_dim(), table->data<float>(), table->data<float>()};
   struct Op {
     const char* name;
     double flops;
@@ -189,6 +193,11 @@ void PrintHopperGemmTable(kernels::Device& dev, const core::VisionConfig& v, int
   const std::vector<Op> ops = {
       {"qkv (norm folded) -> bf16", 2 * r * hd * 3 * hd,
        [&] { kernels::LinearForwardToBf16(dev, **qkv, normed, rows, static_cast<uint16_t*>(qkv_out->raw()), 3 * h); }},
+      // cuBLASLt and the fused rotary's launch, against the rotary in the Hopper GEMM's epilogue
+      // ("all", on tiles of three heads whichever width the others use).
+      {"qkv (norm folded) + rotary -> bf16", 2 * r * hd * 3 * hd,
+       [&] { kernels::LinearForwardToBf16Rotary(dev, **qkv, normed, rows, static_cast<uint16_t*>(qkv_out->raw()),
+                                                3 * h, rotary); }},
       {"o + residual", 2 * r * hd * hd,
        [&] { kernels::LinearForward(dev, **proj, kernels::LinearInput::Plain(x->data<float>()), rows, y->data<float>(),
                                     kernels::Epilogue::kAccumulate); }},

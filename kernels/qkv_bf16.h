@@ -28,4 +28,20 @@ bool KeepsQkvInBf16(Device& device, const Linear& qkv, bool bf16_attention);
 void LinearForwardToBf16(Device& device, const Linear& linear, const LinearInput& in, int64_t m, uint16_t* y,
                          int64_t ldy);
 
+// The fused rotary of a qkv projection's bf16 rows: q's `heads` heads at column 0 and k's at
+// heads * head_dim, turned by cos/sin [m][head_dim / 2] (kernels/rotary.h).
+struct QkvRotary {
+  int heads = 0;
+  int head_dim = 0;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+};
+
+// LinearForwardToBf16, then RotaryQK of q and k in place in y: the same values up to where the
+// rounding happens. The CUDA device turns the heads in the matmul's epilogue where its Hopper GEMM
+// runs every matmul (CudaDevice::HopperGemmUse::kAll) and takes the heads (80 values: the Qwen
+// vision towers'), one launch for the projection and the rotary, y rounded once; else the two ops.
+void LinearForwardToBf16Rotary(Device& device, const Linear& linear, const LinearInput& in, int64_t m, uint16_t* y,
+                               int64_t ldy, const QkvRotary& rotary);
+
 }  // namespace iris::kernels

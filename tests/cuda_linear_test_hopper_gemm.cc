@@ -80,6 +80,10 @@ void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed, int tile_n)
   g.a = gpu.Up(d.a);  // the device's copies
   g.b = gpu.Up(d.b);
   g.bias = c.bias ? gpu.Up(d.bias) : nullptr;
+  if (c.epilogue == HopperEpilogue::kBf16Rotary) {
+    g.cos = gpu.Up(d.cos);
+    g.sin = gpu.Up(d.sin);
+  }
   std::vector<float> y_f32;
   std::vector<uint16_t> y_bf16;
   if (c.epilogue == HopperEpilogue::kF32) {
@@ -106,9 +110,10 @@ TEST(CudaHopperGemm, MatchesTheDefinitionOnOddSizes) {
   for (const int tile_n : {128, 256}) {
     for (const HopperCase& c : testing::HopperCases()) RunOnGpu(*gpu, c, 23, tile_n);
   }
+  for (const HopperCase& c : testing::HopperRotaryCases()) RunOnGpu(*gpu, c, 29, kHopperRotaryTileN);
 }
 
-// The 3b tower's four matmuls (qkv to bf16, o and down into the residual, gate_up with SwiGLU),
+// The 3b tower's four matmuls (qkv to bf16 — also with the rotary —, o and down into the residual, gate_up with SwiGLU),
 // on a few hundred rows: many column blocks, 20-54 K slices (the ring goes round many times).
 TEST(CudaHopperGemm, MatchesTheDefinitionOnTheVisionTowersShapes) {
   std::unique_ptr<testing::Gpu> gpu = HopperGpu();
@@ -124,6 +129,8 @@ TEST(CudaHopperGemm, MatchesTheDefinitionOnTheVisionTowersShapes) {
     uint32_t seed = 40;
     for (const HopperCase& c : cases) RunOnGpu(*gpu, c, seed++, tile_n);
   }
+  // qkv with the rotary of q's and k's 32 heads in its epilogue.
+  RunOnGpu(*gpu, {E::kBf16Rotary, 300, 3840, 1280, 0, true, false, false, 32}, 50, kHopperRotaryTileN);
 }
 
 // iris-server's --hopper-gemm: the device option sets it on a compute capability 9.0 GPU and is a
@@ -140,32 +147,6 @@ TEST(CudaHopperGemm, TheDeviceOptionSetsItOrSaysWhyNot) {
     ASSERT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition) << d.status();
     EXPECT_NE(d.status().message().find("compute capability 9.0"), std::string::npos) << d.status();
   }
-}
-
-TEST(CudaHopperGemm, RefusesWhatItCannotRead) {
-  HopperGemm g;
-  alignas(16) static uint16_t a[64], b[64];
-  static float y[64];
-  g.a = a;
-  g.b = b;
-  g.y = y;
-  g.m = g.n = 4;
-  g.k = 8;
-  g.lda = g.ldb = 8;
-  g.ldy = 4;
-  EXPECT_TRUE(HopperGemmTakes(g));
-  HopperGemm bad = g;
-  bad.lda = 12;  // rows not whole 16-byte vectors
-  EXPECT_FALSE(HopperGemmTakes(bad));
-  bad = g;
-  bad.a = a + 1;  // misaligned
-  EXPECT_FALSE(HopperGemmTakes(bad));
-  bad = g;
-  bad.ldy = 3;
-  EXPECT_FALSE(HopperGemmTakes(bad));
-  bad = g;
-  bad.k = 16;  // past the rows' stride
-  EXPECT_FALSE(HopperGemmTakes(bad));
 }
 
 // kernels::GatedMlp with the SiLU·mul fused into gate_up's Hopper GEMM against cuBLASLt's bf16
@@ -253,6 +234,61 @@ TEST(CudaHopperGemm, TheLinearsPathsAgreeWithCublasLt) {
     }
   }
   ASSERT_TRUE(cuda.SetHopperGemmTileN(128).ok());
+  ASSERT_TRUE(cuda.SetHopperGemm(CudaDevice::HopperGemmUse::kOff).ok());
+  EXPECT_TRUE(cuda.status().ok()) << cuda.status();
+}
+
+// The vision blocks' qkv with the rotary in the Hopper GEMM's epilogue (kAll) against cuBLASLt's
+// bf16 rows and the rotary launch (kOff): the fused path rounds once, after the rotary, the other
+// before and after it; v's columns and the padding past the output as the reference has them.
+TEST(CudaHopperGemm, TheQkvRotaryEpilogueAgreesWithTheRotaryLaunch) {
+  std::unique_ptr<testing::Gpu> gpu = HopperGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
+  Device& dev = *gpu->dev;
+  CudaDevice& cuda = gpu->cuda();
+  const int64_t h = 1280, m = 300, ldy = 3 * h + 8;
+  const int heads = 16, hd = 80;
+  core::Tensor w = core::Tensor::Empty(core::DType::kBF16, {3 * h, h});
+  const std::vector<float> wv = testing::RandomNormal(3 * h * h, 11, 0.03f);
+  for (int64_t i = 0; i < 3 * h * h; ++i) w.data<uint16_t>()[i] = core::FloatToBf16(wv[i]);
+  core::Tensor bias = core::Tensor::Empty(core::DType::kF32, {3 * h});
+  const std::vector<float> bv = testing::RandomNormal(3 * h, 12, 0.1f);
+  std::copy(bv.begin(), bv.end(), bias.data<float>());
+  auto qkv = Linear::Create(dev, w, &bias, ComputeType::kBF16);
+  ASSERT_TRUE(qkv.ok()) << qkv.status();
+  const std::vector<float> angle = testing::RandomNormal(m * hd / 2, 13, 3.f);
+  std::vector<float> cos_t, sin_t;
+  for (const float t : angle) {
+    cos_t.push_back(std::cos(t));
+    sin_t.push_back(std::sin(t));
+  }
+  const QkvRotary rotary{heads, hd, gpu->Up(cos_t), gpu->Up(sin_t)};
+  float* dx = gpu->Up(testing::RandomNormal(m * h, 14, 1.f));
+  float* dnorm = gpu->Up(testing::RandomNormal(h, 15, 0.1f));
+  float* staging = gpu->Up(std::vector<float>(m * h, 0.f));
+  const LinearInput in = LinearInput::RmsNorm(dx, dnorm, 1e-6f, staging);
+  std::vector<uint16_t> got[2];
+  for (const auto use : {CudaDevice::HopperGemmUse::kOff, CudaDevice::HopperGemmUse::kAll}) {
+    ASSERT_TRUE(cuda.SetHopperGemm(use).ok());
+    uint16_t* y = gpu->Up(std::vector<uint16_t>(m * ldy, 0x7FC0));  // a NaN where nothing may write
+    LinearForwardToBf16Rotary(dev, **qkv, in, m, y, ldy, rotary);
+    got[use == CudaDevice::HopperGemmUse::kOff ? 0 : 1] = gpu->Down(y, static_cast<size_t>(m * ldy));
+  }
+  double e = 0, r = 0;
+  for (int64_t row = 0; row < m; ++row) {
+    for (int64_t c = 0; c < ldy; ++c) {
+      const uint16_t ref = got[0][row * ldy + c], fused = got[1][row * ldy + c];
+      if (c >= 3 * h) {
+        ASSERT_EQ(fused, 0x7FC0) << "padding written at row " << row << " col " << c;
+        continue;
+      }
+      const double a = core::Bf16ToFloat(fused), b = core::Bf16ToFloat(ref);
+      e += (a - b) * (a - b);
+      r += b * b;
+    }
+  }
+  EXPECT_LT(std::sqrt(e / r), 4e-3) << "qkv + rotary: the epilogue vs the rotary launch";
+  EXPECT_NE(got[0], got[1]) << "the fused path's single rounding should show";
   ASSERT_TRUE(cuda.SetHopperGemm(CudaDevice::HopperGemmUse::kOff).ok());
   EXPECT_TRUE(cuda.status().ok()) << cuda.status();
 }

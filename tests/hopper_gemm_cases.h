@@ -24,9 +24,11 @@ struct HopperCase {
   int64_t pad;      // extra values at the end of every row of A, B and y (strides stay multiples of 8)
   bool bias, accumulate;
   bool odd_ldy = false;  // one more value in y's rows: column pairs are then stored one by one
+  int rotary_heads = 0;  // kBf16Rotary: the heads (of kHopperRotaryHeadDim) that turn
   std::string Name() const {
     return absl::StrCat("epilogue ", static_cast<int>(epilogue), " m ", m, " n ", n, " k ", k, bias ? " bias" : "",
-                        accumulate ? " accumulate" : "");
+                        accumulate ? " accumulate" : "", rotary_heads > 0 ? " rotary heads " : "",
+                        rotary_heads > 0 ? absl::StrCat(rotary_heads) : "");
   }
 };
 
@@ -46,6 +48,18 @@ inline std::vector<HopperCase> HopperCases() {
   };
 }
 
+// The qkv projection with the rotary in its epilogue (tiles of three 80-wide heads): heads that
+// turn and heads that do not in one tile, a last tile partly past n (its heads past n neither
+// turn nor land), ragged row blocks, and an odd row stride (no pair stores).
+inline std::vector<HopperCase> HopperRotaryCases() {
+  using E = kernels::cuda::HopperEpilogue;
+  return {
+      {E::kBf16Rotary, 130, 480, 136, 8, true, false, false, 4},  // q 2, k 2, v 2 heads
+      {E::kBf16Rotary, 70, 400, 72, 0, false, false, false, 3},   // the second tile: 2 of its 3 heads
+      {E::kBf16Rotary, 33, 240, 64, 0, true, false, true, 3},     // every head turns, odd ldy
+  };
+}
+
 inline int64_t RoundUp8(int64_t v) { return (v + 7) / 8 * 8; }
 
 // A case's inputs (bf16 bits of normal values), its strides, and the expected y.
@@ -56,6 +70,7 @@ struct HopperData {
   std::vector<float> y0;    // y before the call (f32 accumulate), as floats
   std::vector<double> want;  // [m][n]
   std::vector<double> bound;  // |got - want| allowed, per element
+  std::vector<float> cos, sin;  // kBf16Rotary: [m][40], the tables of angles drawn at random
 };
 
 inline HopperData MakeHopperData(const HopperCase& c, uint32_t seed) {
@@ -76,6 +91,14 @@ inline HopperData MakeHopperData(const HopperCase& c, uint32_t seed) {
   if (c.accumulate) d.y0 = RandomNormal(c.m * d.ldy, seed + 3, 1.f);
   d.want.resize(c.m * c.n);
   d.bound.resize(c.m * c.n);
+  constexpr int kHalf = kernels::cuda::kHopperRotaryHeadDim / 2;
+  if (c.epilogue == E::kBf16Rotary) {
+    const std::vector<float> angle = RandomNormal(c.m * kHalf, seed + 4, 3.f);
+    for (const float t : angle) {
+      d.cos.push_back(std::cos(t));
+      d.sin.push_back(std::sin(t));
+    }
+  }
   const auto dot = [&](int64_t r, int64_t brow, double* mag) {
     double s = 0, a = 0;
     for (int64_t i = 0; i < c.k; ++i) {
@@ -104,10 +127,32 @@ inline HopperData MakeHopperData(const HopperCase& c, uint32_t seed) {
         v = silu * u;
       }
       if (c.accumulate) v += d.y0[r * d.ldy + col];
-      if (c.epilogue != E::kF32) err += std::fabs(v) / 256;  // one bf16 rounding (half an ulp is 2^-9)
       d.want[r * c.n + col] = v;
-      d.bound[r * c.n + col] = err + 1e-6;
+      d.bound[r * c.n + col] = err;
     }
+  }
+  if (c.epilogue == E::kBf16Rotary) {
+    // The rotate-half rotary on the heads that turn: each output mixes its value and its partner,
+    // so it may carry both one's errors (|cos|, |sin| <= 1).
+    const int hd = kernels::cuda::kHopperRotaryHeadDim;
+    for (int64_t r = 0; r < c.m; ++r) {
+      for (int h = 0; h < c.rotary_heads; ++h) {
+        for (int i = 0; i < kHalf; ++i) {
+          const int64_t c1 = r * c.n + h * hd + i, c2 = c1 + kHalf;
+          const double x1 = d.want[c1], x2 = d.want[c2];
+          const double co = d.cos[r * kHalf + i], si = d.sin[r * kHalf + i];
+          d.want[c1] = x1 * co - x2 * si;
+          d.want[c2] = x2 * co + x1 * si;
+          const double err = d.bound[c1] + d.bound[c2] + 1e-6 * (std::fabs(x1) + std::fabs(x2));
+          d.bound[c1] = d.bound[c2] = err;
+        }
+      }
+    }
+  }
+  for (int64_t i = 0; i < c.m * c.n; ++i) {
+    // One bf16 rounding (half an ulp is 2^-9) where y is bf16.
+    if (c.epilogue != E::kF32) d.bound[i] += std::fabs(d.want[i]) / 256;
+    d.bound[i] += 1e-6;
   }
   return d;
 }
@@ -129,6 +174,12 @@ inline kernels::cuda::HopperGemm HopperGemmOf(const HopperCase& c, const HopperD
   g.ldy = d.ldy;
   g.accumulate = c.accumulate;
   g.tile_n = tile_n;
+  if (c.epilogue == kernels::cuda::HopperEpilogue::kBf16Rotary) {
+    g.head_dim = kernels::cuda::kHopperRotaryHeadDim;
+    g.rotary_heads = c.rotary_heads;
+    g.cos = d.cos.data();
+    g.sin = d.sin.data();
+  }
   return g;
 }
 inline std::vector<float> HopperStartingF32(const HopperCase& c, const HopperData& d, float pad_value) {

@@ -119,6 +119,14 @@ void LaunchTwin(const HopperGemm& g, const TmaMap2d& a, const TmaMap2d& b) {
       LaunchShared(blocks, Dim3(kHopperThreads), kShared, HopperGemmKernel<HopperEpilogue::kSwiGluBf16, kTileN>, a,
                    b, p);
       break;
+    case HopperEpilogue::kBf16Rotary:
+      if constexpr (kTileN == kHopperRotaryTileN) {
+        LaunchShared(blocks, Dim3(kHopperThreads), kShared, HopperGemmKernel<HopperEpilogue::kBf16Rotary, kTileN>, a,
+                     b, p);
+      } else {
+        FAIL() << "the rotary epilogue runs on tiles of " << kHopperRotaryTileN;
+      }
+      break;
   }
 }
 
@@ -140,8 +148,11 @@ void RunCase(const HopperCase& c, int tile_n) {
                    64, kHopperTileRows};
   const TmaMap2d b{g.b, static_cast<uint64_t>(c.k), static_cast<uint64_t>(HopperGemmBRows(g)),
                    static_cast<uint64_t>(d.ldb * 2), 64, static_cast<uint32_t>(tile_n / 2)};
+  ASSERT_TRUE(HopperGemmTakes(g));
   if (tile_n == 256) {
     LaunchTwin<256>(g, a, b);
+  } else if (tile_n == kHopperRotaryTileN) {
+    LaunchTwin<kHopperRotaryTileN>(g, a, b);
   } else {
     LaunchTwin<128>(g, a, b);
   }
@@ -158,6 +169,69 @@ TEST(SimtHopperGemm, MatchesTheDefinitionOnOddSizes) {
       if (testing::kSimtSanitized && i != 0 && i != 1 && i != 3 && i != 6) continue;
       RunCase(cases[i], tile_n);
     }
+  }
+}
+
+// The launcher's check, on the host: what the copy engine cannot read, and the rotary epilogue's
+// own terms.
+TEST(SimtHopperGemm, RefusesWhatItCannotRead) {
+  HopperGemm g;
+  alignas(16) static uint16_t a[64], b[64];
+  static float y[64];
+  g.a = a;
+  g.b = b;
+  g.y = y;
+  g.m = g.n = 4;
+  g.k = 8;
+  g.lda = g.ldb = 8;
+  g.ldy = 4;
+  EXPECT_TRUE(HopperGemmTakes(g));
+  HopperGemm bad = g;
+  bad.lda = 12;  // rows not whole 16-byte vectors
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = g;
+  bad.a = a + 1;  // misaligned
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = g;
+  bad.ldy = 3;
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = g;
+  bad.k = 16;  // past the rows' stride
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = g;
+  bad.tile_n = kHopperRotaryTileN;  // the rotary's width only
+  EXPECT_FALSE(HopperGemmTakes(bad));
+
+  static float table[40];
+  HopperGemm rot = g;
+  rot.epilogue = HopperEpilogue::kBf16Rotary;
+  rot.n = rot.ldy = 160;
+  rot.tile_n = kHopperRotaryTileN;
+  rot.head_dim = kHopperRotaryHeadDim;
+  rot.rotary_heads = 2;
+  rot.cos = rot.sin = table;
+  EXPECT_TRUE(HopperGemmTakes(rot));
+  bad = rot;
+  bad.rotary_heads = 3;  // past n
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = rot;
+  bad.head_dim = 64;  // not the heads its tiles hold
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = rot;
+  bad.tile_n = 256;
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = rot;
+  bad.sin = nullptr;
+  EXPECT_FALSE(HopperGemmTakes(bad));
+}
+
+// The qkv projection with the rotary in its epilogue, on tiles of three heads. Under a
+// sanitizer: the mixed tile with its ragged rows (case 0) and the odd stride (2).
+TEST(SimtHopperGemm, RotaryEpilogueTurnsQAndKHeadsAsTheRotaryDoes) {
+  const std::vector<HopperCase> cases = testing::HopperRotaryCases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (testing::kSimtSanitized && i == 1) continue;
+    RunCase(cases[i], kHopperRotaryTileN);
   }
 }
 

@@ -778,10 +778,17 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
         device_.CopyToDevice(A.sin_host.data<float>(), A.sin.data<float>(), table_bytes);
       }
       const kernels::LinearInput in = NormedInput(hidden + r0 * hv, b.norm1, b.norm1_bias, rows, normed + r0 * hv);
+      const int64_t t0 = r0 * (d / 2);
       kernels::HeadsView q, k;
       if (r.qkv_bf16) {
         // Row r's bf16 values at r * 3 hv of the buffer's bytes read as bf16 (its first half).
         uint16_t* out = reinterpret_cast<uint16_t*>(qkv) + r0 * 3 * hv;
+        if (options_.techniques.fused_rotary) {
+          // The projection and the rotary together (in the matmul's epilogue where the device can).
+          kernels::LinearForwardToBf16Rotary(device_, *b.qkv, in, rows, out, 3 * hv,
+                                             {heads, d, plan.cos.data<float>() + t0, plan.sin.data<float>() + t0});
+          break;
+        }
         kernels::LinearForwardToBf16(device_, *b.qkv, in, rows, out, 3 * hv);
         q = {nullptr, 3 * hv, heads, out};
         k = {nullptr, 3 * hv, heads, out + hv};
@@ -791,7 +798,6 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
         q = {out, 3 * hv, heads};
         k = {out + hv, 3 * hv, heads};
       }
-      const int64_t t0 = r0 * (d / 2);
       if (options_.techniques.fused_rotary) {
         kernels::RotaryQK(device_, q, k, rows, d, plan.cos.data<float>() + t0, plan.sin.data<float>() + t0);
       } else {

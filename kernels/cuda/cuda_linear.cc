@@ -469,6 +469,24 @@ class CudaLinear final : public Linear {
     dev_.Check(LaunchToBf16Rows(dev_.stream(), f32, m, out_, ldy, y), "Linear: f32 -> bf16 output rows");
   }
 
+  // kernels::LinearForwardToBf16Rotary on the Hopper GEMM's rotary epilogue; false, with nothing
+  // enqueued, where it does not run the call.
+  bool ForwardToBf16Rotary(const LinearInput& in, int64_t m, uint16_t* y, int64_t ldy, const QkvRotary& r) const {
+    if (m <= 0) return false;
+    const uint16_t* base = ScratchBf16Rows(m);
+    if (base == nullptr) return true;  // the device keeps the error
+    HopperGemm g = HopperCall(base, ld_, m, HopperEpilogue::kBf16Rotary, y, ldy, false);
+    g.tile_n = kHopperRotaryTileN;
+    g.head_dim = r.head_dim;
+    g.rotary_heads = 2 * r.heads;  // q's, then k's
+    g.cos = r.cos;
+    g.sin = r.sin;
+    if (!HopperRuns(g, false)) return false;
+    if (InputRowsBf16(in, m) == nullptr) return true;  // at `base`
+    RunHopper(g, false);
+    return true;
+  }
+
   // The Hopper GEMM's call for m bf16 rows of stride ldb times this Linear's weight, into y of
   // stride ldy (kSwiGluBf16: this Linear is a gated MLP's gate_up, gate's rows then up's).
   HopperGemm HopperCall(const uint16_t* rows, int64_t ldb, int64_t m, HopperEpilogue epilogue, void* y, int64_t ldy,
@@ -758,6 +776,17 @@ void LinearForwardToBf16(CudaDevice& dev, const Linear& linear, const LinearInpu
     return;
   }
   l->ForwardToBf16(in, m, y, ldy);
+}
+
+bool LinearForwardToBf16Rotary(CudaDevice& dev, const Linear& linear, const LinearInput& in, int64_t m, uint16_t* y,
+                               int64_t ldy, const QkvRotary& rotary) {
+  const auto* l = dynamic_cast<const CudaLinear*>(&linear);
+  if (l == nullptr || l->compute() != ComputeType::kBF16 || ldy < l->out_features()) {
+    dev.Report(absl::InvalidArgumentError(absl::StrCat(
+        "LinearForwardToBf16Rotary: needs a bf16 Linear of this device and ldy >= out_features (ldy ", ldy, ")")));
+    return true;
+  }
+  return l->ForwardToBf16Rotary(in, m, y, ldy, rotary);
 }
 
 absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CudaDevice& dev, const core::Tensor& weight,

@@ -13,6 +13,7 @@
 #include "kernels/cuda/linear_kernels.h"
 #include "kernels/attention.h"
 #include "kernels/linear.h"
+#include "kernels/qkv_bf16.h"
 
 namespace iris::kernels::cuda {
 
@@ -60,6 +61,14 @@ bool KeepsQkvInBf16(CudaDevice& dev, const Linear& qkv, bool bf16_attention);
 // bf16, or ldy < out_features, is the device's error (INVALID_ARGUMENT).
 void LinearForwardToBf16(CudaDevice& dev, const Linear& linear, const LinearInput& in, int64_t m, uint16_t* y,
                          int64_t ldy);
+
+// kernels::LinearForwardToBf16Rotary in one launch: the Hopper GEMM with the rotary in its
+// epilogue, where the device runs every matmul on it (HopperGemmUse::kAll) and it takes the call
+// (rows, head_dim kHopperRotaryHeadDim, 2 * heads heads inside the output). False, with nothing
+// enqueued, otherwise (the caller runs the two ops); true with the device's error for a Linear
+// not of this device or not bf16, or ldy < out_features.
+bool LinearForwardToBf16Rotary(CudaDevice& dev, const Linear& linear, const LinearInput& in, int64_t m, uint16_t* y,
+                               int64_t ldy, const QkvRotary& rotary);
 
 // FLOP/s of a size x size x size cuBLASLt GEMM in the compute type (bf16 inputs or f32, f32
 // accumulation), best of `repeats` timed with CUDA events after a warm-up; 0 when it cannot run.

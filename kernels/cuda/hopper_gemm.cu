@@ -45,13 +45,20 @@ int MakeMap(CUtensorMap* map, const uint16_t* base, int64_t cols, int64_t rows, 
   return r == CUDA_SUCCESS ? 0 : static_cast<int>(cudaErrorInvalidValue);
 }
 
+// Lets kKernel have `bytes` of dynamic shared memory, more than the 48 KB a kernel gets unasked;
+// asked once per kernel and process (iris drives one GPU).
+template <auto kKernel>
+cudaError_t OptIntoSharedMemory(int bytes) {
+  static const cudaError_t opted = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return opted;
+}
+
 template <HopperEpilogue kEpi, int kTileN>
 int LaunchAs(CUstream_st* stream, const HopperGemm& g, const CUtensorMap& a, const CUtensorMap& b) {
   constexpr int kShared = HopperTile<kTileN>::kSharedBytes;
-  // More than the 48 KB a kernel gets unasked; set once per process (iris drives one GPU).
-  static const cudaError_t opted =
-      cudaFuncSetAttribute(HopperGemmKernel<kEpi, kTileN>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
-  if (opted != cudaSuccess) return static_cast<int>(opted);
+  if (const cudaError_t e = OptIntoSharedMemory<HopperGemmKernel<kEpi, kTileN>>(kShared); e != cudaSuccess) {
+    return static_cast<int>(e);
+  }
   const HopperGrid grid = HopperGemmGrid(g);
   HopperGemmKernel<kEpi, kTileN><<<dim3(grid.cols, grid.rows), kHopperThreads, kShared, stream>>>(
       a, b, HopperGemmParamsOf(g));
@@ -67,19 +74,13 @@ int LaunchTile(CUstream_st* stream, const HopperGemm& g, const CUtensorMap& a, c
       return LaunchAs<HopperEpilogue::kBf16, kTileN>(stream, g, a, b);
     case HopperEpilogue::kSwiGluBf16:
       return LaunchAs<HopperEpilogue::kSwiGluBf16, kTileN>(stream, g, a, b);
+    case HopperEpilogue::kBf16Rotary:
+      break;  // its own width (LaunchHopperGemm)
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
 }  // namespace
-
-bool HopperGemmTakes(const HopperGemm& g) {
-  constexpr int64_t kMax = int64_t{1} << 31;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return g.a != nullptr && g.b != nullptr && g.y != nullptr && aligned(g.a) && aligned(g.b) && g.m > 0 && g.n > 0 &&
-         g.k > 0 && g.m < kMax && 2 * g.n < kMax && g.k < kMax && g.lda % 8 == 0 && g.ldb % 8 == 0 && g.lda >= g.k &&
-         g.ldb >= g.k && g.ldy >= g.n && (g.tile_n == 128 || g.tile_n == 256) && HopperGemmGrid(g).rows <= 65535u;
-}
 
 int LaunchHopperGemm(CUstream_st* stream, const HopperGemm& g) {
   if (!HopperGemmTakes(g)) return static_cast<int>(cudaErrorInvalidValue);
@@ -88,6 +89,9 @@ int LaunchHopperGemm(CUstream_st* stream, const HopperGemm& g) {
   if (const int e = MakeMap(&b, g.b, g.k, HopperGemmBRows(g), g.ldb, static_cast<uint32_t>(g.tile_n / 2)); e != 0) {
     return e;
   }
+  if (g.epilogue == HopperEpilogue::kBf16Rotary) {
+    return LaunchAs<HopperEpilogue::kBf16Rotary, kHopperRotaryTileN>(stream, g, a, b);
+  }
   return g.tile_n == 256 ? LaunchTile<256>(stream, g, a, b) : LaunchTile<128>(stream, g, a, b);
 }
 
@@ -95,18 +99,18 @@ int LaunchTmaBoxProbe(CUstream_st* stream, const uint16_t* m, int64_t rows, int6
                       int32_t y, unsigned char* out) {
   CUtensorMap map{};
   if (const int e = MakeMap(&map, m, cols, rows, ld, 64); e != 0) return e;
-  static const cudaError_t opted =
-      cudaFuncSetAttribute(TmaBoxProbeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kProbeSharedBytes);
-  if (opted != cudaSuccess) return static_cast<int>(opted);
+  if (const cudaError_t e = OptIntoSharedMemory<TmaBoxProbeKernel>(kProbeSharedBytes); e != cudaSuccess) {
+    return static_cast<int>(e);
+  }
   TmaBoxProbeKernel<<<1, 128, kProbeSharedBytes, stream>>>(map, x, y, out);
   return LastLaunchError();
 }
 
 int LaunchWgmmaProbe(CUstream_st* stream, const uint16_t* a, const uint16_t* b, int kk, float* d) {
   if (kk < 0 || kk > 3) return static_cast<int>(cudaErrorInvalidValue);
-  static const cudaError_t opted =
-      cudaFuncSetAttribute(WgmmaProbeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kProbeSharedBytes);
-  if (opted != cudaSuccess) return static_cast<int>(opted);
+  if (const cudaError_t e = OptIntoSharedMemory<WgmmaProbeKernel>(kProbeSharedBytes); e != cudaSuccess) {
+    return static_cast<int>(e);
+  }
   WgmmaProbeKernel<<<1, 128, kProbeSharedBytes, stream>>>(a, b, kk, d);
   return LastLaunchError();
 }

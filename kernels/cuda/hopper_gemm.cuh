@@ -11,7 +11,10 @@
 //     there: a residual add), bf16 rows (+ bias), or SwiGLU: B's two halves are N/2 rows of gate
 //     and the N/2 rows of up `second_half` rows below them (the gate_up weight as it is stored,
 //     no permutation), so that silu(gate + bias) * (up + bias) meets in one thread's registers
-//     and only the bf16 product leaves the block (the gate_up output never reaches memory).
+//     and only the bf16 product leaves the block (the gate_up output never reaches memory);
+//     or bf16 rows (+ bias) with the rotary turned on q's and k's heads: tiles of three 80-wide
+//     heads (N = 240), where a value and its rotate-half partner 40 columns on sit in the same
+//     thread's accumulators (5 n8 blocks apart), so the qkv projection needs no rotary launch.
 // N = 256 does twice the MMA work per byte of A brought in, and holds 128 accumulators a thread.
 // Edges need no code: the copy engine fills zeros past the matrices' rows and K, and the epilogue
 // writes only rows < m and columns < n. Shared with the SIMT harness (kernels/cuda/simt.h), which
@@ -36,10 +39,11 @@ constexpr int kHopperABytes = kHopperTileRows * kHopperTileK * 2;  // 16 KB
 // A block's shape and shared memory for B tiles of kTileN rows (two halves, one box each).
 template <int kTileN>
 struct HopperTile {
-  static_assert(kTileN == 128 || kTileN == 256);
+  static_assert(kTileN == 128 || kTileN == 256 || kTileN == kHopperRotaryTileN);
   static constexpr int kHalfRows = kTileN / 2;
-  static constexpr int kBHalfBytes = kHalfRows * kHopperTileK * 2;
-  static constexpr int kStageBytes = kHopperABytes + 2 * kBHalfBytes;  // 32 or 48 KB
+  static constexpr int kBHalfBytes = kHalfRows * kHopperTileK * 2;  // 1024-byte multiples (swizzle rows)
+  static_assert(kBHalfBytes % 1024 == 0);
+  static constexpr int kStageBytes = kHopperABytes + 2 * kBHalfBytes;  // 32, 46 or 48 KB
   // The ring, its barriers (full and empty per stage), and room to align the ring to 1024 bytes.
   static constexpr int kSharedBytes = kHopperStages * kStageBytes + 2 * kHopperStages * 8 + 1024;
   static constexpr int kAccumulators = kTileN / 2;  // a consumer thread's share of 64 x kTileN
@@ -56,6 +60,10 @@ struct HopperGemmParams {
   int64_t ldy = 0;              // y's row stride, in elements
   bool accumulate = false;      // kF32: y += the product
   bool pairs_aligned = false;   // ldy even and y aligned to two elements: column pairs store at once
+  // kBf16Rotary: columns below rotary_cols (whole heads) turn by cos/sin [m][head_dim / 2].
+  int rotary_cols = 0;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
 };
 
 // The kernel's parameters and grid for a call (the launcher's and the SIMT tests' one mapping).
@@ -71,6 +79,11 @@ inline HopperGemmParams HopperGemmParamsOf(const HopperGemm& g) {
   p.accumulate = g.accumulate && g.epilogue == HopperEpilogue::kF32;
   const uintptr_t pair_bytes = g.epilogue == HopperEpilogue::kF32 ? 8 : 4;
   p.pairs_aligned = g.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(g.y) % pair_bytes == 0;
+  if (g.epilogue == HopperEpilogue::kBf16Rotary) {
+    p.rotary_cols = g.rotary_heads * g.head_dim;
+    p.cos = g.cos;
+    p.sin = g.sin;
+  }
   return p;
 }
 // B's rows the copy engine may read: gate's then up's for kSwiGluBf16.
@@ -85,8 +98,43 @@ inline HopperGrid HopperGemmGrid(const HopperGemm& g) {
   return {static_cast<unsigned>((g.n + per - 1) / per), static_cast<unsigned>((g.m + kHopperTileRows - 1) / kHopperTileRows)};
 }
 
+// kBf16Rotary, one row's share of a thread (`half` picks the row as the store does): the bias
+// added, then each first-half value of a rotated head turned with its partner 40 columns on.
+template <int kTileN>
+IRIS_DEVICE void HopperRotateRow(const HopperGemmParams& p, float (&acc)[kTileN / 2], int half, int row, int col0,
+                                 int q) {
+  constexpr int kHeadBlocks = kHopperRotaryHeadDim / 8;  // n8 column blocks a head
+  constexpr int kPartner = kHeadBlocks / 2;               // rotate-half: 40 columns = 5 blocks on
+  static_assert(kTileN % kHopperRotaryHeadDim == 0 && kHeadBlocks % 2 == 0);
+  IRIS_UNROLL
+  for (int j = 0; j < kTileN / 8; ++j) {
+    IRIS_UNROLL
+    for (int e = 0; e < 2; ++e) {
+      const int col = col0 + 8 * j + 2 * q + e;
+      if (p.bias != nullptr && col < p.n) acc[4 * j + 2 * half + e] += p.bias[col];
+    }
+  }
+  constexpr int kTableWidth = kHopperRotaryHeadDim / 2;
+  IRIS_UNROLL
+  for (int j = 0; j < kTileN / 8; ++j) {
+    if (j % kHeadBlocks >= kPartner) continue;                    // second halves turn with their first
+    if (col0 + (j / kHeadBlocks) * kHopperRotaryHeadDim >= p.rotary_cols) continue;  // v's heads, or past n
+    IRIS_UNROLL
+    for (int e = 0; e < 2; ++e) {
+      const int d = 8 * (j % kHeadBlocks) + 2 * q + e;  // < 40: the table's column
+      const float c = p.cos[static_cast<int64_t>(row) * kTableWidth + d];
+      const float s = p.sin[static_cast<int64_t>(row) * kTableWidth + d];
+      float& x1 = acc[4 * j + 2 * half + e];
+      float& x2 = acc[4 * (j + kPartner) + 2 * half + e];
+      const float a = x1, b = x2;
+      x1 = a * c - b * s;
+      x2 = b * c + a * s;
+    }
+  }
+}
+
 template <HopperEpilogue kEpi, int kTileN>
-IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, const float (&acc)[kTileN / 2], int row0, int col0) {
+IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, float (&acc)[kTileN / 2], int row0, int col0) {
   const int t = static_cast<int>(threadIdx.x) % 128, lane = t % 32;
   const int group = lane / 4, q = lane % 4;
   constexpr int kUpBlock = kTileN / 16;  // SwiGLU: the up half's first n8 column block
@@ -95,6 +143,7 @@ IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, const float (&acc)[k
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + 16 * (t / 32) + group + 8 * half;
     if (row >= p.m) continue;
+    if constexpr (kEpi == HopperEpilogue::kBf16Rotary) HopperRotateRow<kTileN>(p, acc, half, row, col0, q);
     IRIS_UNROLL
     for (int j = 0; j < kBlocks8; ++j) {
       const int col = col0 + 8 * j + 2 * q;
@@ -109,7 +158,7 @@ IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, const float (&acc)[k
             up += p.bias[p.n + col + e];
           }
           v[e] = Silu(v[e]) * up;
-        } else if (p.bias != nullptr && col + e < p.n) {
+        } else if (kEpi != HopperEpilogue::kBf16Rotary && p.bias != nullptr && col + e < p.n) {
           v[e] += p.bias[col + e];
         }
       }

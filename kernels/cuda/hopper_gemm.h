@@ -15,7 +15,15 @@ enum class HopperEpilogue : int {
   kBf16,        // y bf16: A·Bᵀ + bias, rounded
   kSwiGluBf16,  // y bf16: silu(gate + bias) * (up + bias), rounded, where B's rows are n of gate
                 // then n of up (a gated MLP's gate_up weight as stored) and the bias [2n] likewise
+  kBf16Rotary,  // y bf16: A·Bᵀ + bias with the rotary turned on its first rotary_heads heads (the
+                // vision blocks' qkv rows: q's and k's heads), rounded once
 };
+
+// The fused rotary's heads: Qwen2-VL's and Qwen2.5-VL's vision heads (1280 / 16 = 80 values), in
+// tiles of three whole heads, so that every value and its rotate-half partner 40 columns on meet
+// in one thread's accumulators (the MMA's fragments hold columns 8 apart).
+constexpr int kHopperRotaryHeadDim = 80;
+constexpr int kHopperRotaryTileN = 240;
 
 struct HopperGemm {
   HopperEpilogue epilogue = HopperEpilogue::kF32;
@@ -28,13 +36,33 @@ struct HopperGemm {
   void* y = nullptr;            // [m][ldy], f32 or bf16 by the epilogue
   int64_t ldy = 0;
   bool accumulate = false;      // kF32 only
-  int tile_n = 128;             // B rows a block multiplies: 128 or 256 (twice the work per A byte)
+  int tile_n = 128;             // B rows a block multiplies: 128 or 256 (twice the work per A byte);
+                                // kBf16Rotary: kHopperRotaryTileN
+  // kBf16Rotary: the rotate-half rotary (kernels/rotary.h) of heads [0, rotary_heads) of
+  // head_dim values each, row r of the call by cos/sin [m][head_dim / 2] row r.
+  int head_dim = 0;
+  int rotary_heads = 0;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
 };
 
 // Whether the kernel takes g: a and b 16-byte aligned with row strides of whole 16-byte vectors
 // (lda, ldb multiples of 8, at least k), ldy >= n, sizes that fit the kernel's 32-bit indices,
-// tile_n 128 or 256.
-bool HopperGemmTakes(const HopperGemm& g);
+// tile_n 128 or 256; kBf16Rotary: head_dim kHopperRotaryHeadDim, tile_n kHopperRotaryTileN, the
+// tables given, the rotated heads inside n.
+inline bool HopperGemmTakes(const HopperGemm& g) {
+  constexpr int64_t kMax = int64_t{1} << 31;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool shape = g.a != nullptr && g.b != nullptr && g.y != nullptr && aligned(g.a) && aligned(g.b) && g.m > 0 &&
+                     g.n > 0 && g.k > 0 && g.m < kMax && 2 * g.n < kMax && g.k < kMax && g.lda % 8 == 0 &&
+                     g.ldb % 8 == 0 && g.lda >= g.k && g.ldb >= g.k && g.ldy >= g.n &&
+                     (g.m + 127) / 128 <= 65535;  // row blocks of 128: the grid's y
+  if (g.epilogue == HopperEpilogue::kBf16Rotary) {
+    return shape && g.tile_n == kHopperRotaryTileN && g.head_dim == kHopperRotaryHeadDim && g.cos != nullptr &&
+           g.sin != nullptr && g.rotary_heads >= 0 && int64_t{g.rotary_heads} * g.head_dim <= g.n;
+  }
+  return shape && (g.tile_n == 128 || g.tile_n == 256);
+}
 
 // Enqueues g on stream (cudaErrorInvalidValue where !HopperGemmTakes; the driver's error where
 // its tensor maps cannot be made).

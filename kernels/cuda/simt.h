@@ -14,7 +14,7 @@
 // (copies to shared memory in flight while the thread computes; here they land at the wait),
 // LdMatrixX4()/LdMatrixX4Trans() (a warp's fragment loads from shared memory), Hopper's
 // DynamicShared(), MBarrier*() (transaction barriers), TmaLoad2d() (the bulk tensor copy, its
-// TmaMap2d) and Wgmma*() (warpgroup MMAs, N 128 or 256, from shared-memory descriptors, twinned on the host by
+// TmaMap2d) and Wgmma*() (warpgroup MMAs, N 128, 240 or 256, from shared-memory descriptors, twinned on the host by
 // decoding the descriptor as the hardware does), IRIS_SM90A_CODE and IRIS_GRID_CONSTANT,
 // threadIdx/blockIdx/blockDim/gridDim (x, y, z), kWarpSize, and Launch/LaunchShared for the host side.
 // Every thread of a block must reach each SyncThreads (as CUDA requires), and a block's size is a
@@ -300,7 +300,7 @@ __device__ __forceinline__ void WgmmaHoldRegisters(float (&d)[R]) {
 }
 
 // d (+)= A·B for a warpgroup (4 warps, 128 threads) on the tensor cores, asynchronously: A 64x16
-// and B Nx16 (both K-major; N 128 or 256) bf16 in shared memory by their descriptors, d 64xN f32
+// and B Nx16 (both K-major; N 128, 240 or 256) bf16 in shared memory by their descriptors, d 64xN f32
 // in registers, N / 2 a thread. With thread t of the warpgroup, warp w = t / 32, lane = 4 * group + q:
 //   d[4j + 0], d[4j + 1] = D[16w + group][8j + 2q, 8j + 2q + 1]
 //   d[4j + 2], d[4j + 3] = D[16w + group + 8][8j + 2q, 8j + 2q + 1]      (j = 0..N/8 - 1)
@@ -334,6 +334,21 @@ __device__ __forceinline__ void WgmmaM64K16Bf16<256>(float (&d)[128], WgmmaDesc 
       "%128, %129, p, 1, 1, 0, 0;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(a), "l"(b), "r"(accumulate));
+#endif
+}
+template <>
+__device__ __forceinline__ void WgmmaM64K16Bf16<240>(float (&d)[120], WgmmaDesc a, WgmmaDesc b, int accumulate) {
+#if IRIS_SM90A_CODE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %122, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n240k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119}, "
+      "%120, %121, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
       : "l"(a), "l"(b), "r"(accumulate));
 #endif
 }
@@ -435,7 +450,43 @@ struct PendingCopy {
   void* dst;
   const void* src;
   bool valid;
-  int group;  // the commit that closed it; -1 while open
+};
+
+// A thread's asynchronous operations in commit groups (cp.async's copies, wgmma's MMAs): issued
+// open, closed into a group by a commit, and run in issue order by the wait that leaves at most
+// `in_flight` closed groups pending.
+template <typename Op>
+struct AsyncGroups {
+  struct Entry {
+    Op op;
+    int group;  // the commit that closed it; -1 while open
+  };
+  std::vector<Entry> pending;  // in issue order
+  int commits = 0;             // groups closed so far in this block
+
+  void Issue(const Op& op) { pending.push_back({op, -1}); }
+  void Commit() {
+    for (Entry& e : pending) {
+      if (e.group < 0) e.group = commits;
+    }
+    ++commits;
+  }
+  template <typename Run>
+  void Land(int in_flight, Run run) {
+    std::vector<Entry> keep;
+    for (const Entry& e : pending) {
+      if (e.group >= 0 && e.group < commits - in_flight) {
+        run(e.op);
+      } else {
+        keep.push_back(e);
+      }
+    }
+    pending.swap(keep);
+  }
+  void Reset() {
+    pending.clear();
+    commits = 0;
+  }
 };
 
 struct ThreadState {
@@ -443,8 +494,7 @@ struct ThreadState {
   Block* block = nullptr;
   Warp* warp = nullptr;
   int lane = 0;
-  std::vector<PendingCopy> copies;  // in issue order
-  int commits = 0;                  // groups closed so far in this block
+  AsyncGroups<PendingCopy> copies;
 };
 
 
@@ -452,20 +502,13 @@ inline thread_local ThreadState tls;
 
 // Lands the thread's copies of every group but the newest `in_flight` closed ones.
 inline void LandCopies(int in_flight) {
-  ThreadState& s = tls;
-  std::vector<PendingCopy> keep;
-  for (const PendingCopy& c : s.copies) {
-    if (c.group >= 0 && c.group < s.commits - in_flight) {
-      if (c.valid) {
-        std::memcpy(c.dst, c.src, 16);
-      } else {
-        std::memset(c.dst, 0, 16);
-      }
+  tls.copies.Land(in_flight, [](const PendingCopy& c) {
+    if (c.valid) {
+      std::memcpy(c.dst, c.src, 16);
     } else {
-      keep.push_back(c);
+      std::memset(c.dst, 0, 16);
     }
-  }
-  s.copies.swap(keep);
+  });
 }
 
 }  // namespace simt
@@ -566,14 +609,8 @@ inline void MmaBf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2
 // The asynchronous copies: recorded at issue, landed at the wait that retires their group (so a
 // kernel that reads a tile before waiting for it reads what was there before, as it could on
 // the GPU).
-inline void CpAsync16(void* dst, const void* src, bool valid) { simt::tls.copies.push_back({dst, src, valid, -1}); }
-inline void CpAsyncCommit() {
-  simt::ThreadState& s = simt::tls;
-  for (simt::PendingCopy& c : s.copies) {
-    if (c.group < 0) c.group = s.commits;
-  }
-  ++s.commits;
-}
+inline void CpAsync16(void* dst, const void* src, bool valid) { simt::tls.copies.Issue({dst, src, valid}); }
+inline void CpAsyncCommit() { simt::tls.copies.Commit(); }
 template <int N>
 void CpAsyncWait() {
   simt::LandCopies(N);
@@ -705,10 +742,8 @@ struct PendingWgmma {
   int n;  // B's rows (the MMA's N)
   WgmmaDesc a, b;
   int accumulate;
-  int group;  // -1 while open
 };
-inline thread_local std::vector<PendingWgmma> wgmmas;
-inline thread_local int wgmma_commits = 0;
+inline thread_local AsyncGroups<PendingWgmma> wgmmas;
 
 // Element (row, k) of a K-major 128-byte-swizzled tile: rows 128 bytes apart within a group of 8,
 // groups stride_bytes apart, the swizzle on the whole address (as the hardware's).
@@ -736,27 +771,12 @@ inline void RunWgmma(const PendingWgmma& op) {
   }
 }
 
-inline void LandWgmmas(int in_flight) {
-  std::vector<PendingWgmma> keep;
-  for (const PendingWgmma& op : wgmmas) {
-    if (op.group >= 0 && op.group < wgmma_commits - in_flight) {
-      RunWgmma(op);
-    } else {
-      keep.push_back(op);
-    }
-  }
-  wgmmas.swap(keep);
-}
+inline void LandWgmmas(int in_flight) { wgmmas.Land(in_flight, RunWgmma); }
 }  // namespace simt
 
 inline void FenceProxyAsync() {}
 inline void WgmmaFence() {}
-inline void WgmmaCommit() {
-  for (simt::PendingWgmma& op : simt::wgmmas) {
-    if (op.group < 0) op.group = simt::wgmma_commits;
-  }
-  ++simt::wgmma_commits;
-}
+inline void WgmmaCommit() { simt::wgmmas.Commit(); }
 // The MMA is one operation of the whole warpgroup: once a thread's wait returns, every thread's
 // share of it has read its tiles (a thread then hands the tiles back for all), so the twin's wait
 // is also a barrier of the warpgroup.
@@ -774,8 +794,8 @@ template <int R>
 void WgmmaHoldRegisters(float (&)[R]) {}
 template <int N>
 void WgmmaM64K16Bf16(float (&d)[N / 2], WgmmaDesc a, WgmmaDesc b, int accumulate) {
-  static_assert(N == 128 || N == 256, "the MMAs iris twins");
-  simt::wgmmas.push_back({d, N, a, b, accumulate, -1});
+  static_assert(N == 128 || N == 240 || N == 256, "the MMAs iris twins");
+  simt::wgmmas.Issue({d, N, a, b, accumulate});
 }
 
 // kernel<<<grid, block, shared_bytes>>>(args...): with dynamic shared memory (DynamicShared()),
@@ -813,9 +833,9 @@ void LaunchShared(Dim3 grid, Dim3 block, size_t shared_bytes, void (*kernel)(Par
             kernel(args...);
             CpAsyncCommit();  // copies a kernel never waited for still land (as on the GPU)
             simt::LandCopies(0);
-            s.commits = 0;
-            if (!simt::wgmmas.empty()) simt::Fail("wgmma: a kernel ended with MMAs it never waited for");
-            simt::wgmma_commits = 0;
+            s.copies.Reset();
+            if (!simt::wgmmas.pending.empty()) simt::Fail("wgmma: a kernel ended with MMAs it never waited for");
+            simt::wgmmas.Reset();
             b.sync.arrive_and_wait();  // the block is done before the next one reuses its shared storage
           }
         }
