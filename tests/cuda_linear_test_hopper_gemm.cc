@@ -72,11 +72,12 @@ TEST(CudaHopperGemm, ProbeOneWarpgroupMma) {
   }
 }
 
-void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed, int tile_n) {
-  SCOPED_TRACE(c.Name() + " tile " + std::to_string(tile_n));
+void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed, int tile_n, int max_blocks) {
+  SCOPED_TRACE(c.Name() + " tile " + std::to_string(tile_n) + " max blocks " + std::to_string(max_blocks));
   const testing::HopperData d = testing::MakeHopperData(c, seed);
   constexpr float kPad = 12345.f;
   HopperGemm g = testing::HopperGemmOf(c, d, tile_n);
+  g.max_blocks = max_blocks;
   g.a = gpu.Up(d.a);  // the device's copies
   g.b = gpu.Up(d.b);
   g.bias = c.bias ? gpu.Up(d.bias) : nullptr;
@@ -107,10 +108,13 @@ void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed, int tile_n)
 TEST(CudaHopperGemm, MatchesTheDefinitionOnOddSizes) {
   std::unique_ptr<testing::Gpu> gpu = HopperGpu();
   if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
-  for (const int tile_n : {128, 256}) {
-    for (const HopperCase& c : testing::HopperCases()) RunOnGpu(*gpu, c, 23, tile_n);
+  // A block per tile, and 3 blocks taking the tiles in turn (the persistent loop).
+  for (const int max_blocks : {0, 3}) {
+    for (const int tile_n : {128, 256}) {
+      for (const HopperCase& c : testing::HopperCases()) RunOnGpu(*gpu, c, 23, tile_n, max_blocks);
+    }
+    for (const HopperCase& c : testing::HopperRotaryCases()) RunOnGpu(*gpu, c, 29, kHopperRotaryTileN, max_blocks);
   }
-  for (const HopperCase& c : testing::HopperRotaryCases()) RunOnGpu(*gpu, c, 29, kHopperRotaryTileN);
 }
 
 // The 3b tower's four matmuls (qkv to bf16 — also with the rotary —, o and down into the residual, gate_up with SwiGLU),
@@ -125,12 +129,15 @@ TEST(CudaHopperGemm, MatchesTheDefinitionOnTheVisionTowersShapes) {
       {E::kSwiGluBf16, 200, 3420, 1280, 0, true, false},
       {E::kF32, 130, 1280, 3420, 4, true, true},
   };
+  // Persistent over the SMs (as the Linear launches it), and a block per tile at one width.
+  const int sms = gpu->cuda().sm_count();
   for (const int tile_n : {128, 256}) {
     uint32_t seed = 40;
-    for (const HopperCase& c : cases) RunOnGpu(*gpu, c, seed++, tile_n);
+    for (const HopperCase& c : cases) RunOnGpu(*gpu, c, seed++, tile_n, sms);
   }
+  for (const HopperCase& c : cases) RunOnGpu(*gpu, c, 45, 128, 0);
   // qkv with the rotary of q's and k's 32 heads in its epilogue.
-  RunOnGpu(*gpu, {E::kBf16Rotary, 300, 3840, 1280, 0, true, false, false, 32}, 50, kHopperRotaryTileN);
+  RunOnGpu(*gpu, {E::kBf16Rotary, 300, 3840, 1280, 0, true, false, false, 32}, 50, kHopperRotaryTileN, sms);
 }
 
 // iris-server's --hopper-gemm: the device option sets it on a compute capability 9.0 GPU and is a
@@ -207,6 +214,10 @@ TEST(CudaHopperGemm, TheLinearsPathsAgreeWithCublasLt) {
     };
     EXPECT_LT(rel_l2(swiglu, ref), 5e-3) << "gated MLP: SwiGLU fused vs cuBLASLt's hand-off";
     EXPECT_LT(rel_l2(all, swiglu), 1e-4) << "gated MLP: down on the Hopper GEMM too";
+    // A tile's sums do not depend on which block computes it, or after which other tile.
+    cuda.SetHopperGemmPersistent(false);
+    EXPECT_EQ(mlp(CudaDevice::HopperGemmUse::kAll), all) << "a block per tile vs persistent";
+    cuda.SetHopperGemmPersistent(true);
 
     // f32 rows with bias and the residual add; bf16 rows.
     float* down_in = gpu->Up(testing::RandomNormal(m * inter, 8, 1.f));

@@ -227,7 +227,9 @@ TEST_P(CudaTinyEncoder, GraphsReplayAGridListsForwardBitForBit) {
     // The two lists alternate, so the last forward's plan never fits: once recorded, a list's
     // forward takes the plan its graph holds, and no plan is built or uploaded again.
     if (round == 1) plans_built = encoder_->stats().plan_cache_misses;
-    if (round >= 2) EXPECT_EQ(encoder_->stats().plan_cache_misses, plans_built) << "round " << round;
+    if (round >= 2) {
+      EXPECT_EQ(encoder_->stats().plan_cache_misses, plans_built) << "round " << round;
+    }
   }
   encoder_->set_techniques(encoder_->options().techniques);
   EXPECT_EQ(encoder_->graphs(), 0);

@@ -106,7 +106,7 @@ template <int kTileN>
 void LaunchTwin(const HopperGemm& g, const TmaMap2d& a, const TmaMap2d& b) {
   const HopperGrid grid = HopperGemmGrid(g);
   const HopperGemmParams p = HopperGemmParamsOf(g);
-  const Dim3 blocks(grid.cols, grid.rows);
+  const Dim3 blocks(grid.blocks);
   constexpr size_t kShared = HopperTile<kTileN>::kSharedBytes;
   switch (g.epilogue) {
     case HopperEpilogue::kF32:
@@ -130,13 +130,14 @@ void LaunchTwin(const HopperGemm& g, const TmaMap2d& a, const TmaMap2d& b) {
   }
 }
 
-void RunCase(const HopperCase& c, int tile_n) {
-  SCOPED_TRACE(c.Name() + " tile " + std::to_string(tile_n));
+void RunCase(const HopperCase& c, int tile_n, int max_blocks) {
+  SCOPED_TRACE(c.Name() + " tile " + std::to_string(tile_n) + " max blocks " + std::to_string(max_blocks));
   const HopperData d = testing::MakeHopperData(c, 17);
   constexpr float kPad = 12345.f;
   std::vector<float> y_f32;
   std::vector<uint16_t> y_bf16;
   HopperGemm g = testing::HopperGemmOf(c, d, tile_n);
+  g.max_blocks = max_blocks;
   if (c.epilogue == HopperEpilogue::kF32) {
     y_f32 = testing::HopperStartingF32(c, d, kPad);
     g.y = y_f32.data();
@@ -159,7 +160,9 @@ void RunCase(const HopperCase& c, int tile_n) {
   testing::ExpectHopperResult(c, d, y_f32, y_bf16, kPad);
 }
 
-// Every epilogue on odd sizes, with B tiles of 128 and of 256 rows. Under a sanitizer: the ring
+// Every epilogue on odd sizes, with B tiles of 128 and of 256 rows; a block per tile, and 3
+// blocks taking the tiles in turn (persistent: a block's ring and barrier phases run on from one
+// tile into the next, and tiles do not divide evenly among the blocks). Under a sanitizer: the ring
 // going round (case 0), the f32 accumulate with bias (1), SwiGLU's edges (3) and the one-by-one
 // stores (6) — every path between them.
 TEST(SimtHopperGemm, MatchesTheDefinitionOnOddSizes) {
@@ -167,7 +170,7 @@ TEST(SimtHopperGemm, MatchesTheDefinitionOnOddSizes) {
   for (const int tile_n : {128, 256}) {
     for (size_t i = 0; i < cases.size(); ++i) {
       if (testing::kSimtSanitized && i != 0 && i != 1 && i != 3 && i != 6) continue;
-      RunCase(cases[i], tile_n);
+      for (const int max_blocks : {0, 3}) RunCase(cases[i], tile_n, max_blocks);
     }
   }
 }
@@ -231,7 +234,7 @@ TEST(SimtHopperGemm, RotaryEpilogueTurnsQAndKHeadsAsTheRotaryDoes) {
   const std::vector<HopperCase> cases = testing::HopperRotaryCases();
   for (size_t i = 0; i < cases.size(); ++i) {
     if (testing::kSimtSanitized && i == 1) continue;
-    RunCase(cases[i], kHopperRotaryTileN);
+    for (const int max_blocks : {0, 3}) RunCase(cases[i], kHopperRotaryTileN, max_blocks);
   }
 }
 

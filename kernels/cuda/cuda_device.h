@@ -265,6 +265,12 @@ class CudaDevice final : public Device {
   // measurement decides; encoder_bench's matmul table times both). INVALID_ARGUMENT otherwise.
   int hopper_gemm_tile_n() const { return hopper_gemm_tile_n_; }
   absl::Status SetHopperGemmTileN(int rows);
+  // Whether the Hopper GEMM runs persistent (the default): as many blocks as SMs, each taking
+  // tiles in turn, the copy engine landing a tile's first K slices while the MMA warpgroups write
+  // the last one out; else a block per tile (its first form, kept to compare and to tell a
+  // hand-off fault of the persistent loop from one of the kernel).
+  bool hopper_gemm_persistent() const { return hopper_gemm_persistent_; }
+  void SetHopperGemmPersistent(bool on) { hopper_gemm_persistent_ = on; }
   // Whether a bf16 matmul of m rows runs the Hopper GEMM: the gated MLP's fused gate_up (swiglu)
   // or any other.
   bool UsesHopperGemm(int64_t m, bool swiglu) const {
@@ -311,6 +317,7 @@ class CudaDevice final : public Device {
   bool matmul_tuning_ = false;
   HopperGemmUse hopper_gemm_ = HopperGemmUse::kOff;
   int hopper_gemm_tile_n_ = 128;
+  bool hopper_gemm_persistent_ = true;
   std::unique_ptr<MatmulAlgoTable> matmul_algos_ = std::make_unique<MatmulAlgoTable>();
   std::unique_ptr<CudnnSdpa> sdpa_;
 };

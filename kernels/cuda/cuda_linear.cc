@@ -505,6 +505,7 @@ class CudaLinear final : public Linear {
     g.ldy = ldy;
     g.accumulate = accumulate;
     g.tile_n = dev_.hopper_gemm_tile_n();
+    g.max_blocks = dev_.hopper_gemm_persistent() ? dev_.sm_count() : 0;
     return g;
   }
   // Whether g runs on the Hopper GEMM: bf16 compute, the device runs it for g's rows (swiglu: the

@@ -60,7 +60,7 @@ int LaunchAs(CUstream_st* stream, const HopperGemm& g, const CUtensorMap& a, con
     return static_cast<int>(e);
   }
   const HopperGrid grid = HopperGemmGrid(g);
-  HopperGemmKernel<kEpi, kTileN><<<dim3(grid.cols, grid.rows), kHopperThreads, kShared, stream>>>(
+  HopperGemmKernel<kEpi, kTileN><<<grid.blocks, kHopperThreads, kShared, stream>>>(
       a, b, HopperGemmParamsOf(g));
   return LastLaunchError();
 }

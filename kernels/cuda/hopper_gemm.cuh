@@ -7,6 +7,10 @@
 //   - warpgroups 1 and 2 are the consumers, 64 rows each: they wait on a stage's `full` barrier,
 //     issue four m64nNk16 MMAs from its 128-byte-swizzled tiles, keep one stage's MMAs in
 //     flight, and hand the stage before back through its `empty` barrier;
+//   - blocks take tiles in turn (tile t: row block t / column blocks, column block t % column
+//     blocks; a block per tile, or as many blocks as SMs: persistent), and the ring's stages and
+//     barrier phases run on across a block's tiles, so that the producer lands the next tile's
+//     first slices while the consumers write the last one out;
 //   - the epilogue runs from the accumulators in registers: f32 rows (+ bias, + the rows already
 //     there: a residual add), bf16 rows (+ bias), or SwiGLU: B's two halves are N/2 rows of gate
 //     and the N/2 rows of up `second_half` rows below them (the gate_up weight as it is stored,
@@ -54,6 +58,7 @@ struct HopperTile {
 
 struct HopperGemmParams {
   int m = 0, n = 0, k = 0;  // kSwiGluBf16: n is the output width (B holds 2n rows)
+  int col_blocks = 0, tiles = 0;  // tiles of y across, and in all (row blocks x col_blocks)
   int second_half = 0;      // kSwiGluBf16: the row of B where up starts (n)
   const float* bias = nullptr;  // f32: [n], or [2n] (gate's then up's) for kSwiGluBf16; null: none
   void* y = nullptr;            // f32 or bf16 rows
@@ -66,6 +71,18 @@ struct HopperGemmParams {
   const float* sin = nullptr;
 };
 
+struct HopperGrid {
+  int64_t cols, rows;  // tiles across y's columns, down its rows
+  unsigned blocks;     // the launch's (one-dimensional) grid
+};
+inline HopperGrid HopperGemmGrid(const HopperGemm& g) {
+  const int64_t per = g.epilogue == HopperEpilogue::kSwiGluBf16 ? g.tile_n / 2 : g.tile_n;
+  HopperGrid grid{(g.n + per - 1) / per, (g.m + kHopperTileRows - 1) / kHopperTileRows, 0};
+  const int64_t tiles = grid.cols * grid.rows;
+  grid.blocks = static_cast<unsigned>(g.max_blocks > 0 && g.max_blocks < tiles ? g.max_blocks : tiles);
+  return grid;
+}
+
 // The kernel's parameters and grid for a call (the launcher's and the SIMT tests' one mapping).
 inline HopperGemmParams HopperGemmParamsOf(const HopperGemm& g) {
   HopperGemmParams p;
@@ -73,6 +90,9 @@ inline HopperGemmParams HopperGemmParamsOf(const HopperGemm& g) {
   p.n = static_cast<int>(g.n);
   p.k = static_cast<int>(g.k);
   p.second_half = g.epilogue == HopperEpilogue::kSwiGluBf16 ? static_cast<int>(g.n) : 0;
+  const HopperGrid grid = HopperGemmGrid(g);
+  p.col_blocks = static_cast<int>(grid.cols);
+  p.tiles = static_cast<int>(grid.cols * grid.rows);
   p.bias = g.bias;
   p.y = g.y;
   p.ldy = g.ldy;
@@ -89,13 +109,6 @@ inline HopperGemmParams HopperGemmParamsOf(const HopperGemm& g) {
 // B's rows the copy engine may read: gate's then up's for kSwiGluBf16.
 inline int64_t HopperGemmBRows(const HopperGemm& g) {
   return g.epilogue == HopperEpilogue::kSwiGluBf16 ? 2 * g.n : g.n;
-}
-struct HopperGrid {
-  unsigned cols, rows;  // blocks across y's columns, down its rows
-};
-inline HopperGrid HopperGemmGrid(const HopperGemm& g) {
-  const int64_t per = g.epilogue == HopperEpilogue::kSwiGluBf16 ? g.tile_n / 2 : g.tile_n;
-  return {static_cast<unsigned>((g.n + per - 1) / per), static_cast<unsigned>((g.m + kHopperTileRows - 1) / kHopperTileRows)};
 }
 
 // kBf16Rotary, one row's share of a thread (`half` picks the row as the store does): the bias
@@ -216,49 +229,60 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kHopperThreads, 1)
   }
   SyncThreads();
   const int k_tiles = (p.k + kHopperTileK - 1) / kHopperTileK;
-  const int row0 = static_cast<int>(blockIdx.y) * kHopperTileRows;
-  const int col0 = static_cast<int>(blockIdx.x) * Tile::template kBlockCols<kEpi>;
+  // Every K slice a block handles, over all its tiles, has its place in the ring and its barrier
+  // phase by this running count (the producer's and the consumers' counts agree).
+  uint32_t slice = 0;
   if (warpgroup == 0) {
     if (tid == 0) {
-      const int b_first = col0;
-      const int b_second = kEpi == HopperEpilogue::kSwiGluBf16 ? p.second_half + col0 : col0 + Tile::kHalfRows;
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        const int s = kt % kHopperStages;
-        const uint32_t round = static_cast<uint32_t>(kt / kHopperStages);
-        MBarrierWait(&empty[s], (round & 1u) ^ 1u);  // the consumers are done with the round before
-        unsigned char* stage = ring + s * Tile::kStageBytes;
-        MBarrierArriveExpectTx(&full[s], Tile::kStageBytes);
-        TmaLoad2d(stage, &a, kt * kHopperTileK, row0, &full[s]);
-        TmaLoad2d(stage + kHopperABytes, &b, kt * kHopperTileK, b_first, &full[s]);
-        TmaLoad2d(stage + kHopperABytes + Tile::kBHalfBytes, &b, kt * kHopperTileK, b_second, &full[s]);
+      for (int tile = static_cast<int>(blockIdx.x); tile < p.tiles; tile += static_cast<int>(gridDim.x)) {
+        const int row0 = tile / p.col_blocks * kHopperTileRows;
+        const int col0 = tile % p.col_blocks * Tile::template kBlockCols<kEpi>;
+        const int b_first = col0;
+        const int b_second =
+            kEpi == HopperEpilogue::kSwiGluBf16 ? p.second_half + col0 : col0 + Tile::kHalfRows;
+        for (int kt = 0; kt < k_tiles; ++kt, ++slice) {
+          const uint32_t s = slice % kHopperStages, round = slice / kHopperStages;
+          MBarrierWait(&empty[s], (round & 1u) ^ 1u);  // the consumers are done with the round before
+          unsigned char* stage = ring + s * Tile::kStageBytes;
+          MBarrierArriveExpectTx(&full[s], Tile::kStageBytes);
+          TmaLoad2d(stage, &a, kt * kHopperTileK, row0, &full[s]);
+          TmaLoad2d(stage + kHopperABytes, &b, kt * kHopperTileK, b_first, &full[s]);
+          TmaLoad2d(stage + kHopperABytes + Tile::kBHalfBytes, &b, kt * kHopperTileK, b_second, &full[s]);
+        }
       }
     }
     return;  // no barrier of the whole block follows
   }
   const int consumer = warpgroup - 1;
   float acc[Tile::kAccumulators];
-  IRIS_UNROLL
-  for (int i = 0; i < Tile::kAccumulators; ++i) acc[i] = 0.f;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % kHopperStages;
-    MBarrierWait(&full[s], static_cast<uint32_t>(kt / kHopperStages) & 1u);
-    const unsigned char* stage = ring + s * Tile::kStageBytes;
-    const WgmmaDesc da = WgmmaDescSw128(stage + consumer * (kHopperABytes / 2));
-    const WgmmaDesc db = WgmmaDescSw128(stage + kHopperABytes);
-    WgmmaFence();
-    WgmmaHoldRegisters(acc);
+  for (int tile = static_cast<int>(blockIdx.x); tile < p.tiles; tile += static_cast<int>(gridDim.x)) {
     IRIS_UNROLL
-    for (int kk = 0; kk < kHopperTileK / 16; ++kk) {
-      WgmmaM64K16Bf16<kTileN>(acc, WgmmaDescAdvance(da, 32 * kk), WgmmaDescAdvance(db, 32 * kk), 1);
+    for (int i = 0; i < Tile::kAccumulators; ++i) acc[i] = 0.f;
+    for (int kt = 0; kt < k_tiles; ++kt, ++slice) {
+      const uint32_t s = slice % kHopperStages;
+      MBarrierWait(&full[s], (slice / kHopperStages) & 1u);
+      const unsigned char* stage = ring + s * Tile::kStageBytes;
+      const WgmmaDesc da = WgmmaDescSw128(stage + consumer * (kHopperABytes / 2));
+      const WgmmaDesc db = WgmmaDescSw128(stage + kHopperABytes);
+      WgmmaFence();
+      WgmmaHoldRegisters(acc);
+      IRIS_UNROLL
+      for (int kk = 0; kk < kHopperTileK / 16; ++kk) {
+        WgmmaM64K16Bf16<kTileN>(acc, WgmmaDescAdvance(da, 32 * kk), WgmmaDescAdvance(db, 32 * kk), 1);
+      }
+      WgmmaCommit();
+      WgmmaWait<1>();  // the stage before's MMAs are done: hand it back
+      WgmmaHoldRegisters(acc);
+      if (kt > 0 && tid % 128 == 0) MBarrierArrive(&empty[(slice - 1) % kHopperStages]);
     }
-    WgmmaCommit();
-    WgmmaWait<1>();  // the stage before's MMAs are done: hand it back
+    WgmmaWait<0>();
     WgmmaHoldRegisters(acc);
-    if (kt > 0 && tid % 128 == 0) MBarrierArrive(&empty[(kt - 1) % kHopperStages]);
+    // The tile's last stage back too: the producer is already filling the ring for the next tile.
+    if (tid % 128 == 0) MBarrierArrive(&empty[(slice - 1) % kHopperStages]);
+    const int row0 = tile / p.col_blocks * kHopperTileRows;
+    const int col0 = tile % p.col_blocks * Tile::template kBlockCols<kEpi>;
+    HopperStoreTile<kEpi, kTileN>(p, acc, row0 + 64 * consumer, col0);
   }
-  WgmmaWait<0>();
-  WgmmaHoldRegisters(acc);
-  HopperStoreTile<kEpi, kTileN>(p, acc, row0 + 64 * consumer, col0);
 #endif
 }
 

@@ -38,6 +38,10 @@ struct HopperGemm {
   bool accumulate = false;      // kF32 only
   int tile_n = 128;             // B rows a block multiplies: 128 or 256 (twice the work per A byte);
                                 // kBf16Rotary: kHopperRotaryTileN
+  // 0: a block per 128 x tile_n tile of y. Else at most this many blocks (the SMs: persistent),
+  // each taking tiles in turn, so that the copy engine lands the next tile's first K slices while
+  // the MMA warpgroups write the last tile out.
+  int max_blocks = 0;
   // kBf16Rotary: the rotate-half rotary (kernels/rotary.h) of heads [0, rotary_heads) of
   // head_dim values each, row r of the call by cos/sin [m][head_dim / 2] row r.
   int head_dim = 0;
@@ -55,13 +59,15 @@ inline bool HopperGemmTakes(const HopperGemm& g) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool shape = g.a != nullptr && g.b != nullptr && g.y != nullptr && aligned(g.a) && aligned(g.b) && g.m > 0 &&
                      g.n > 0 && g.k > 0 && g.m < kMax && 2 * g.n < kMax && g.k < kMax && g.lda % 8 == 0 &&
-                     g.ldb % 8 == 0 && g.lda >= g.k && g.ldb >= g.k && g.ldy >= g.n &&
-                     (g.m + 127) / 128 <= 65535;  // row blocks of 128: the grid's y
-  if (g.epilogue == HopperEpilogue::kBf16Rotary) {
-    return shape && g.tile_n == kHopperRotaryTileN && g.head_dim == kHopperRotaryHeadDim && g.cos != nullptr &&
-           g.sin != nullptr && g.rotary_heads >= 0 && int64_t{g.rotary_heads} * g.head_dim <= g.n;
-  }
-  return shape && (g.tile_n == 128 || g.tile_n == 256);
+                     g.ldb % 8 == 0 && g.lda >= g.k && g.ldb >= g.k && g.ldy >= g.n && g.max_blocks >= 0;
+  const bool rotary = g.epilogue == HopperEpilogue::kBf16Rotary;
+  const bool width = rotary ? g.tile_n == kHopperRotaryTileN : g.tile_n == 128 || g.tile_n == 256;
+  if (!shape || !width) return false;
+  // The tiles of y (128 rows by tile_n columns, half that for SwiGLU's output) fit the kernel's int.
+  const int64_t per = g.epilogue == HopperEpilogue::kSwiGluBf16 ? g.tile_n / 2 : g.tile_n;
+  if ((g.n + per - 1) / per * ((g.m + 127) / 128) >= kMax) return false;
+  return !rotary || (g.head_dim == kHopperRotaryHeadDim && g.cos != nullptr && g.sin != nullptr &&
+                     g.rotary_heads >= 0 && int64_t{g.rotary_heads} * g.head_dim <= g.n);
 }
 
 // Enqueues g on stream (cudaErrorInvalidValue where !HopperGemmTakes; the driver's error where

@@ -359,6 +359,7 @@ __device__ __forceinline__ void WgmmaM64K16Bf16<240>(float (&d)[120], WgmmaDesc 
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -701,8 +702,16 @@ inline void MBarrierInit(uint64_t* bar, int count) {
 inline void MBarrierInitFence() {}
 inline void MBarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) { simt::BarrierUpdate(bar, 1, bytes); }
 inline void MBarrierArrive(uint64_t* bar) { simt::BarrierUpdate(bar, 1, 0); }
+// A wait that has not completed in a minute never will (the CUDA side traps likewise): a hand-off
+// that the two sides count differently fails the test instead of holding it until its timeout.
 inline void MBarrierWait(uint64_t* bar, uint32_t parity) {
-  while ((std::atomic_ref<uint64_t>(*bar).load(std::memory_order_acquire) >> 63) == parity) std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  for (uint32_t tries = 1; (std::atomic_ref<uint64_t>(*bar).load(std::memory_order_acquire) >> 63) == parity; ++tries) {
+    std::this_thread::yield();
+    if (tries % 4096 == 0 && std::chrono::steady_clock::now() - start > std::chrono::seconds(60)) {
+      simt::Fail("mbarrier: a wait did not complete in 60 s (the phase it waits for never completes)");
+    }
+  }
 }
 
 // The copy lands at once, on the issuing thread, and completes its bytes (the release that the
