@@ -45,6 +45,9 @@ inline std::vector<HopperCase> HopperCases() {
       {E::kSwiGluBf16, 16, 64, 320, 0, false, false},  // one block, 5 K slices
       {E::kBf16, 40, 77, 72, 0, true, false},          // an odd n: the last pair is half in y
       {E::kF32, 33, 75, 64, 0, true, true, true},      // an odd row stride: no pair stores
+      // 16 K slices: a ping-pong warpgroup's first slices are rounds of the ring past the other's
+      // (its waits must come after the other's, or the barrier's parity would name old phases).
+      {E::kF32, 200, 136, 1000, 0, true, false},
   };
 }
 

@@ -78,6 +78,21 @@ TEST(SimtHopperTwins, TransactionBarrierCompletesOnArrivalsAndBytes) {
   MBarrierArrive(&bar);
   MBarrierArrive(&bar);
   EXPECT_EQ(bar >> 63, 0u) << "phase 1 completes on its two arrivals";
+  MBarrierWaitPhase(&bar, 1);  // the last completed phase
+}
+
+// A wait by parity for a phase the parity cannot name (two ahead of the barrier, or two behind)
+// fails on the twin, as it happens, instead of returning at once or waiting for the wrong phase.
+TEST(SimtHopperTwinsDeathTest, WaitForAPhaseTheParityCannotNameFails) {
+  alignas(8) static uint64_t bar;
+  MBarrierInit(&bar, 1);
+  MBarrierWaitPhase(&bar, -1);  // a fresh barrier's phase before
+  EXPECT_DEATH(MBarrierWaitPhase(&bar, 1), "two or more ahead");
+  MBarrierArrive(&bar);
+  MBarrierArrive(&bar);
+  MBarrierArrive(&bar);  // phases 0-2 done, 3 current
+  EXPECT_DEATH(MBarrierWaitPhase(&bar, 1), "two or more behind");
+  MBarrierWaitPhase(&bar, 2);
 }
 
 // The probes a GPU's first run starts from (cuda_linear_test_hopper_gemm.cc), on the twins: they
@@ -160,17 +175,18 @@ void RunCase(const HopperCase& c, int tile_n, int max_blocks) {
   testing::ExpectHopperResult(c, d, y_f32, y_bf16, kPad);
 }
 
-// Every epilogue on odd sizes, with B tiles of 128 and of 256 rows; a block per tile, and 3
-// blocks taking the tiles in turn (persistent: a block's ring and barrier phases run on from one
-// tile into the next, and tiles do not divide evenly among the blocks). Under a sanitizer: the ring
-// going round (case 0), the f32 accumulate with bias (1), SwiGLU's edges (3) and the one-by-one
-// stores (6) — every path between them.
+// Every epilogue on odd sizes, with B tiles of 128 (ping-pong) and of 256 rows; a block per tile,
+// one block taking every tile, and 3 blocks taking the tiles in turn (persistent: a block's ring
+// and barrier phases run on from one tile into the next — at 128, from one warpgroup's tile into
+// the other's — and tiles do not divide evenly among the blocks). Under a sanitizer: the ring
+// going round (case 0), the f32 accumulate with bias (1), SwiGLU's edges (3), the one-by-one
+// stores (6) and the long K (7) — every path between them.
 TEST(SimtHopperGemm, MatchesTheDefinitionOnOddSizes) {
   const std::vector<HopperCase> cases = testing::HopperCases();
   for (const int tile_n : {128, 256}) {
     for (size_t i = 0; i < cases.size(); ++i) {
-      if (testing::kSimtSanitized && i != 0 && i != 1 && i != 3 && i != 6) continue;
-      for (const int max_blocks : {0, 3}) RunCase(cases[i], tile_n, max_blocks);
+      if (testing::kSimtSanitized && i != 0 && i != 1 && i != 3 && i != 6 && i != 7) continue;
+      for (const int max_blocks : {0, 1, 3}) RunCase(cases[i], tile_n, max_blocks);
     }
   }
 }
@@ -234,7 +250,7 @@ TEST(SimtHopperGemm, RotaryEpilogueTurnsQAndKHeadsAsTheRotaryDoes) {
   const std::vector<HopperCase> cases = testing::HopperRotaryCases();
   for (size_t i = 0; i < cases.size(); ++i) {
     if (testing::kSimtSanitized && i == 1) continue;
-    for (const int max_blocks : {0, 3}) RunCase(cases[i], kHopperRotaryTileN, max_blocks);
+    for (const int max_blocks : {0, 1, 3}) RunCase(cases[i], kHopperRotaryTileN, max_blocks);
   }
 }
 

@@ -1,12 +1,16 @@
 // iris's own Hopper GEMM (sm_90a): y = A·Bᵀ for bf16 A [m][k] (activation rows) and B [n][k]
 // (a Linear's weight rows, as HF stores them), f32 accumulation, with the epilogues cuBLASLt
-// lacks fused in. A block computes a 128 x N tile of products (N, kTileN, 128 or 256):
+// lacks fused in. Tiles of y are 128 x N (N, kTileN: 128, 240 or 256):
 //   - warpgroup 0 is the producer: one thread has the copy engine (TMA) land 64-wide K slices of
-//     A's 128 rows and B's two N/2-row halves into a ring of kHopperStages shared-memory stages,
-//     each announced on its `full` transaction barrier;
-//   - warpgroups 1 and 2 are the consumers, 64 rows each: they wait on a stage's `full` barrier,
-//     issue four m64nNk16 MMAs from its 128-byte-swizzled tiles, keep one stage's MMAs in
-//     flight, and hand the stage before back through its `empty` barrier;
+//     A's 128 rows and B's two N/2-row halves into a ring of HopperTile::kStages shared-memory
+//     stages, each announced on its `full` transaction barrier;
+//   - warpgroups 1 and 2 are the consumers: they wait on a stage's `full` barrier, issue m64nNk16
+//     MMAs from its 128-byte-swizzled tiles, keep one stage's MMAs in flight, and hand the stage
+//     before back through its `empty` barrier. N = 128: ping-pong — each warpgroup computes
+//     whole tiles (both 64-row halves), the two taking the block's tiles in turn, so that one's
+//     epilogue runs while the other's MMAs do (the ring's order keeps their main loops apart).
+//     Wider N: both warpgroups on every tile, 64 rows each (the accumulators of two halves of a
+//     256-wide tile would not fit a thread's registers);
 //   - blocks take tiles in turn (tile t: row block t / column blocks, column block t % column
 //     blocks; a block per tile, or as many blocks as SMs: persistent), and the ring's stages and
 //     barrier phases run on across a block's tiles, so that the producer lands the next tile's
@@ -19,7 +23,7 @@
 //     or bf16 rows (+ bias) with the rotary turned on q's and k's heads: tiles of three 80-wide
 //     heads (N = 240), where a value and its rotate-half partner 40 columns on sit in the same
 //     thread's accumulators (5 n8 blocks apart), so the qkv projection needs no rotary launch.
-// N = 256 does twice the MMA work per byte of A brought in, and holds 128 accumulators a thread.
+// A thread holds 128 accumulators (N = 128 ping-pong: 2 x 64; N = 256: 128; N = 240: 120).
 // Edges need no code: the copy engine fills zeros past the matrices' rows and K, and the epilogue
 // writes only rows < m and columns < n. Shared with the SIMT harness (kernels/cuda/simt.h), which
 // twins the copy engine, the barriers and the MMAs.
@@ -36,7 +40,6 @@ namespace iris::kernels::cuda {
 
 constexpr int kHopperTileRows = 128;  // of A (m), two consumer warpgroups of 64
 constexpr int kHopperTileK = 64;      // bf16 values: one 128-byte swizzle row
-constexpr int kHopperStages = 4;
 constexpr int kHopperThreads = 384;  // producer + two consumer warpgroups
 constexpr int kHopperABytes = kHopperTileRows * kHopperTileK * 2;  // 16 KB
 
@@ -48,9 +51,15 @@ struct HopperTile {
   static constexpr int kBHalfBytes = kHalfRows * kHopperTileK * 2;  // 1024-byte multiples (swizzle rows)
   static_assert(kBHalfBytes % 1024 == 0);
   static constexpr int kStageBytes = kHopperABytes + 2 * kBHalfBytes;  // 32, 46 or 48 KB
-  // The ring, its barriers (full and empty per stage), and room to align the ring to 1024 bytes.
-  static constexpr int kSharedBytes = kHopperStages * kStageBytes + 2 * kHopperStages * 8 + 1024;
-  static constexpr int kAccumulators = kTileN / 2;  // a consumer thread's share of 64 x kTileN
+  // 128 x 128 tiles: ping-pong — each consumer warpgroup computes whole tiles (all 128 rows, two
+  // m64 MMAs a K step), the two taking a block's tiles in turn, so that one writes its tile out
+  // while the other's MMAs run. Wider tiles: both warpgroups on each tile, 64 rows each.
+  static constexpr bool kPingPong = kTileN == 128;
+  static constexpr int kStages = kPingPong ? 6 : 4;  // the ring: 192, 184 or 192 KB
+  // The ring, its barriers (full and empty per stage, and ping-pong's two turn barriers), and room
+  // to align the ring to 1024 bytes.
+  static constexpr int kSharedBytes = kStages * kStageBytes + (2 * kStages + 2) * 8 + 1024;
+  static constexpr int kAccumulators = kTileN / 2;  // a thread's share of 64 x kTileN (per m64 half)
   // Output columns a block covers: SwiGLU's halves make one column each.
   template <HopperEpilogue kEpi>
   static constexpr int kBlockCols = kEpi == HopperEpilogue::kSwiGluBf16 ? kHalfRows : kTileN;
@@ -206,7 +215,7 @@ IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, float (&acc)[kTileN 
   }
 }
 
-// grid (column blocks, row blocks), kHopperThreads threads, HopperTile<kTileN>::kSharedBytes of
+// grid HopperGemmGrid(g).blocks, kHopperThreads threads, HopperTile<kTileN>::kSharedBytes of
 // dynamic shared memory. a: A's map, box 64 x 128 rows; b: B's map, box 64 x kTileN / 2 rows;
 // both 128-byte swizzled.
 template <HopperEpilogue kEpi, int kTileN>
@@ -217,36 +226,50 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kHopperThreads, 1)
   using Tile = HopperTile<kTileN>;
   unsigned char* raw = DynamicShared();
   unsigned char* ring = raw + ((1024 - reinterpret_cast<uintptr_t>(raw) % 1024) % 1024);
-  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kHopperStages * Tile::kStageBytes);
-  uint64_t* empty = full + kHopperStages;
+  constexpr int kStages = Tile::kStages;
+  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kStages * Tile::kStageBytes);
+  uint64_t* empty = full + kStages;
+  // Ping-pong: turn[c] completes a phase when the other warpgroup has waited for every slice of its
+  // tile (each of its threads arrives). A barrier's parity tells apart only its current phase and
+  // the one before, so a warpgroup must not wait for its tile's slices while the other's are still
+  // coming: the other's would be two rounds of the ring behind.
+  uint64_t* turn = empty + kStages;
   const int tid = static_cast<int>(threadIdx.x), warpgroup = tid / 128;
   if (tid == 0) {
-    for (int s = 0; s < kHopperStages; ++s) {
-      MBarrierInit(&full[s], 1);   // the producer's arrival, with the stage's bytes
-      MBarrierInit(&empty[s], 2);  // one arrival per consumer warpgroup
+    for (int s = 0; s < kStages; ++s) {
+      MBarrierInit(&full[s], 1);  // the producer's arrival, with the stage's bytes
+      // One arrival per warpgroup that reads the stage: its tile's one (ping-pong) or both.
+      MBarrierInit(&empty[s], Tile::kPingPong ? 1 : 2);
     }
+    MBarrierInit(&turn[0], 128);
+    MBarrierInit(&turn[1], 128);
     MBarrierInitFence();
   }
   SyncThreads();
   const int k_tiles = (p.k + kHopperTileK - 1) / kHopperTileK;
-  // Every K slice a block handles, over all its tiles, has its place in the ring and its barrier
-  // phase by this running count (the producer's and the consumers' counts agree).
-  uint32_t slice = 0;
+  const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
+  const auto origin = [&](int tile, int* row0, int* col0) {
+    *row0 = tile / p.col_blocks * kHopperTileRows;
+    *col0 = tile % p.col_blocks * Tile::template kBlockCols<kEpi>;
+  };
+  // The block's j-th tile is first + j * step; its K slices are the ring's j * k_tiles onwards
+  // (the count runs on over the block's tiles: a slice's stage and barrier phase come from it, as
+  // the producer and the consumers agree).
   if (warpgroup == 0) {
     if (tid == 0) {
-      for (int tile = static_cast<int>(blockIdx.x); tile < p.tiles; tile += static_cast<int>(gridDim.x)) {
-        const int row0 = tile / p.col_blocks * kHopperTileRows;
-        const int col0 = tile % p.col_blocks * Tile::template kBlockCols<kEpi>;
-        const int b_first = col0;
+      uint32_t slice = 0;
+      for (int tile = first; tile < p.tiles; tile += step) {
+        int row0, col0;
+        origin(tile, &row0, &col0);
         const int b_second =
             kEpi == HopperEpilogue::kSwiGluBf16 ? p.second_half + col0 : col0 + Tile::kHalfRows;
         for (int kt = 0; kt < k_tiles; ++kt, ++slice) {
-          const uint32_t s = slice % kHopperStages, round = slice / kHopperStages;
-          MBarrierWait(&empty[s], (round & 1u) ^ 1u);  // the consumers are done with the round before
+          const uint32_t s = slice % kStages, round = slice / kStages;
+          MBarrierWaitPhase(&empty[s], static_cast<int64_t>(round) - 1);  // the consumers are done with the round before
           unsigned char* stage = ring + s * Tile::kStageBytes;
           MBarrierArriveExpectTx(&full[s], Tile::kStageBytes);
           TmaLoad2d(stage, &a, kt * kHopperTileK, row0, &full[s]);
-          TmaLoad2d(stage + kHopperABytes, &b, kt * kHopperTileK, b_first, &full[s]);
+          TmaLoad2d(stage + kHopperABytes, &b, kt * kHopperTileK, col0, &full[s]);
           TmaLoad2d(stage + kHopperABytes + Tile::kBHalfBytes, &b, kt * kHopperTileK, b_second, &full[s]);
         }
       }
@@ -254,34 +277,56 @@ IRIS_GLOBAL void IRIS_LAUNCH_BOUNDS(kHopperThreads, 1)
     return;  // no barrier of the whole block follows
   }
   const int consumer = warpgroup - 1;
-  float acc[Tile::kAccumulators];
-  for (int tile = static_cast<int>(blockIdx.x); tile < p.tiles; tile += static_cast<int>(gridDim.x)) {
+  // Ping-pong: this warpgroup's tiles are the block's j = consumer, consumer + 2, ..., each all
+  // 128 rows (two m64 halves); else every tile, its own 64 rows (one half).
+  constexpr int kHalves = Tile::kPingPong ? 2 : 1;
+  constexpr int kEvery = Tile::kPingPong ? 2 : 1;
+  const int j0 = Tile::kPingPong ? consumer : 0;
+  float acc[kHalves][Tile::kAccumulators];
+  uint32_t turns = 0;  // ping-pong: the turns this warpgroup has waited for
+  for (int j = j0; first + j * step < p.tiles; j += kEvery) {
+    if (Tile::kPingPong && j > 0) MBarrierWaitPhase(&turn[consumer], turns++);  // tile j - 1's slices all came
     IRIS_UNROLL
-    for (int i = 0; i < Tile::kAccumulators; ++i) acc[i] = 0.f;
+    for (int h = 0; h < kHalves; ++h) {
+      IRIS_UNROLL
+      for (int i = 0; i < Tile::kAccumulators; ++i) acc[h][i] = 0.f;
+    }
+    uint32_t slice = static_cast<uint32_t>(j) * static_cast<uint32_t>(k_tiles);
     for (int kt = 0; kt < k_tiles; ++kt, ++slice) {
-      const uint32_t s = slice % kHopperStages;
-      MBarrierWait(&full[s], (slice / kHopperStages) & 1u);
+      const uint32_t s = slice % kStages;
+      MBarrierWaitPhase(&full[s], slice / kStages);
       const unsigned char* stage = ring + s * Tile::kStageBytes;
-      const WgmmaDesc da = WgmmaDescSw128(stage + consumer * (kHopperABytes / 2));
       const WgmmaDesc db = WgmmaDescSw128(stage + kHopperABytes);
       WgmmaFence();
-      WgmmaHoldRegisters(acc);
       IRIS_UNROLL
-      for (int kk = 0; kk < kHopperTileK / 16; ++kk) {
-        WgmmaM64K16Bf16<kTileN>(acc, WgmmaDescAdvance(da, 32 * kk), WgmmaDescAdvance(db, 32 * kk), 1);
+      for (int h = 0; h < kHalves; ++h) WgmmaHoldRegisters(acc[h]);
+      IRIS_UNROLL
+      for (int h = 0; h < kHalves; ++h) {
+        // The A rows of this half: 64 rows = 8 KB into the stage's 128-row tile.
+        const WgmmaDesc da = WgmmaDescSw128(stage + (Tile::kPingPong ? h : consumer) * (kHopperABytes / 2));
+        IRIS_UNROLL
+        for (int kk = 0; kk < kHopperTileK / 16; ++kk) {
+          WgmmaM64K16Bf16<kTileN>(acc[h], WgmmaDescAdvance(da, 32 * kk), WgmmaDescAdvance(db, 32 * kk), 1);
+        }
       }
       WgmmaCommit();
       WgmmaWait<1>();  // the stage before's MMAs are done: hand it back
-      WgmmaHoldRegisters(acc);
-      if (kt > 0 && tid % 128 == 0) MBarrierArrive(&empty[(slice - 1) % kHopperStages]);
+      IRIS_UNROLL
+      for (int h = 0; h < kHalves; ++h) WgmmaHoldRegisters(acc[h]);
+      if (kt > 0 && tid % 128 == 0) MBarrierArrive(&empty[(slice - 1) % kStages]);
     }
+    if (Tile::kPingPong) MBarrierArrive(&turn[1 - consumer]);  // the other's turn: tile j + 1
     WgmmaWait<0>();
-    WgmmaHoldRegisters(acc);
+    IRIS_UNROLL
+    for (int h = 0; h < kHalves; ++h) WgmmaHoldRegisters(acc[h]);
     // The tile's last stage back too: the producer is already filling the ring for the next tile.
-    if (tid % 128 == 0) MBarrierArrive(&empty[(slice - 1) % kHopperStages]);
-    const int row0 = tile / p.col_blocks * kHopperTileRows;
-    const int col0 = tile % p.col_blocks * Tile::template kBlockCols<kEpi>;
-    HopperStoreTile<kEpi, kTileN>(p, acc, row0 + 64 * consumer, col0);
+    if (tid % 128 == 0) MBarrierArrive(&empty[(slice - 1) % kStages]);
+    int row0, col0;
+    origin(first + j * step, &row0, &col0);
+    IRIS_UNROLL
+    for (int h = 0; h < kHalves; ++h) {
+      HopperStoreTile<kEpi, kTileN>(p, acc[h], row0 + 64 * (Tile::kPingPong ? h : consumer), col0);
+    }
   }
 #endif
 }

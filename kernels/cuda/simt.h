@@ -195,7 +195,8 @@ __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
 
 // A transaction barrier: `count` arrivals and, where set, the bytes the copy engine must land
 // complete each phase. MBarrierWait(bar, parity) returns once the phase of that parity has
-// completed (a fresh barrier counts its phase "-1", parity 1, as completed).
+// completed (a fresh barrier counts its phase "-1", parity 1, as completed); MBarrierWaitPhase
+// (below) names the phase.
 __device__ __forceinline__ void MBarrierInit(uint64_t* bar, int count) {
 #if IRIS_SM90A_CODE
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SharedAddress(bar)), "r"(count) : "memory");
@@ -241,6 +242,13 @@ __device__ __forceinline__ void MBarrierWait(uint64_t* bar, uint32_t parity) {
   for (uint32_t tries = 0; !MBarrierTryWait(bar, parity);) {
     if (++tries == (1u << 26)) __trap();
   }
+}
+// Waits until phase `phase` of bar has completed, counting from 0 at MBarrierInit (-1: the phase
+// before, complete at once), by its parity — which names only the barrier's current phase and
+// the one before it, so the caller must know bar is in phase `phase` or `phase + 1` (the SIMT
+// twin checks it).
+__device__ __forceinline__ void MBarrierWaitPhase(uint64_t* bar, int64_t phase) {
+  MBarrierWait(bar, static_cast<uint32_t>(phase & 1));
 }
 
 // The copy engine lands map's box at (x = column, y = row) in dst (1024-byte aligned, the 128-byte
@@ -673,22 +681,29 @@ inline const unsigned char* Swizzle128(const unsigned char* p) {
   return reinterpret_cast<const unsigned char*>(a ^ (((a >> 7) & 7u) << 4));
 }
 // The barrier's state in its 8 bytes of shared memory: bit 63 the current phase's parity, bits
-// 42-62 the bytes still expected, 21-41 the arrivals a phase takes, 0-20 those still missing.
-constexpr uint64_t kBarField = (uint64_t{1} << 21) - 1;
+// 42-62 the bytes still expected, 32-41 the arrivals a phase takes, 22-31 those still missing,
+// 0-21 the phases completed so far (what the hardware does not keep: the twin's check of
+// MBarrierWaitPhase).
+constexpr uint64_t kBarBytes = (uint64_t{1} << 21) - 1, kBarArrivals = (uint64_t{1} << 10) - 1,
+                   kBarPhases = (uint64_t{1} << 22) - 1;
+inline uint64_t BarrierWord(uint64_t parity, uint64_t bytes, uint64_t count, uint64_t missing, uint64_t phases) {
+  return (parity << 63) | (bytes << 42) | (count << 32) | (missing << 22) | (phases & kBarPhases);
+}
 inline void BarrierUpdate(uint64_t* bar, int arrivals, int64_t tx) {
   std::atomic_ref<uint64_t> word(*bar);
   uint64_t old = word.load(std::memory_order_relaxed), next;
   do {
-    const uint64_t count = (old >> 21) & kBarField;
-    int64_t missing = static_cast<int64_t>(old & kBarField) - arrivals;
-    int64_t bytes = static_cast<int64_t>((old >> 42) & kBarField) + tx;
-    uint64_t parity = old >> 63;
+    const uint64_t count = (old >> 32) & kBarArrivals;
+    int64_t missing = static_cast<int64_t>((old >> 22) & kBarArrivals) - arrivals;
+    int64_t bytes = static_cast<int64_t>((old >> 42) & kBarBytes) + tx;
+    uint64_t parity = old >> 63, phases = old & kBarPhases;
     if (missing < 0 || bytes < 0) Fail("mbarrier: more arrivals or bytes than the phase takes");
     if (missing == 0 && bytes == 0) {  // the phase completes
       missing = static_cast<int64_t>(count);
       parity ^= 1;
+      ++phases;
     }
-    next = (parity << 63) | (static_cast<uint64_t>(bytes) << 42) | (count << 21) | static_cast<uint64_t>(missing);
+    next = BarrierWord(parity, static_cast<uint64_t>(bytes), count, static_cast<uint64_t>(missing), phases);
   } while (!word.compare_exchange_weak(old, next, std::memory_order_acq_rel, std::memory_order_relaxed));
 }
 }  // namespace simt
@@ -696,8 +711,9 @@ inline void BarrierUpdate(uint64_t* bar, int arrivals, int64_t tx) {
 inline unsigned char* DynamicShared() { return simt::tls.block->dynamic_shared; }
 
 inline void MBarrierInit(uint64_t* bar, int count) {
-  std::atomic_ref<uint64_t>(*bar).store((static_cast<uint64_t>(count) << 21) | static_cast<uint64_t>(count),
-                                        std::memory_order_relaxed);
+  if (count < 1 || static_cast<uint64_t>(count) > simt::kBarArrivals) simt::Fail("mbarrier: 1 to 1023 arrivals a phase");
+  const auto c = static_cast<uint64_t>(count);
+  std::atomic_ref<uint64_t>(*bar).store(simt::BarrierWord(0, 0, c, c, 0), std::memory_order_relaxed);
 }
 inline void MBarrierInitFence() {}
 inline void MBarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) { simt::BarrierUpdate(bar, 1, bytes); }
@@ -712,6 +728,16 @@ inline void MBarrierWait(uint64_t* bar, uint32_t parity) {
       simt::Fail("mbarrier: a wait did not complete in 60 s (the phase it waits for never completes)");
     }
   }
+}
+// The hardware's parity names only the barrier's current phase and the one before it: a wait for
+// any other phase returns at once or waits for the wrong one. The twin knows the count, and fails
+// such a wait as it happens.
+inline void MBarrierWaitPhase(uint64_t* bar, int64_t phase) {
+  const auto done = static_cast<int64_t>(std::atomic_ref<uint64_t>(*bar).load(std::memory_order_acquire) &
+                                         simt::kBarPhases);
+  if (phase > done) simt::Fail("mbarrier: a wait for a phase two or more ahead of the barrier (its parity names an earlier one)");
+  if (phase < done - 1) simt::Fail("mbarrier: a wait for a phase two or more behind the barrier (its parity names a later one)");
+  MBarrierWait(bar, static_cast<uint32_t>(phase & 1));
 }
 
 // The copy lands at once, on the issuing thread, and completes its bytes (the release that the
