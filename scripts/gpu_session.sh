@@ -9,7 +9,8 @@
 #   hopper     iris's own Hopper GEMM alone, first, as it has never run on a GPU: its primitives'
 #              probes (the copy engine's box, one warpgroup MMA), the GEMM against the double
 #              reference, the Linear's paths against cuBLASLt (cuda_linear_test's CudaHopperGemm.*,
-#              at most 90 s: a broken hand-off traps within seconds); the encoder stage then times it
+#              each test in its own process, at most 60 s: a broken hand-off traps within seconds
+#              and the log names the test); the encoder stage then times it
 #   tests      every GPU test suite (gpu_check.sh, each suite bounded)
 #   decode     decode_bench on the 3b at batches 1, 8, 32, 64, with its same-run tables (graphs,
 #              decode attention on the CUDA cores against the tensor cores, the decode rotary in the
@@ -114,7 +115,14 @@ decode() {
     --kv_compare_contexts=
 }
 hopper() {
-  timeout 90 "$BIN/cuda_linear_test" --gtest_filter='CudaHopperGemm.*'
+  # Each test in its own process, at most 60 s: a broken hand-off traps (the kernel's barrier wait
+  # gives up), which ends its process — the other tests still run, and the log names the one.
+  local rc=0 t
+  for t in $("$BIN/cuda_linear_test" --gtest_list_tests --gtest_filter='CudaHopperGemm.*' |
+             awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}'); do
+    timeout 60 "$BIN/cuda_linear_test" --gtest_filter="$t" || { echo "hopper: $t failed (exit $?)"; rc=1; }
+  done
+  return $rc
 }
 sampling() {
   # A bundle made --without sampler_bench (to fit the device tool's limit) skips this stage.
