@@ -285,6 +285,66 @@ TEST_P(CudaTinyEncoder, Bf16HandoffsMeetTheGoldensInPiecesAndSwitchedOff) {
 INSTANTIATE_TEST_SUITE_P(Compute, CudaTinyEncoder, ::testing::Values(ComputeType::kF32, ComputeType::kBF16),
                          [](const auto& info) { return info.param == ComputeType::kF32 ? "f32" : "bf16"; });
 
+// The 3b vision tower (hidden 1280, 16 heads of 80: the shapes iris's Hopper GEMM and its rotary
+// epilogue are for; the tiny model's rows and heads never reach them) on the GPU in bf16, against
+// its goldens with the Hopper GEMM off, fused into the gated MLPs, and everywhere (the qkv rotary
+// in its epilogue, persistent, ping-pong at 128, cooperative at 256). From pixel values: that path
+// records no CUDA graph, so each setting runs its own kernels. Skipped where the model was not
+// made (gpu_check.sh makes it: iris-make-model --preset 3b --vision-only) or, for the Hopper GEMM's
+// settings, on a GPU other than compute capability 9.0.
+TEST(CudaVision3bEncoder, HopperGemmPathsMeetTheGoldens) {
+  const std::string dir = testing::ModelPath("vision-3b");
+  auto config = core::LoadModelConfig(dir);
+  auto pp = core::LoadPreprocessorConfig(dir);
+  auto ckpt = core::Checkpoint::Open(dir);
+  if (!config.ok() || !pp.ok() || !ckpt.ok()) GTEST_SKIP() << "no vision-3b model at " << dir;
+  std::unique_ptr<kernels::Device> gpu = testing::MakeGpuDevice();
+  ASSERT_NE(gpu, nullptr);
+  kernels::cuda::CudaDevice& cuda = kernels::cuda::AsCuda(*gpu);
+  vision::EncoderOptions options;
+  options.compute = ComputeType::kBF16;
+  auto encoder = vision::VisionEncoder::Load(*gpu, *ckpt, config->vision, options);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  const nlohmann::json manifest = testing::LoadDataJson("vision/manifest_vision3b.json");
+  using Use = kernels::cuda::CudaDevice::HopperGemmUse;
+  struct Setting {
+    Use use;
+    int tile_n;
+    const char* name;
+  };
+  const Setting settings[] = {{Use::kOff, 128, "cuBLASLt"},
+                              {Use::kSwiGlu, 128, "Hopper SwiGLU"},
+                              {Use::kAll, 128, "Hopper all, 128 ping-pong"},
+                              {Use::kAll, 256, "Hopper all, 256"}};
+  for (const auto& c : manifest["cases"]) {
+    std::vector<vision::GridThw> grids;
+    const GoldenImages in = ImagesOf(c, *pp, &grids);
+    const core::Tensor golden = LoadGolden(c["arrays"]["file"].get<std::string>(), "output");
+    std::vector<core::Tensor> outs;
+    for (const Setting& s : settings) {
+      if (!cuda.SetHopperGemm(s.use).ok()) {
+        std::printf("  %s: %s skipped (not a compute capability 9.0 GPU)\n", c["case"].get<std::string>().c_str(),
+                    s.name);
+        continue;
+      }
+      ASSERT_TRUE(cuda.SetHopperGemmTileN(s.tile_n).ok());
+      auto out = (*encoder)->Forward(in.pixels, grids);
+      ASSERT_TRUE(out.ok()) << out.status();
+      ASSERT_EQ(out->numel(), golden.numel());
+      const double err = RelativeL2(out->data<float>(), golden.data<float>(), golden.numel());
+      std::printf("  %s bf16, %s: relative L2 %.3g\n", c["case"].get<std::string>().c_str(), s.name, err);
+      EXPECT_LE(err, 2e-2) << c["case"] << " " << s.name;
+      outs.push_back(std::move(*out));
+    }
+    if (outs.size() == 4) {
+      EXPECT_NE(0, std::memcmp(outs[0].raw(), outs[2].raw(), outs[0].nbytes())) << "the Hopper GEMM changed nothing";
+    }
+  }
+  ASSERT_TRUE(cuda.SetHopperGemm(Use::kOff).ok());
+  ASSERT_TRUE(cuda.SetHopperGemmTileN(128).ok());
+  EXPECT_TRUE(gpu->status().ok()) << gpu->status();
+}
+
 constexpr const char* kPrompts[] = {"text_only", "one_image", "two_images"};
 std::string GoldenFile(const std::string& c) { return "model/tiny-" + c + ".safetensors"; }
 
