@@ -117,32 +117,15 @@ TEST(SimtHopperProbes, OneWarpgroupMmaAtEachKStep) {
   }
 }
 
-template <int kTileN>
+// The kernel that runs g on the harness, chosen as the launcher chooses it (WithHopperKernel).
 void LaunchTwin(const HopperGemm& g, const TmaMap2d& a, const TmaMap2d& b) {
-  const HopperGrid grid = HopperGemmGrid(g);
   const HopperGemmParams p = HopperGemmParamsOf(g);
-  const Dim3 blocks(grid.blocks);
-  constexpr size_t kShared = HopperTile<kTileN>::kSharedBytes;
-  switch (g.epilogue) {
-    case HopperEpilogue::kF32:
-      LaunchShared(blocks, Dim3(kHopperThreads), kShared, HopperGemmKernel<HopperEpilogue::kF32, kTileN>, a, b, p);
-      break;
-    case HopperEpilogue::kBf16:
-      LaunchShared(blocks, Dim3(kHopperThreads), kShared, HopperGemmKernel<HopperEpilogue::kBf16, kTileN>, a, b, p);
-      break;
-    case HopperEpilogue::kSwiGluBf16:
-      LaunchShared(blocks, Dim3(kHopperThreads), kShared, HopperGemmKernel<HopperEpilogue::kSwiGluBf16, kTileN>, a,
-                   b, p);
-      break;
-    case HopperEpilogue::kBf16Rotary:
-      if constexpr (kTileN == kHopperRotaryTileN) {
-        LaunchShared(blocks, Dim3(kHopperThreads), kShared, HopperGemmKernel<HopperEpilogue::kBf16Rotary, kTileN>, a,
-                     b, p);
-      } else {
-        FAIL() << "the rotary epilogue runs on tiles of " << kHopperRotaryTileN;
-      }
-      break;
-  }
+  const bool chosen = WithHopperKernel(g, [&](auto kernel) {
+    using K = decltype(kernel);
+    LaunchShared(Dim3(HopperGemmGrid(g).blocks), Dim3(kHopperThreads), HopperTile<K::kWidth>::kSharedBytes,
+                 HopperGemmKernel<K::kEpilogue, K::kWidth>, a, b, p);
+  });
+  ASSERT_TRUE(chosen) << "no kernel for epilogue " << static_cast<int>(g.epilogue) << " at width " << g.tile_n;
 }
 
 void RunCase(const HopperCase& c, int tile_n, int max_blocks) {
@@ -165,13 +148,7 @@ void RunCase(const HopperCase& c, int tile_n, int max_blocks) {
   const TmaMap2d b{g.b, static_cast<uint64_t>(c.k), static_cast<uint64_t>(HopperGemmBRows(g)),
                    static_cast<uint64_t>(d.ldb * 2), 64, static_cast<uint32_t>(tile_n / 2)};
   ASSERT_TRUE(HopperGemmTakes(g));
-  if (tile_n == 256) {
-    LaunchTwin<256>(g, a, b);
-  } else if (tile_n == kHopperRotaryTileN) {
-    LaunchTwin<kHopperRotaryTileN>(g, a, b);
-  } else {
-    LaunchTwin<128>(g, a, b);
-  }
+  LaunchTwin(g, a, b);
   testing::ExpectHopperResult(c, d, y_f32, y_bf16, kPad);
 }
 

@@ -65,21 +65,6 @@ int LaunchAs(CUstream_st* stream, const HopperGemm& g, const CUtensorMap& a, con
   return LastLaunchError();
 }
 
-template <int kTileN>
-int LaunchTile(CUstream_st* stream, const HopperGemm& g, const CUtensorMap& a, const CUtensorMap& b) {
-  switch (g.epilogue) {
-    case HopperEpilogue::kF32:
-      return LaunchAs<HopperEpilogue::kF32, kTileN>(stream, g, a, b);
-    case HopperEpilogue::kBf16:
-      return LaunchAs<HopperEpilogue::kBf16, kTileN>(stream, g, a, b);
-    case HopperEpilogue::kSwiGluBf16:
-      return LaunchAs<HopperEpilogue::kSwiGluBf16, kTileN>(stream, g, a, b);
-    case HopperEpilogue::kBf16Rotary:
-      break;  // its own width (LaunchHopperGemm)
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
-}
-
 }  // namespace
 
 int LaunchHopperGemm(CUstream_st* stream, const HopperGemm& g) {
@@ -89,10 +74,12 @@ int LaunchHopperGemm(CUstream_st* stream, const HopperGemm& g) {
   if (const int e = MakeMap(&b, g.b, g.k, HopperGemmBRows(g), g.ldb, static_cast<uint32_t>(g.tile_n / 2)); e != 0) {
     return e;
   }
-  if (g.epilogue == HopperEpilogue::kBf16Rotary) {
-    return LaunchAs<HopperEpilogue::kBf16Rotary, kHopperRotaryTileN>(stream, g, a, b);
-  }
-  return g.tile_n == 256 ? LaunchTile<256>(stream, g, a, b) : LaunchTile<128>(stream, g, a, b);
+  int result = static_cast<int>(cudaErrorInvalidValue);
+  WithHopperKernel(g, [&](auto kernel) {
+    using K = decltype(kernel);
+    result = LaunchAs<K::kEpilogue, K::kWidth>(stream, g, a, b);
+  });
+  return result;
 }
 
 int LaunchTmaBoxProbe(CUstream_st* stream, const uint16_t* m, int64_t rows, int64_t cols, int64_t ld, int32_t x,

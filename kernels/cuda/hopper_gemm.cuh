@@ -38,7 +38,6 @@
 
 namespace iris::kernels::cuda {
 
-constexpr int kHopperTileRows = 128;  // of A (m), two consumer warpgroups of 64
 constexpr int kHopperTileK = 64;      // bf16 values: one 128-byte swizzle row
 constexpr int kHopperThreads = 384;  // producer + two consumer warpgroups
 constexpr int kHopperABytes = kHopperTileRows * kHopperTileK * 2;  // 16 KB
@@ -80,18 +79,6 @@ struct HopperGemmParams {
   const float* sin = nullptr;
 };
 
-struct HopperGrid {
-  int64_t cols, rows;  // tiles across y's columns, down its rows
-  unsigned blocks;     // the launch's (one-dimensional) grid
-};
-inline HopperGrid HopperGemmGrid(const HopperGemm& g) {
-  const int64_t per = g.epilogue == HopperEpilogue::kSwiGluBf16 ? g.tile_n / 2 : g.tile_n;
-  HopperGrid grid{(g.n + per - 1) / per, (g.m + kHopperTileRows - 1) / kHopperTileRows, 0};
-  const int64_t tiles = grid.cols * grid.rows;
-  grid.blocks = static_cast<unsigned>(g.max_blocks > 0 && g.max_blocks < tiles ? g.max_blocks : tiles);
-  return grid;
-}
-
 // The kernel's parameters and grid for a call (the launcher's and the SIMT tests' one mapping).
 inline HopperGemmParams HopperGemmParamsOf(const HopperGemm& g) {
   HopperGemmParams p;
@@ -115,6 +102,42 @@ inline HopperGemmParams HopperGemmParamsOf(const HopperGemm& g) {
   }
   return p;
 }
+// The kernel instantiation that runs g, as f(HopperKernelTag<epilogue, tile width>{}) (the
+// launcher and the SIMT tests pick it the same way): the rotary epilogue at kHopperRotaryTileN,
+// the others at 128 or 256. False, f not called, for any other width.
+template <HopperEpilogue kEpi, int kTileN>
+struct HopperKernelTag {
+  static constexpr HopperEpilogue kEpilogue = kEpi;
+  static constexpr int kWidth = kTileN;
+};
+template <HopperEpilogue kEpi, typename F>
+bool WithHopperWidth(int tile_n, F& f) {
+  if (tile_n == 128) {
+    f(HopperKernelTag<kEpi, 128>{});
+  } else if (tile_n == 256) {
+    f(HopperKernelTag<kEpi, 256>{});
+  } else {
+    return false;
+  }
+  return true;
+}
+template <typename F>
+bool WithHopperKernel(const HopperGemm& g, F&& f) {
+  switch (g.epilogue) {
+    case HopperEpilogue::kF32:
+      return WithHopperWidth<HopperEpilogue::kF32>(g.tile_n, f);
+    case HopperEpilogue::kBf16:
+      return WithHopperWidth<HopperEpilogue::kBf16>(g.tile_n, f);
+    case HopperEpilogue::kSwiGluBf16:
+      return WithHopperWidth<HopperEpilogue::kSwiGluBf16>(g.tile_n, f);
+    case HopperEpilogue::kBf16Rotary:
+      if (g.tile_n != kHopperRotaryTileN) return false;
+      f(HopperKernelTag<HopperEpilogue::kBf16Rotary, kHopperRotaryTileN>{});
+      return true;
+  }
+  return false;
+}
+
 // B's rows the copy engine may read: gate's then up's for kSwiGluBf16.
 inline int64_t HopperGemmBRows(const HopperGemm& g) {
   return g.epilogue == HopperEpilogue::kSwiGluBf16 ? 2 * g.n : g.n;

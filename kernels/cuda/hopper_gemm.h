@@ -25,6 +25,8 @@ enum class HopperEpilogue : int {
 constexpr int kHopperRotaryHeadDim = 80;
 constexpr int kHopperRotaryTileN = 240;
 
+constexpr int kHopperTileRows = 128;  // a tile's rows of A (m)
+
 struct HopperGemm {
   HopperEpilogue epilogue = HopperEpilogue::kF32;
   const uint16_t* a = nullptr;  // [m][lda] bf16
@@ -50,6 +52,19 @@ struct HopperGemm {
   const float* sin = nullptr;
 };
 
+// y's tiles (kHopperTileRows x tile_n, half as wide for SwiGLU's output) and the launch's blocks.
+struct HopperGrid {
+  int64_t cols, rows;  // tiles across y's columns, down its rows
+  unsigned blocks;     // the launch's (one-dimensional) grid
+};
+inline HopperGrid HopperGemmGrid(const HopperGemm& g) {
+  const int64_t per = g.epilogue == HopperEpilogue::kSwiGluBf16 ? g.tile_n / 2 : g.tile_n;
+  HopperGrid grid{(g.n + per - 1) / per, (g.m + kHopperTileRows - 1) / kHopperTileRows, 0};
+  const int64_t tiles = grid.cols * grid.rows;
+  grid.blocks = static_cast<unsigned>(g.max_blocks > 0 && g.max_blocks < tiles ? g.max_blocks : tiles);
+  return grid;
+}
+
 // Whether the kernel takes g: a and b 16-byte aligned with row strides of whole 16-byte vectors
 // (lda, ldb multiples of 8, at least k), ldy >= n, sizes that fit the kernel's 32-bit indices,
 // tile_n 128 or 256; kBf16Rotary: head_dim kHopperRotaryHeadDim, tile_n kHopperRotaryTileN, the
@@ -63,9 +78,7 @@ inline bool HopperGemmTakes(const HopperGemm& g) {
   const bool rotary = g.epilogue == HopperEpilogue::kBf16Rotary;
   const bool width = rotary ? g.tile_n == kHopperRotaryTileN : g.tile_n == 128 || g.tile_n == 256;
   if (!shape || !width) return false;
-  // The tiles of y (128 rows by tile_n columns, half that for SwiGLU's output) fit the kernel's int.
-  const int64_t per = g.epilogue == HopperEpilogue::kSwiGluBf16 ? g.tile_n / 2 : g.tile_n;
-  if ((g.n + per - 1) / per * ((g.m + 127) / 128) >= kMax) return false;
+  if (const HopperGrid grid = HopperGemmGrid(g); grid.cols * grid.rows >= kMax) return false;  // the kernel's int
   return !rotary || (g.head_dim == kHopperRotaryHeadDim && g.cos != nullptr && g.sin != nullptr &&
                      g.rotary_heads >= 0 && int64_t{g.rotary_heads} * g.head_dim <= g.n);
 }
