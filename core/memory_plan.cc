@@ -142,6 +142,13 @@ int64_t EncoderPlanBytes(const VisionConfig& vision, int64_t patches) {
   return 4 * (merged + 2 * (merged + 1) + patches * int64_t{vision.head_dim()});
 }
 
+int64_t EncoderNormHandoffParts(const VisionConfig& vision) { return (int64_t{vision.hidden_size} + 127) / 128; }
+
+int64_t EncoderNormHandoffBytes(const VisionConfig& vision, int64_t patches, bool gpu, bool f32_compute) {
+  if (!gpu || f32_compute || vision.norm != VisionNorm::kRmsNorm) return 0;
+  return patches * (2 * int64_t{vision.hidden_size} + 4 * EncoderNormHandoffParts(vision));
+}
+
 MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b) {
   MemoryEstimate e;
   int64_t widest_input = 0;          // elements of the decoder's largest matmul input at the budgets
@@ -188,7 +195,8 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, const MemoryBudgets& b)
     // (The forward's own plan is among the floats: 2 d a patch.) On a GPU the graphs' plans too.
     e.encoder_activation_bytes = 4 * (floats + (b.gpu ? n / unit * v.out_hidden_size : 0)) +
                                  (b.gpu ? n * v.patch_size * v.patch_size * 3 + b.encoder_graphs * EncoderPlanBytes(v, n)
-                                        : 0);
+                                        : 0) +
+                                 EncoderNormHandoffBytes(v, n, b.gpu, b.f32_compute);
     // Per patch row the widest matmul input is the patch embedding's, the padded MLP's down
     // projection's or the hidden size (the merger's 4-row inputs are as wide per patch).
     const int64_t patch_dim = int64_t{v.in_channels} * v.temporal_patch_size * v.patch_size * v.patch_size;

@@ -52,6 +52,12 @@ struct MemoryBudgets {
 // `patches` patches, whatever the grid list: at most one frame and one window per merged token.
 int64_t EncoderPlanBytes(const VisionConfig& vision, int64_t patches);
 
+// The vision blocks' RMSNorm hand-off (kernels::RmsNormHandoff) for `patches` rows, kept where a
+// GPU runs a bf16 tower whose blocks norm by RMSNorm (0 elsewhere): bf16 rows of the hidden size
+// and a partial sum of squares for every 128 of its columns (the Hopper GEMM's narrowest tile).
+int64_t EncoderNormHandoffParts(const VisionConfig& vision);
+int64_t EncoderNormHandoffBytes(const VisionConfig& vision, int64_t patches, bool gpu, bool f32_compute);
+
 // cuBLASLt's matmul workspace on a GPU (kernels/cuda/cuda_device.h keeps one of this size).
 inline constexpr int64_t kGpuMatmulWorkspaceBytes = int64_t{32} << 20;
 

@@ -9,9 +9,11 @@
 
 namespace iris::kernels {
 
-void AttendAndProject(Device& device, const AttentionArgs& args, const Linear& proj, float* y) {
+void AttendAndProject(Device& device, const AttentionArgs& args, const Linear& proj, float* y,
+                      RmsNormHandoff* next) {
+  if (next != nullptr) next->parts = 0;
 #ifdef IRIS_HAVE_CUDA
-  if (device.kind() == DeviceKind::kCuda && cuda::AttendAndProjectBf16Handoff(cuda::AsCuda(device), args, proj, y)) {
+  if (device.kind() == DeviceKind::kCuda && cuda::AttendAndProjectBf16Handoff(cuda::AsCuda(device), args, proj, y, next)) {
     return;
   }
 #endif

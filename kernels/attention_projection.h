@@ -18,6 +18,8 @@ namespace iris::kernels {
 // out rows of exactly proj.in_features() values (out_row_stride == num_heads * head_dim ==
 // proj.in_features()); args.out is the f32 staging where the hand-off does not apply (nothing
 // may read it afterwards). y: [q_end - q_begin, proj.out_features()], row q_begin's first.
-void AttendAndProject(Device& device, const AttentionArgs& args, const Linear& proj, float* y);
+// next: y's next RMSNorm, which the device may hand on (as GatedMlp's).
+void AttendAndProject(Device& device, const AttentionArgs& args, const Linear& proj, float* y,
+                      RmsNormHandoff* next = nullptr);
 
 }  // namespace iris::kernels

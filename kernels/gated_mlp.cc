@@ -10,10 +10,11 @@
 namespace iris::kernels {
 
 void GatedMlp(Device& device, const Linear& gate_up, const Linear& down, const LinearInput& in, int64_t m,
-              const GatedMlpBuffers& buffers, float* y) {
+              const GatedMlpBuffers& buffers, float* y, RmsNormHandoff* next) {
+  if (next != nullptr) next->parts = 0;
 #ifdef IRIS_HAVE_CUDA
   if (device.kind() == DeviceKind::kCuda &&
-      cuda::GatedMlpBf16Handoff(cuda::AsCuda(device), gate_up, down, in, m, buffers.gate_up_out, y)) {
+      cuda::GatedMlpBf16Handoff(cuda::AsCuda(device), gate_up, down, in, m, buffers.gate_up_out, y, next)) {
     return;
   }
 #endif

@@ -24,8 +24,10 @@ struct GatedMlpBuffers {
 };
 
 // y: [m, down.out_features()], accumulated into. gate_up.out_features() must be
-// 2 * down.in_features() (gate rows, then up rows).
+// 2 * down.in_features() (gate rows, then up rows). next: where y is a residual stream read next
+// through an RMSNorm, that norm, which the device may hand on (RmsNormHandoff; its parts say
+// whether it did); null: none.
 void GatedMlp(Device& device, const Linear& gate_up, const Linear& down, const LinearInput& in, int64_t m,
-              const GatedMlpBuffers& buffers, float* y);
+              const GatedMlpBuffers& buffers, float* y, RmsNormHandoff* next = nullptr);
 
 }  // namespace iris::kernels

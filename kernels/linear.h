@@ -26,6 +26,26 @@ enum class Epilogue {
   kAccumulate,  // y += x·Wᵀ + b   (residual add fused into the matmul)
 };
 
+// The residual stream's next RMSNorm, handed from the op that writes the stream (AttendAndProject,
+// GatedMlp: their `next`) to the Linear that reads the norm's output (LinearInput::RmsNorm's
+// `handed`), in a device's own form: the CUDA device's Hopper GEMM writes, with the stream's f32
+// rows, bf16 rows of the stream times the norm's weight and partial sums of squares a row, and
+// the next Hopper GEMM scales its product's rows by the norm's factor from them — no norm launch,
+// no f32 pass over the stream. The stream's f32 rows are written either way, so a reader that
+// does not take the hand-off normalises them as before (the values differ only in where the bf16
+// rounding falls: bf16(x w) r instead of bf16(x r w)). A view for one call: the buffers' rows are
+// the call's rows (device memory).
+struct RmsNormHandoff {
+  const float* weight = nullptr;  // the norm's weight [width] and eps
+  float eps = 0.f;
+  uint16_t* rows = nullptr;  // [m][ld] bf16
+  int64_t ld = 0;
+  float* partials = nullptr;  // [m][max_parts]
+  int max_parts = 0;
+  // Set by the writer: the partials a row it left (0: it made no hand-off; the reader normalises).
+  int parts = 0;
+};
+
 // A Linear's input rows with an op still to apply on their way into the product: the norm before
 // a projection, SiLU·mul before the down projection. A Linear may fold the op into its read of x
 // (the CUDA GEMVs normalise as they load; before cuBLASLt the op writes the bf16 rows the matmul
@@ -45,11 +65,15 @@ struct LinearInput {
   // [m, in] f32 in the device's memory: the op's output where it runs on its own (kNone: unused).
   // Whether it is written depends on the Linear: nothing may read it afterwards.
   float* staging = nullptr;
+  // kRmsNorm: the same norm of the same rows already handed on (RmsNormHandoff::parts > 0), which
+  // the Linear may read instead of normalising x; null or not made: none.
+  const RmsNormHandoff* handed = nullptr;
 
   // The three inputs, as the decoder and the vision blocks build them.
   static LinearInput Plain(const float* x) { return {.x = x}; }
-  static LinearInput RmsNorm(const float* x, const float* norm_weight, float eps, float* staging) {
-    return {.op = Op::kRmsNorm, .x = x, .norm_weight = norm_weight, .eps = eps, .staging = staging};
+  static LinearInput RmsNorm(const float* x, const float* norm_weight, float eps, float* staging,
+                             const RmsNormHandoff* handed = nullptr) {
+    return {.op = Op::kRmsNorm, .x = x, .norm_weight = norm_weight, .eps = eps, .staging = staging, .handed = handed};
   }
   static LinearInput SiluMul(const float* gate_up, float* staging) {
     return {.op = Op::kSiluMul, .x = gate_up, .staging = staging};

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,10 +26,14 @@ struct HopperCase {
   bool bias, accumulate;
   bool odd_ldy = false;  // one more value in y's rows: column pairs are then stored one by one
   int rotary_heads = 0;  // kBf16Rotary: the heads (of kHopperRotaryHeadDim) that turn
+  int row_parts = 0;     // > 0: A holds a handed-on RMSNorm's rows, the row factor from this many partials
+  bool norm_out = false;  // kF32: hands the next RMSNorm's input on (bf16 rows and partial sums)
   std::string Name() const {
     return absl::StrCat("epilogue ", static_cast<int>(epilogue), " m ", m, " n ", n, " k ", k, bias ? " bias" : "",
                         accumulate ? " accumulate" : "", rotary_heads > 0 ? " rotary heads " : "",
-                        rotary_heads > 0 ? absl::StrCat(rotary_heads) : "");
+                        rotary_heads > 0 ? absl::StrCat(rotary_heads) : "",
+                        row_parts > 0 ? absl::StrCat(" row factor of ", row_parts, " partials") : "",
+                        norm_out ? " norm out" : "");
   }
 };
 
@@ -63,6 +68,23 @@ inline std::vector<HopperCase> HopperRotaryCases() {
   };
 }
 
+// The RMSNorm hand-off between two GEMMs (HopperGemm::norm_rows, ::row_partials): f32 rows
+// that hand the next norm's input on — ragged row and column blocks (the last tile's partial sums
+// over fewer columns), an odd n (a last column alone), with and without the residual add — and
+// every epilogue reading a handed-on norm's rows, the row factor from 1 to 10 partials (the
+// rotary's scaled before its turn).
+inline std::vector<HopperCase> HopperNormCases() {
+  using E = kernels::cuda::HopperEpilogue;
+  return {
+      {E::kF32, 130, 300, 136, 8, true, true, false, 0, 0, true},   // 3 or 2 column blocks, the last partial
+      {E::kF32, 70, 75, 72, 0, false, false, false, 0, 0, true},    // an odd n: its last column alone
+      {E::kBf16, 129, 130, 200, 16, true, false, false, 0, 3},
+      {E::kSwiGluBf16, 100, 100, 136, 8, true, false, false, 0, 10},
+      {E::kF32, 33, 75, 64, 0, true, true, true, 0, 1},
+      {E::kBf16Rotary, 130, 480, 136, 8, true, false, false, 4, 5},
+  };
+}
+
 inline int64_t RoundUp8(int64_t v) { return (v + 7) / 8 * 8; }
 
 // A case's inputs (bf16 bits of normal values), its strides, and the expected y.
@@ -74,6 +96,13 @@ struct HopperData {
   std::vector<double> want;  // [m][n]
   std::vector<double> bound;  // |got - want| allowed, per element
   std::vector<float> cos, sin;  // kBf16Rotary: [m][40], the tables of angles drawn at random
+  // row_parts: the handed-on norm's partial sums [m][row_parts], its width and eps; each row's
+  // product is scaled by 1 / sqrt(sum / width + eps) before the bias.
+  std::vector<float> row_partials;  // (stride row_parts + 2)
+  int norm_width = 0;
+  float norm_eps = 0.f;
+  // norm_out: the next norm's weight [n].
+  std::vector<float> norm_weight;
 };
 
 inline HopperData MakeHopperData(const HopperCase& c, uint32_t seed) {
@@ -102,6 +131,26 @@ inline HopperData MakeHopperData(const HopperCase& c, uint32_t seed) {
       d.sin.push_back(std::sin(t));
     }
   }
+  // A handed-on norm's row factors (1 where none): sums of squares of a width-wide row of values
+  // around 1, split into row_parts partials at random.
+  std::vector<double> factor(c.m, 1.0);
+  if (c.row_parts > 0) {
+    d.norm_width = 1280;
+    d.norm_eps = 1e-6f;
+    const std::vector<float> share = RandomNormal(c.m * c.row_parts, seed + 5, 1.f);
+    // Rows of row_parts + 2 (HopperGemmOf's stride), the 2 past them huge: read, they would show.
+    d.row_partials.assign(c.m * (c.row_parts + 2), 1e30f);
+    for (int64_t r = 0; r < c.m; ++r) {
+      float sum = 0.f;  // in the kernel's order
+      for (int i = 0; i < c.row_parts; ++i) {
+        const float part = d.norm_width * (0.2f + std::fabs(share[r * c.row_parts + i])) / c.row_parts;
+        d.row_partials[r * (c.row_parts + 2) + i] = part;
+        sum += part;
+      }
+      factor[r] = 1.0 / std::sqrt(double(sum) / d.norm_width + d.norm_eps);
+    }
+  }
+  if (c.norm_out) d.norm_weight = RandomNormal(c.n, seed + 6, 1.f);
   const auto dot = [&](int64_t r, int64_t brow, double* mag) {
     double s = 0, a = 0;
     for (int64_t i = 0; i < c.k; ++i) {
@@ -109,8 +158,9 @@ inline HopperData MakeHopperData(const HopperCase& c, uint32_t seed) {
       s += p;
       a += std::fabs(p);
     }
-    *mag = a;
-    return s;
+    // Scaled by the row's factor (a float: about an ulp of its own).
+    *mag = a * factor[r];
+    return s * factor[r];
   };
   // f32 sums of k products: within about k ulps of the magnitudes' sum (twice the worst case).
   const double sum_err = 5e-7 * static_cast<double>(c.k);
@@ -118,7 +168,7 @@ inline HopperData MakeHopperData(const HopperCase& c, uint32_t seed) {
     for (int64_t col = 0; col < c.n; ++col) {
       double mag = 0;
       double v = dot(r, col, &mag);
-      double err = sum_err * mag;
+      double err = sum_err * mag + (c.row_parts > 0 ? 2e-7 * mag : 0.0);
       if (c.bias) v += d.bias[col];
       if (c.epilogue == E::kSwiGluBf16) {
         double umag = 0;
@@ -126,7 +176,8 @@ inline HopperData MakeHopperData(const HopperCase& c, uint32_t seed) {
         if (c.bias) u += d.bias[c.n + col];
         const double silu = v / (1 + std::exp(-v));
         // silu's slope is at most ~1.1: the gate's error passes through scaled by |u|.
-        err = 1.1 * err * std::fabs(u) + std::fabs(silu) * sum_err * umag + 1e-6 * std::fabs(silu * u);
+        const double uerr = sum_err * umag + (c.row_parts > 0 ? 2e-7 * umag : 0.0);
+        err = 1.1 * err * std::fabs(u) + std::fabs(silu) * uerr + 1e-6 * std::fabs(silu * u);
         v = silu * u;
       }
       if (c.accumulate) v += d.y0[r * d.ldy + col];
@@ -183,7 +234,79 @@ inline kernels::cuda::HopperGemm HopperGemmOf(const HopperCase& c, const HopperD
     g.cos = d.cos.data();
     g.sin = d.sin.data();
   }
+  if (c.row_parts > 0) {
+    g.row_partials = d.row_partials.data();
+    g.row_parts = c.row_parts;
+    g.partials_ld = c.row_parts + 2;  // a stride wider than the partials
+    g.norm_width = d.norm_width;
+    g.norm_eps = d.norm_eps;
+  }
   return g;
+}
+
+// A norm_out case's outputs before the call: bf16 rows of pad_value (stride ldy) and partial sums
+// of NaN ([m][column blocks of tile_n]): every one the kernel should write must be written.
+struct HopperNormOut {
+  std::vector<uint16_t> rows;
+  std::vector<float> partials;
+  int64_t parts = 0, ld = 0;
+};
+inline HopperNormOut HopperStartingNormOut(const HopperCase& c, const HopperData& d, int tile_n, float pad_value) {
+  HopperNormOut o;
+  o.parts = (c.n + tile_n - 1) / tile_n;
+  o.ld = o.parts + 1;  // a stride wider than the partials: the one past them stays NaN
+  o.rows.assign(c.m * d.ldy, core::FloatToBf16(pad_value));
+  o.partials.assign(c.m * o.ld, std::nanf(""));
+  return o;
+}
+// g's norm output into o's buffers (a GPU test points them at its copies) and the next norm's
+// weight.
+inline void HopperAttachNormOut(const HopperData& d, HopperNormOut& o, kernels::cuda::HopperGemm& g) {
+  g.norm_rows = o.rows.data();
+  g.norm_ld = d.ldy;
+  g.norm_weight = d.norm_weight.data();
+  g.norm_partials = o.partials.data();
+  g.partials_ld = o.ld;
+}
+
+// The handed-on norm's input against the y the kernel wrote (y_f32, already checked against the
+// reference): each bf16 value is that y times the weight, rounded (a float product, then one
+// rounding: half a bf16 ulp and a float ulp); each partial the sum of the squares of y over its
+// tile's columns (a float sum of up to 256 terms in the kernel's order: 1e-6 of it), none past
+// n; the rows' padding untouched.
+inline void ExpectHopperNormOut(const HopperCase& c, const HopperData& d, const std::vector<float>& y_f32,
+                                const HopperNormOut& o, int tile_n, float pad_value) {
+  int bad = 0;
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t col = 0; col < d.ldy; ++col) {
+      const double got = core::Bf16ToFloat(o.rows[r * d.ldy + col]);
+      if (col >= c.n) {
+        if (got != core::Bf16ToFloat(core::FloatToBf16(pad_value)) && ++bad <= 5) {
+          ADD_FAILURE() << c.Name() << ": norm rows written past n at row " << r << " col " << col;
+        }
+        continue;
+      }
+      const double want = double(y_f32[r * d.ldy + col]) * d.norm_weight[col];
+      if (!(std::fabs(got - want) <= std::fabs(want) / 256 + 1e-30) && ++bad <= 5) {
+        ADD_FAILURE() << c.Name() << ": norm row " << r << " col " << col << " = " << got << ", want " << want;
+      }
+    }
+    for (int64_t j = 0; j < o.parts; ++j) {
+      double want = 0;
+      for (int64_t col = j * tile_n; col < std::min<int64_t>(c.n, (j + 1) * tile_n); ++col) {
+        want += double(y_f32[r * d.ldy + col]) * y_f32[r * d.ldy + col];
+      }
+      const double got = o.partials[r * o.ld + j];
+      if (!(std::fabs(got - want) <= 1e-6 * want + 1e-30) && ++bad <= 5) {
+        ADD_FAILURE() << c.Name() << ": partial sum of row " << r << " tile column " << j << " = " << got << ", want "
+                      << want;
+      }
+    }
+    if (!std::isnan(o.partials[r * o.ld + o.parts]) && ++bad <= 5) {
+      ADD_FAILURE() << c.Name() << ": a partial sum written past the tile columns at row " << r;
+    }
+  }
+  EXPECT_EQ(bad, 0) << c.Name();
 }
 inline std::vector<float> HopperStartingF32(const HopperCase& c, const HopperData& d, float pad_value) {
   std::vector<float> y = c.accumulate ? d.y0 : std::vector<float>(c.m * d.ldy, pad_value);

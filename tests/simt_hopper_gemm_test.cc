@@ -147,9 +147,15 @@ void RunCase(const HopperCase& c, int tile_n, int max_blocks) {
                    64, kHopperTileRows};
   const TmaMap2d b{g.b, static_cast<uint64_t>(c.k), static_cast<uint64_t>(HopperGemmBRows(g)),
                    static_cast<uint64_t>(d.ldb * 2), 64, static_cast<uint32_t>(tile_n / 2)};
+  testing::HopperNormOut norm;
+  if (c.norm_out) {
+    norm = testing::HopperStartingNormOut(c, d, tile_n, kPad);
+    testing::HopperAttachNormOut(d, norm, g);
+  }
   ASSERT_TRUE(HopperGemmTakes(g));
   LaunchTwin(g, a, b);
   testing::ExpectHopperResult(c, d, y_f32, y_bf16, kPad);
+  if (c.norm_out) testing::ExpectHopperNormOut(c, d, y_f32, norm, tile_n, kPad);
 }
 
 // Every epilogue on odd sizes, with B tiles of 128 (ping-pong) and of 256 rows; a block per tile,
@@ -164,6 +170,21 @@ TEST(SimtHopperGemm, MatchesTheDefinitionOnOddSizes) {
     for (size_t i = 0; i < cases.size(); ++i) {
       if (testing::kSimtSanitized && i != 0 && i != 1 && i != 3 && i != 6 && i != 7) continue;
       for (const int max_blocks : {0, 1, 3}) RunCase(cases[i], tile_n, max_blocks);
+    }
+  }
+}
+
+// The RMSNorm hand-off between GEMMs: f32 rows (the residual stream) handing the next norm's
+// input on — its bf16 rows times the weight and each tile's partial sums of squares — and every
+// epilogue scaling a row by the norm's factor from such partials before its bias. Under a
+// sanitizer: the norm out with its last partial tile (case 0) and SwiGLU's factor (3).
+TEST(SimtHopperGemm, HandsAnRmsNormOnAndAppliesIt) {
+  const std::vector<HopperCase> cases = testing::HopperNormCases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (testing::kSimtSanitized && i != 0 && i != 3) continue;
+    const int width = cases[i].epilogue == HopperEpilogue::kBf16Rotary ? kHopperRotaryTileN : 0;
+    for (const int tile_n : width > 0 ? std::vector<int>{width} : std::vector<int>{128, 256}) {
+      for (const int max_blocks : {0, 3}) RunCase(cases[i], tile_n, max_blocks);
     }
   }
 }
@@ -218,6 +239,44 @@ TEST(SimtHopperGemm, RefusesWhatItCannotRead) {
   EXPECT_FALSE(HopperGemmTakes(bad));
   bad = rot;
   bad.sin = nullptr;
+  EXPECT_FALSE(HopperGemmTakes(bad));
+
+  // The norm hand-off: out from f32 rows only, into even rows; a factor from at least one partial.
+  alignas(16) static uint16_t norm_rows[64];
+  static float partials[64];
+  HopperGemm out = g;
+  out.norm_rows = norm_rows;
+  out.norm_ld = 4;
+  out.norm_weight = partials;
+  out.norm_partials = partials;
+  out.partials_ld = 1;
+  EXPECT_TRUE(HopperGemmTakes(out));
+  bad = out;
+  bad.n = bad.ldy = bad.norm_ld = 130;  // two tile columns: no room for the second partial
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = out;
+  bad.norm_ld = 5;
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = out;
+  bad.norm_rows = norm_rows + 1;  // 2-byte aligned
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = out;
+  bad.norm_partials = nullptr;
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = out;
+  bad.epilogue = HopperEpilogue::kBf16;
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  HopperGemm in = rot;
+  in.row_partials = partials;
+  in.row_parts = 2;
+  in.partials_ld = 2;
+  in.norm_width = 1280;
+  EXPECT_TRUE(HopperGemmTakes(in));
+  bad = in;
+  bad.row_parts = 0;
+  EXPECT_FALSE(HopperGemmTakes(bad));
+  bad = in;
+  bad.partials_ld = 1;
   EXPECT_FALSE(HopperGemmTakes(bad));
 }
 

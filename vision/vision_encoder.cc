@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "core/memory_plan.h"
 #include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "core/weights.h"
@@ -56,6 +58,12 @@ struct VisionEncoder::Activations {
   // Where the device is not the host (a GPU): the output in raster order, and its pinned host
   // staging. Kept, not made per forward: pinned memory is taken and freed with device-wide waits.
   Tensor raster, raster_host;
+  // The blocks' RMSNorm hand-off (kernels::RmsNormHandoff; a GPU, bf16, RMSNorm blocks): [n,
+  // hidden] bf16 rows (in an f32 tensor's bytes) and [n, handoff_parts] partial sums. Norm2's is
+  // written by proj and read by gate_up within a piece; the next block's norm1 by down and read
+  // by its qkv; both in the same rows, each after the other's reader.
+  Tensor norm_rows, norm_partials;
+  int handoff_parts = 0;  // 0: no hand-off
 };
 
 // The plan's arrays as the device holds them (the same storage on the CPU).
@@ -289,6 +297,13 @@ absl::Status VisionEncoder::ReserveActivations(int64_t max_patches) {
   for (Tensor* t : {&act->pad_q, &act->pad_k, &act->pad_v, &act->pad_out}) IRIS_RETURN_IF_ERROR(alloc(t, pad));
   IRIS_RETURN_IF_ERROR(alloc(&act->fc1, n * hv));
   IRIS_RETURN_IF_ERROR(alloc(&act->window_out, n / unit * config_.out_hidden_size));
+  const bool f32 = options_.compute == kernels::ComputeType::kF32;
+  if (const int64_t bytes = core::EncoderNormHandoffBytes(config_, n, device_.kind() != kernels::DeviceKind::kCpu, f32);
+      bytes > 0) {
+    act->handoff_parts = static_cast<int>(core::EncoderNormHandoffParts(config_));
+    IRIS_RETURN_IF_ERROR(alloc(&act->norm_rows, n * hv / 2 + 1));
+    IRIS_RETURN_IF_ERROR(alloc(&act->norm_partials, n * act->handoff_parts));
+  }
   if (device_.kind() != kernels::DeviceKind::kCpu) {
     IRIS_RETURN_IF_ERROR(alloc(&act->raster, n / unit * config_.out_hidden_size));
     IRIS_ASSIGN_OR_RETURN(act->raster_host, device_.AllocateStaging(DType::kF32, {n / unit * config_.out_hidden_size}));
@@ -343,10 +358,14 @@ struct VisionEncoder::Run {
   // q, k, v held as bf16 rows in the qkv buffer's bytes (kernels/qkv_bf16.h): fixed for the
   // forward, so that every piece writes the form the attention reads.
   bool qkv_bf16 = false;
+  // The next block's norm1 handed on by this block's down (kAttend pieces) for rows
+  // [0, norm1_made), norm1_parts partials a row: its qkv pieces inside them read it.
+  int64_t norm1_made = 0;
+  int norm1_parts = 0;
 };
 
 void VisionEncoder::AttentionAndProj(const Block& b, const DevicePlan& plan, bool full, int64_t n, int64_t r0,
-                                     int64_t r1, float* h) {
+                                     int64_t r1, float* h, kernels::RmsNormHandoff* next) {
   const int heads = config_.num_heads, d = config_.head_dim();
   const int64_t hv = config_.hidden_size;
   float* qkv = act_->qkv.data<float>();
@@ -378,9 +397,10 @@ void VisionEncoder::AttentionAndProj(const Block& b, const DevicePlan& plan, boo
     a.out_row_stride = hv;
     a.head_dim = d;
     // (On a GPU the attention may write proj's bf16 input rows itself: kernels/attention_projection.h.)
-    kernels::AttendAndProject(device_, a, *b.proj, h);
+    kernels::AttendAndProject(device_, a, *b.proj, h, next);
     return;
   }
+  if (next != nullptr) next->parts = 0;
   // q, k, v in head-major buffers padded to dp (PadAll), attention at dp, the output sliced back.
   const int dp = options_.padded_head_dim > d ? options_.padded_head_dim : std::max(d, 96);
   float* po = act_->pad_out.data<float>();
@@ -735,12 +755,26 @@ void VisionEncoder::Norm(const float* x, const Tensor& weight, const Tensor& bia
 }
 
 kernels::LinearInput VisionEncoder::NormedInput(const float* x, const Tensor& weight, const Tensor& bias, int64_t rows,
-                                               float* staging) {
+                                               float* staging, const kernels::RmsNormHandoff* handed) {
   if (config_.norm == core::VisionNorm::kLayerNorm) {
     Norm(x, weight, bias, rows, staging);
     return kernels::LinearInput::Plain(staging);
   }
-  return kernels::LinearInput::RmsNorm(x, weight.data<float>(), config_.rms_norm_eps, staging);
+  return kernels::LinearInput::RmsNorm(x, weight.data<float>(), config_.rms_norm_eps, staging, handed);
+}
+
+std::optional<kernels::RmsNormHandoff> VisionEncoder::NormHandoff(const Tensor& weight, int64_t r0) {
+  Activations& A = *act_;
+  if (A.handoff_parts == 0) return std::nullopt;
+  const int64_t hv = config_.hidden_size;
+  kernels::RmsNormHandoff h;
+  h.weight = weight.data<float>();
+  h.eps = config_.rms_norm_eps;
+  h.rows = reinterpret_cast<uint16_t*>(A.norm_rows.data<float>()) + r0 * hv;
+  h.ld = hv;
+  h.partials = A.norm_partials.data<float>() + r0 * A.handoff_parts;
+  h.max_parts = A.handoff_parts;
+  return h;
 }
 
 absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
@@ -777,7 +811,14 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
         device_.CopyToDevice(A.cos_host.data<float>(), A.cos.data<float>(), table_bytes);
         device_.CopyToDevice(A.sin_host.data<float>(), A.sin.data<float>(), table_bytes);
       }
-      const kernels::LinearInput in = NormedInput(hidden + r0 * hv, b.norm1, b.norm1_bias, rows, normed + r0 * hv);
+      // The norm handed on by the block before's down, where it made these rows.
+      std::optional<kernels::RmsNormHandoff> norm1;
+      if (r.l > 0 && r1 <= r.norm1_made) {
+        norm1 = NormHandoff(b.norm1, r0);
+        if (norm1) norm1->parts = r.norm1_parts;
+      }
+      const kernels::LinearInput in =
+          NormedInput(hidden + r0 * hv, b.norm1, b.norm1_bias, rows, normed + r0 * hv, norm1 ? &*norm1 : nullptr);
       const int64_t t0 = r0 * (d / 2);
       kernels::HeadsView q, k;
       if (r.qkv_bf16) {
@@ -810,15 +851,29 @@ absl::Status VisionEncoder::RunPiece(int64_t r0, int64_t r1) {
     case Stage::kAttend: {
       const Block& b = blocks_[r.l];
       float* h = hidden + r0 * hv;
-      AttentionAndProj(b, plan, config_.IsFullAttention(r.l), n, r0, r1, h);
-      const kernels::LinearInput nr = NormedInput(h, b.norm2, b.norm2_bias, rows, normed + r0 * hv);
+      // RMSNorm hand-offs (a GPU's Hopper GEMM; kernels::RmsNormHandoff): proj hands norm2 to
+      // gate_up, down the next block's norm1 to its qkv.
+      std::optional<kernels::RmsNormHandoff> norm2 = NormHandoff(b.norm2, r0);
+      AttentionAndProj(b, plan, config_.IsFullAttention(r.l), n, r0, r1, h, norm2 ? &*norm2 : nullptr);
+      const kernels::LinearInput nr = NormedInput(h, b.norm2, b.norm2_bias, rows, normed + r0 * hv,
+                                                  norm2 && norm2->parts > 0 ? &*norm2 : nullptr);
       float* act = A.act.data<float>() + r0 * ip;
+      std::optional<kernels::RmsNormHandoff> norm1;
+      if (r.l + 1 < config_.depth) norm1 = NormHandoff(blocks_[r.l + 1].norm1, r0);
       if (b.fc1 != nullptr) {
         kernels::LinearForward(device_, *b.fc1, nr, rows, act);
         kernels::QuickGelu(device_, act, rows * ip, act);
         b.down->Forward(act, rows, h, Epilogue::kAccumulate);
+        norm1.reset();
       } else {
-        kernels::GatedMlp(device_, *b.gate_up, *b.down, nr, rows, {A.gate_up.data<float>() + r0 * 2 * ip, act}, h);
+        kernels::GatedMlp(device_, *b.gate_up, *b.down, nr, rows, {A.gate_up.data<float>() + r0 * 2 * ip, act}, h,
+                          norm1 ? &*norm1 : nullptr);
+      }
+      // Rows [0, norm1_made) handed on with one count of partials, piece after piece from row 0.
+      if (r0 == 0) r.norm1_made = 0;
+      if (norm1 && norm1->parts > 0 && r0 == r.norm1_made && (r0 == 0 || norm1->parts == r.norm1_parts)) {
+        r.norm1_made = r1;
+        r.norm1_parts = norm1->parts;
       }
       break;
     }

@@ -196,7 +196,7 @@ class VisionEncoder {
   // Attention for query rows [r0, r1) of the forward's n rows and block b's proj on it, added
   // into h (rows r0.. of the hidden state).
   void AttentionAndProj(const Block& b, const DevicePlan& plan, bool full, int64_t n, int64_t r0, int64_t r1,
-                        float* h);
+                        float* h, kernels::RmsNormHandoff* next);
   void PadAll(int64_t n);
   // A stage's rows and FLOPs per row (stage s of block l); running rows [r0, r1) of the current one.
   int64_t StageRows(Stage s) const;
@@ -208,8 +208,12 @@ class VisionEncoder {
   void Norm(const float* x, const core::Tensor& weight, const core::Tensor& bias, int64_t rows, float* y);
   // x's rows normalised as the input of the Linear after the norm: RMSNorm goes in as that
   // Linear's input op (folded where the device can); LayerNorm runs here into `staging`.
+  // `handed`: the same norm of these rows handed on (RMSNorm only; kernels::RmsNormHandoff).
   kernels::LinearInput NormedInput(const float* x, const core::Tensor& weight, const core::Tensor& bias, int64_t rows,
-                                   float* staging);
+                                   float* staging, const kernels::RmsNormHandoff* handed = nullptr);
+  // A hand-off of the RMSNorm with `weight` for the rows from r0 on, in the activations' buffers
+  // (its parts 0: not made yet); none where the device keeps none (Activations::handoff_parts).
+  std::optional<kernels::RmsNormHandoff> NormHandoff(const core::Tensor& weight, int64_t r0);
   absl::Status NextStage();
   // Ends the forward (done() checked): its output in raster order in host memory, [merged,
   // out_hidden]. On the CPU that memory is made in `*made`; on a GPU it is the kept pinned staging

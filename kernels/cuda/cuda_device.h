@@ -271,6 +271,13 @@ class CudaDevice final : public Device {
   // hand-off fault of the persistent loop from one of the kernel).
   bool hopper_gemm_persistent() const { return hopper_gemm_persistent_; }
   void SetHopperGemmPersistent(bool on) { hopper_gemm_persistent_ = on; }
+  // Whether the Hopper GEMM hands the residual stream's next RMSNorm on (kernels::RmsNormHandoff;
+  // under kAll, where both the GEMM writing the stream and the one reading the norm run on it):
+  // the writer leaves bf16 rows of the stream times the norm's weight and partial sums of squares,
+  // and the reader scales its product's rows by the norm's factor, so no norm launch reads the
+  // stream again. On by default (it applies only under kAll); off: the norm kernel, to compare.
+  bool rms_norm_handoff() const { return rms_norm_handoff_; }
+  void SetRmsNormHandoff(bool on) { rms_norm_handoff_ = on; }
   // Whether a bf16 matmul of m rows runs the Hopper GEMM: the gated MLP's fused gate_up (swiglu)
   // or any other.
   bool UsesHopperGemm(int64_t m, bool swiglu) const {
@@ -318,6 +325,7 @@ class CudaDevice final : public Device {
   HopperGemmUse hopper_gemm_ = HopperGemmUse::kOff;
   int hopper_gemm_tile_n_ = 128;
   bool hopper_gemm_persistent_ = true;
+  bool rms_norm_handoff_ = true;
   std::unique_ptr<MatmulAlgoTable> matmul_algos_ = std::make_unique<MatmulAlgoTable>();
   std::unique_ptr<CudnnSdpa> sdpa_;
 };

@@ -473,14 +473,16 @@ class CudaLinear final : public Linear {
   // enqueued, where it does not run the call.
   bool ForwardToBf16Rotary(const LinearInput& in, int64_t m, uint16_t* y, int64_t ldy, const QkvRotary& r) const {
     if (m <= 0) return false;
-    const uint16_t* base = ScratchBf16Rows(m);
-    if (base == nullptr) return true;  // the device keeps the error
-    HopperGemm g = HopperCall(base, ld_, m, HopperEpilogue::kBf16Rotary, y, ldy, false);
+    HopperGemm g = HopperCall(nullptr, ld_, m, HopperEpilogue::kBf16Rotary, y, ldy, false);
     g.tile_n = kHopperRotaryTileN;
     g.head_dim = r.head_dim;
     g.rotary_heads = 2 * r.heads;  // q's, then k's
     g.cos = r.cos;
     g.sin = r.sin;
+    if (ReadHandedNorm(in, g, false)) return RunHopper(g, false);
+    const uint16_t* base = ScratchBf16Rows(m);
+    if (base == nullptr) return true;  // the device keeps the error
+    g.a = base;
     if (!HopperRuns(g, false)) return false;
     if (InputRowsBf16(in, m) == nullptr) return true;  // at `base`
     RunHopper(g, false);
@@ -508,6 +510,30 @@ class CudaLinear final : public Linear {
     g.max_blocks = dev_.hopper_gemm_persistent() ? dev_.sm_count() : 0;
     return g;
   }
+  // g (A not yet set) reading the handed-on RMSNorm `in` carries (LinearInput::handed), and true,
+  // where there is one for this Linear's input and the Hopper GEMM runs g so; else false, g as
+  // it was. The rows it reads are the stream's times the norm's weight, the factor applied to
+  // the product's rows.
+  bool ReadHandedNorm(const LinearInput& in, HopperGemm& g, bool swiglu) const {
+    if (in.op != LinearInput::Op::kRmsNorm || in.handed == nullptr || in.handed->parts <= 0 ||
+        !dev_.rms_norm_handoff()) {
+      return false;
+    }
+    const RmsNormHandoff& h = *in.handed;
+    if (h.weight != in.norm_weight || h.eps != in.eps) return false;  // another norm's
+    HopperGemm t = g;
+    t.a = h.rows;
+    t.lda = h.ld;
+    t.row_partials = h.partials;
+    t.partials_ld = h.max_parts;
+    t.row_parts = h.parts;
+    t.norm_width = static_cast<int>(in_);
+    t.norm_eps = h.eps;
+    if (!HopperRuns(t, swiglu)) return false;
+    g = t;
+    return true;
+  }
+
   // Whether g runs on the Hopper GEMM: bf16 compute, the device runs it for g's rows (swiglu: the
   // gated MLP's fused gate_up), and the kernel takes g.
   bool HopperRuns(const HopperGemm& g, bool swiglu) const {
@@ -522,13 +548,27 @@ class CudaLinear final : public Linear {
 
   // cuBLASLt on b: m rows of stride ldb, in the compute type (bf16 rows or the f32 input); or the
   // Hopper GEMM where the device runs it (CudaDevice::hopper_gemm).
-  void Matmul(const void* b, int64_t ldb, int64_t m, float* y, Epilogue epilogue) const {
+  // next: y's next RMSNorm, handed on where the Hopper GEMM runs the call (its parts set; left
+  // as it is otherwise).
+  void Matmul(const void* b, int64_t ldb, int64_t m, float* y, Epilogue epilogue,
+              RmsNormHandoff* next = nullptr) const {
     const bool gelu = epilogue == Epilogue::kGeluErf;
-    if (!gelu && compute_ == ComputeType::kBF16 &&
-        RunHopper(HopperCall(static_cast<const uint16_t*>(b), ldb, m, HopperEpilogue::kF32, y, out_,
-                             epilogue == Epilogue::kAccumulate),
-                  false)) {
-      return;
+    if (!gelu && compute_ == ComputeType::kBF16) {
+      HopperGemm g = HopperCall(static_cast<const uint16_t*>(b), ldb, m, HopperEpilogue::kF32, y, out_,
+                                epilogue == Epilogue::kAccumulate);
+      if (next != nullptr && dev_.rms_norm_handoff()) {
+        HopperGemm t = g;
+        t.norm_rows = next->rows;
+        t.norm_ld = next->ld;
+        t.norm_weight = next->weight;
+        t.norm_partials = next->partials;
+        t.partials_ld = next->max_parts;
+        if (RunHopper(t, false)) {
+          next->parts = static_cast<int>(HopperGemmGrid(t).cols);
+          return;
+        }
+      }
+      if (RunHopper(g, false)) return;
     }
     const float* bias = bias_.raw() != nullptr ? bias_.data<float>() : nullptr;
     MatmulPlan* plan = GetPlan(m, ldb, gelu ? nullptr : bias, Alignment(b), Alignment(y), CUDA_R_32F, out_);
@@ -688,7 +728,7 @@ absl::Status CheckDType(const core::Tensor& t, const char* what) {
 }  // namespace
 
 bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& down, const LinearInput& in, int64_t m,
-                         float* gate_up_out, float* y) {
+                         float* gate_up_out, float* y, RmsNormHandoff* next) {
   if (!dev.bf16_handoff() || !dev.fold_linear_inputs() || m <= 0) return false;
   if (in.op != LinearInput::Op::kNone && in.op != LinearInput::Op::kRmsNorm) return false;
   const auto* gu = dynamic_cast<const CudaLinear*>(&gate_up);
@@ -706,13 +746,19 @@ bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& d
   uint16_t* g = reinterpret_cast<uint16_t*>(gate_up_out);
   // The Hopper GEMM with the SiLU·mul as its epilogue: down's bf16 input rows straight from
   // gate_up's accumulators, into gate_up_out's bytes (its f32 output is not made; the input rows
-  // stay in the scratch, read by the same launch).
+  // stay in the scratch, read by the same launch), or from a handed-on norm's rows.
+  if (HopperGemm fused = gu->HopperCall(nullptr, gu->ld(), m, HopperEpilogue::kSwiGluBf16, g, dn->ld(), false);
+      gu->ReadHandedNorm(in, fused, true)) {
+    gu->RunHopper(fused, true);
+    dn->Matmul(g, dn->ld(), m, y, Epilogue::kAccumulate, next);
+    return true;
+  }
   if (const uint16_t* base = gu->ScratchBf16Rows(m); base != nullptr) {
     const HopperGemm fused = gu->HopperCall(base, gu->ld(), m, HopperEpilogue::kSwiGluBf16, g, dn->ld(), false);
     if (gu->HopperRuns(fused, true)) {
       if (gu->InputRowsBf16(in, m) == nullptr) return true;  // at `base`; a null: the device keeps the error
       gu->RunHopper(fused, true);
-      dn->Matmul(g, dn->ld(), m, y, Epilogue::kAccumulate);
+      dn->Matmul(g, dn->ld(), m, y, Epilogue::kAccumulate, next);
       return true;
     }
   }
@@ -731,11 +777,12 @@ bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& d
     dev.Check(LaunchSiluMulRowsBf16(dev.stream(), gate_up_out, m, inter, act, dn->ld()),
               "GatedMlp: silu_mul -> bf16 rows");
   }
-  dn->Matmul(act, dn->ld(), m, y, Epilogue::kAccumulate);
+  dn->Matmul(act, dn->ld(), m, y, Epilogue::kAccumulate, next);
   return true;
 }
 
-bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, const Linear& proj, float* y) {
+bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, const Linear& proj, float* y,
+                                 RmsNormHandoff* next) {
   if (!dev.bf16_handoff() || !args.bf16 || dev.attention() != CudaDevice::Attention::kFlash) return false;
   const int64_t rows = args.q_end - args.q_begin;
   if (args.q_begin < 0 || rows <= 0) return false;
@@ -751,7 +798,7 @@ bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, con
   p.pipeline = dev.flash_pipeline();
   p.heads_per_block = dev.flash_heads_per_block();
   dev.Check(LaunchFlashVarlenMma(dev.stream(), p), "AttendAndProject: flash attention -> bf16 rows");
-  pr->Matmul(act, pr->ld(), rows, y, Epilogue::kAccumulate);
+  pr->Matmul(act, pr->ld(), rows, y, Epilogue::kAccumulate, next);
   return true;
 }
 

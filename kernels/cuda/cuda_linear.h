@@ -30,15 +30,20 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateLinear(CudaDevice& dev, const core
 // not apply: the hand-off or input folding switched off, f32 compute, rows a GEMV takes, an input
 // op other than none or RMSNorm, Linears not of this device. Where cuBLASLt has no bf16-output
 // kernel for a shape, gate_up writes f32 rows there instead (the two-Linear path's values).
+// A handed-on RMSNorm in `in` (LinearInput::handed) is read by the fused gate_up where the
+// Hopper GEMM runs it; `next` is handed on by down where the Hopper GEMM runs it
+// (CudaDevice::rms_norm_handoff).
 bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& down, const LinearInput& in, int64_t m,
-                         float* gate_up_out, float* y);
+                         float* gate_up_out, float* y, RmsNormHandoff* next = nullptr);
 
 // kernels::AttendAndProject's bf16 hand-off: iris's tensor-core flash kernel writes the query
 // rows' attention output as proj's bf16 input rows (no f32 output, no conversion launch), and
 // proj accumulates into y. True when it took the call; false, with nothing enqueued, where it
 // does not apply: the hand-off switched off, f32 attention, cuDNN's attention chosen, rows a GEMV
 // takes, a head layout other than proj's input row, a proj not of this device or not bf16.
-bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, const Linear& proj, float* y);
+// `next` is handed on by proj where the Hopper GEMM runs it.
+bool AttendAndProjectBf16Handoff(CudaDevice& dev, const AttentionArgs& args, const Linear& proj, float* y,
+                                 RmsNormHandoff* next = nullptr);
 
 // kernels::ProjectQkvRotaryWriteKv on this device: y = qkv(in) for m rows (the decoder's qkv
 // Linear: q heads, then k heads, then v heads) with rot's rotary and KV write done by the GEMV as its
@@ -64,7 +69,8 @@ void LinearForwardToBf16(CudaDevice& dev, const Linear& linear, const LinearInpu
 
 // kernels::LinearForwardToBf16Rotary in one launch: the Hopper GEMM with the rotary in its
 // epilogue, where the device runs every matmul on it (HopperGemmUse::kAll) and it takes the call
-// (rows, head_dim kHopperRotaryHeadDim, 2 * heads heads inside the output). False, with nothing
+// (rows, head_dim kHopperRotaryHeadDim, 2 * heads heads inside the output), reading a handed-on
+// RMSNorm in `in` where there is one (LinearInput::handed). False, with nothing
 // enqueued, otherwise (the caller runs the two ops); true with the device's error for a Linear
 // not of this device or not bf16, or ldy < out_features.
 bool LinearForwardToBf16Rotary(CudaDevice& dev, const Linear& linear, const LinearInput& in, int64_t m, uint16_t* y,

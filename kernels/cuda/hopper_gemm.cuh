@@ -77,6 +77,17 @@ struct HopperGemmParams {
   int rotary_cols = 0;
   const float* cos = nullptr;
   const float* sin = nullptr;
+  // kF32: the next RMSNorm's input handed on (HopperGemm::norm_rows).
+  uint16_t* norm_rows = nullptr;
+  int64_t norm_ld = 0;
+  const float* norm_weight = nullptr;
+  float* norm_partials = nullptr;
+  int64_t partials_ld = 0;
+  // The row factor of a handed-on norm (HopperGemm::row_partials).
+  const float* row_partials = nullptr;
+  int row_parts = 0;
+  float norm_width = 0.f;
+  float norm_eps = 0.f;
 };
 
 // The kernel's parameters and grid for a call (the launcher's and the SIMT tests' one mapping).
@@ -99,6 +110,19 @@ inline HopperGemmParams HopperGemmParamsOf(const HopperGemm& g) {
     p.rotary_cols = g.rotary_heads * g.head_dim;
     p.cos = g.cos;
     p.sin = g.sin;
+  }
+  if (g.epilogue == HopperEpilogue::kF32 && g.norm_rows != nullptr) {
+    p.norm_rows = g.norm_rows;
+    p.norm_ld = g.norm_ld;
+    p.norm_weight = g.norm_weight;
+    p.norm_partials = g.norm_partials;
+  }
+  p.partials_ld = g.partials_ld;
+  if (g.row_partials != nullptr) {
+    p.row_partials = g.row_partials;
+    p.row_parts = g.row_parts;
+    p.norm_width = static_cast<float>(g.norm_width);
+    p.norm_eps = g.norm_eps;
   }
   return p;
 }
@@ -178,6 +202,28 @@ IRIS_DEVICE void HopperRotateRow(const HopperGemmParams& p, float (&acc)[kTileN 
   }
 }
 
+// A handed-on RMSNorm's factor for a row: 1 / sqrt(mean + eps) from the producing GEMM's partial
+// sums of squares, added in order (InvSqrt: the norm kernels' exact quotient).
+IRIS_DEVICE float HopperRowFactor(const HopperGemmParams& p, int row) {
+  const float* part = p.row_partials + static_cast<int64_t>(row) * p.partials_ld;
+  float ss = 0.f;
+  for (int i = 0; i < p.row_parts; ++i) ss += part[i];
+  return InvSqrt(ss / p.norm_width + p.norm_eps);
+}
+
+// kF32 with a norm handed on: a column pair's new y values out[0..1] (col + e < n only) into the
+// norm's bf16 rows (times its weight) and the row's sum of squares ss.
+IRIS_DEVICE void HopperNormOut(const HopperGemmParams& p, int row, int col, const float (&out)[2], float& ss) {
+  uint16_t* r = p.norm_rows + static_cast<int64_t>(row) * p.norm_ld + col;
+  if (col + 1 < p.n) {  // norm_ld even, the rows 4-byte aligned: col is even
+    ss += out[0] * out[0] + out[1] * out[1];
+    *reinterpret_cast<uint32_t*>(r) = PackBf16x2(out[0] * p.norm_weight[col], out[1] * p.norm_weight[col + 1]);
+  } else if (col < p.n) {
+    ss += out[0] * out[0];
+    r[0] = FloatToBf16(out[0] * p.norm_weight[col]);
+  }
+}
+
 template <HopperEpilogue kEpi, int kTileN>
 IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, float (&acc)[kTileN / 2], int row0, int col0) {
   const int t = static_cast<int>(threadIdx.x) % 128, lane = t % 32;
@@ -187,52 +233,77 @@ IRIS_DEVICE void HopperStoreTile(const HopperGemmParams& p, float (&acc)[kTileN 
   IRIS_UNROLL
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + 16 * (t / 32) + group + 8 * half;
-    if (row >= p.m) continue;
-    if constexpr (kEpi == HopperEpilogue::kBf16Rotary) HopperRotateRow<kTileN>(p, acc, half, row, col0, q);
-    IRIS_UNROLL
-    for (int j = 0; j < kBlocks8; ++j) {
-      const int col = col0 + 8 * j + 2 * q;
-      float v[2];
-      IRIS_UNROLL
-      for (int e = 0; e < 2; ++e) {
-        v[e] = acc[4 * j + 2 * half + e];
-        if constexpr (kEpi == HopperEpilogue::kSwiGluBf16) {
-          float up = acc[4 * (j + kUpBlock) + 2 * half + e];  // the same column of the up half
-          if (p.bias != nullptr && col + e < p.n) {
-            v[e] += p.bias[col + e];
-            up += p.bias[p.n + col + e];
-          }
-          v[e] = Silu(v[e]) * up;
-        } else if (kEpi != HopperEpilogue::kBf16Rotary && p.bias != nullptr && col + e < p.n) {
-          v[e] += p.bias[col + e];
+    const bool live = row < p.m;
+    float ss = 0.f;  // a handed-on norm's sum of squares: the thread's columns of the row
+    if (live) {
+      if (p.row_partials != nullptr) {
+        const float f = HopperRowFactor(p, row);
+        IRIS_UNROLL
+        for (int j = 0; j < kTileN / 8; ++j) {
+          acc[4 * j + 2 * half] *= f;
+          acc[4 * j + 2 * half + 1] *= f;
         }
       }
-      // Both columns in one store where both are in y and the pair is aligned (col is even: an
-      // even row stride and an aligned y make it so), else one at a time.
-      const bool pair = col + 1 < p.n && p.pairs_aligned;
-      if constexpr (kEpi == HopperEpilogue::kF32) {
-        float* y = static_cast<float*>(p.y) + static_cast<int64_t>(row) * p.ldy + col;
-        if (pair) {
-          Float2 out{v[0], v[1]};
-          if (p.accumulate) {
-            const Float2 old = *reinterpret_cast<const Float2*>(y);
-            out = Float2{old.x + v[0], old.y + v[1]};
-          }
-          *reinterpret_cast<Float2*>(y) = out;
-        } else {
-          for (int e = 0; e < 2; ++e) {
-            if (col + e < p.n) y[e] = p.accumulate ? y[e] + v[e] : v[e];
-          }
-        }
-      } else {
-        uint16_t* y = static_cast<uint16_t*>(p.y) + static_cast<int64_t>(row) * p.ldy + col;
-        if (pair) {
-          *reinterpret_cast<uint32_t*>(y) = PackBf16x2(v[0], v[1]);
-        } else {
-          for (int e = 0; e < 2; ++e) {
-            if (col + e < p.n) y[e] = FloatToBf16(v[e]);
+      if constexpr (kEpi == HopperEpilogue::kBf16Rotary) HopperRotateRow<kTileN>(p, acc, half, row, col0, q);
+      IRIS_UNROLL
+      for (int j = 0; j < kBlocks8; ++j) {
+        const int col = col0 + 8 * j + 2 * q;
+        float v[2];
+        IRIS_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          v[e] = acc[4 * j + 2 * half + e];
+          if constexpr (kEpi == HopperEpilogue::kSwiGluBf16) {
+            float up = acc[4 * (j + kUpBlock) + 2 * half + e];  // the same column of the up half
+            if (p.bias != nullptr && col + e < p.n) {
+              v[e] += p.bias[col + e];
+              up += p.bias[p.n + col + e];
+            }
+            v[e] = Silu(v[e]) * up;
+          } else if (kEpi != HopperEpilogue::kBf16Rotary && p.bias != nullptr && col + e < p.n) {
+            v[e] += p.bias[col + e];
           }
         }
+        // Both columns in one store where both are in y and the pair is aligned (col is even: an
+        // even row stride and an aligned y make it so), else one at a time.
+        const bool pair = col + 1 < p.n && p.pairs_aligned;
+        if constexpr (kEpi == HopperEpilogue::kF32) {
+          float* y = static_cast<float*>(p.y) + static_cast<int64_t>(row) * p.ldy + col;
+          float out[2] = {v[0], v[1]};  // y's new values
+          if (pair) {
+            if (p.accumulate) {
+              const Float2 old = *reinterpret_cast<const Float2*>(y);
+              out[0] = old.x + v[0];
+              out[1] = old.y + v[1];
+            }
+            *reinterpret_cast<Float2*>(y) = Float2{out[0], out[1]};
+          } else {
+            for (int e = 0; e < 2; ++e) {
+              if (col + e < p.n) {
+                out[e] = p.accumulate ? y[e] + v[e] : v[e];
+                y[e] = out[e];
+              }
+            }
+          }
+          if (p.norm_rows != nullptr) HopperNormOut(p, row, col, out, ss);
+        } else {
+          uint16_t* y = static_cast<uint16_t*>(p.y) + static_cast<int64_t>(row) * p.ldy + col;
+          if (pair) {
+            *reinterpret_cast<uint32_t*>(y) = PackBf16x2(v[0], v[1]);
+          } else {
+            for (int e = 0; e < 2; ++e) {
+              if (col + e < p.n) y[e] = FloatToBf16(v[e]);
+            }
+          }
+        }
+      }
+    }
+    if constexpr (kEpi == HopperEpilogue::kF32) {
+      // The row's 4 lanes (one group) add their sums: every lane of the warp shuffles, live or not
+      // (p.norm_rows is the whole launch's), and one lane writes the tile's partial.
+      if (p.norm_rows != nullptr) {
+        ss += ShflXor(ss, 1);
+        ss += ShflXor(ss, 2);
+        if (live && q == 0) p.norm_partials[static_cast<int64_t>(row) * p.partials_ld + col0 / kTileN] = ss;
       }
     }
   }

@@ -50,6 +50,24 @@ struct HopperGemm {
   int rotary_heads = 0;
   const float* cos = nullptr;
   const float* sin = nullptr;
+  // kF32, the next RMSNorm's input handed on (kernels::RmsNormHandoff): of the rows y holds after
+  // the call, norm_rows[r][c] = bf16(y[r][c] * norm_weight[c]) (stride norm_ld: even, the rows
+  // 4-byte aligned), and norm_partials[r * partials_ld + j] = the sum of y[r][c]^2 over tile
+  // column j's columns (HopperGemmGrid(g).cols partials a row, each written once, so no zeroing
+  // and the same bits every run). Null norm_rows: none.
+  uint16_t* norm_rows = nullptr;
+  int64_t norm_ld = 0;
+  const float* norm_weight = nullptr;
+  float* norm_partials = nullptr;
+  int64_t partials_ld = 0;  // (also row_partials')
+  // Any epilogue, the RMSNorm's row factor applied to the product where A holds a handed-on
+  // norm's rows: row r of A·Bᵀ is multiplied by 1 / sqrt(s / norm_width + norm_eps) before the
+  // bias, s the sum of row_partials[r * partials_ld + i], i < row_parts, in that order. Null
+  // row_partials: none.
+  const float* row_partials = nullptr;
+  int row_parts = 0;
+  int norm_width = 0;
+  float norm_eps = 0.f;
 };
 
 // y's tiles (kHopperTileRows x tile_n, half as wide for SwiGLU's output) and the launch's blocks.
@@ -68,7 +86,9 @@ inline HopperGrid HopperGemmGrid(const HopperGemm& g) {
 // Whether the kernel takes g: a and b 16-byte aligned with row strides of whole 16-byte vectors
 // (lda, ldb multiples of 8, at least k), ldy >= n, sizes that fit the kernel's 32-bit indices,
 // tile_n 128 or 256; kBf16Rotary: head_dim kHopperRotaryHeadDim, tile_n kHopperRotaryTileN, the
-// tables given, the rotated heads inside n.
+// tables given, the rotated heads inside n; a handed-on norm's output only from kF32, its buffers
+// given, its rows even and 4-byte aligned, room for a partial per tile column; a row factor's
+// partials at least one a row.
 inline bool HopperGemmTakes(const HopperGemm& g) {
   constexpr int64_t kMax = int64_t{1} << 31;
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
@@ -79,8 +99,18 @@ inline bool HopperGemmTakes(const HopperGemm& g) {
   const bool width = rotary ? g.tile_n == kHopperRotaryTileN : g.tile_n == 128 || g.tile_n == 256;
   if (!shape || !width) return false;
   if (const HopperGrid grid = HopperGemmGrid(g); grid.cols * grid.rows >= kMax) return false;  // the kernel's int
-  return !rotary || (g.head_dim == kHopperRotaryHeadDim && g.cos != nullptr && g.sin != nullptr &&
-                     g.rotary_heads >= 0 && int64_t{g.rotary_heads} * g.head_dim <= g.n);
+  if (rotary && !(g.head_dim == kHopperRotaryHeadDim && g.cos != nullptr && g.sin != nullptr &&
+                  g.rotary_heads >= 0 && int64_t{g.rotary_heads} * g.head_dim <= g.n)) {
+    return false;
+  }
+  if (g.norm_rows != nullptr &&
+      (g.epilogue != HopperEpilogue::kF32 || g.norm_weight == nullptr || g.norm_partials == nullptr ||
+       g.norm_ld < g.n || g.norm_ld % 2 != 0 || reinterpret_cast<uintptr_t>(g.norm_rows) % 4 != 0 ||
+       g.partials_ld < HopperGemmGrid(g).cols)) {
+    return false;
+  }
+  return g.row_partials == nullptr ||
+         (g.row_parts >= 1 && g.partials_ld >= g.row_parts && g.norm_width >= 1 && g.norm_eps >= 0.f);
 }
 
 // Enqueues g on stream (cudaErrorInvalidValue where !HopperGemmTakes; the driver's error where
