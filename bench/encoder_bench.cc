@@ -541,6 +541,8 @@ int main(int argc, char** argv) {
       // GPU: which matmuls run iris's own Hopper GEMM (CudaDevice::SetHopperGemm; off by default).
       kernels::cuda::CudaDevice::HopperGemmUse hopper = kernels::cuda::CudaDevice::HopperGemmUse::kOff;
       int hopper_tile_n = 128;
+      // GPU, under the Hopper GEMM's kAll: the RMSNorms handed on between its GEMMs.
+      bool norm_handoff = true;
 #endif
     };
     std::vector<Config> configs = {
@@ -570,13 +572,17 @@ int main(int argc, char** argv) {
           const char* name;
           HopperGemmUse use;
           int tile_n;
+          bool norm_handoff = true;
         };
-        for (const HopperColumn& h : {HopperColumn{"hopper GEMM SwiGLU", HopperGemmUse::kSwiGlu, 128},
-                                      HopperColumn{"hopper GEMM all", HopperGemmUse::kAll, 128},
-                                      HopperColumn{"hopper GEMM all, 256-row tiles", HopperGemmUse::kAll, 256}}) {
+        for (const HopperColumn& h :
+             {HopperColumn{"hopper GEMM SwiGLU", HopperGemmUse::kSwiGlu, 128},
+              HopperColumn{"hopper GEMM all", HopperGemmUse::kAll, 128},
+              HopperColumn{"hopper GEMM all, 256-row tiles", HopperGemmUse::kAll, 256},
+              HopperColumn{"hopper GEMM all, the norm kernel (hand-off off)", HopperGemmUse::kAll, 128, false}}) {
           Config c{h.name, {}, true, true, flash_pipeline, matmul_tuning, flash_heads};
           c.hopper = h.use;
           c.hopper_tile_n = h.tile_n;
+          c.norm_handoff = h.norm_handoff;
           configs.push_back(c);
         }
       }
@@ -606,6 +612,7 @@ int main(int argc, char** argv) {
             (void)kernels::cuda::AsCuda(dev).SetFlashHeadsPerBlock(configs[c].flash_heads);
             (void)kernels::cuda::AsCuda(dev).SetHopperGemm(configs[c].hopper);
             (void)kernels::cuda::AsCuda(dev).SetHopperGemmTileN(configs[c].hopper_tile_n);
+            kernels::cuda::AsCuda(dev).SetRmsNormHandoff(configs[c].norm_handoff);
             // The tuning's own timing (once per shape) stays out of the table: a first forward
             // with tuning on runs untimed.
             if (r == 0 && configs[c].matmul_tuning != matmul_tuning) {
@@ -636,6 +643,7 @@ int main(int argc, char** argv) {
         (void)kernels::cuda::AsCuda(dev).SetFlashHeadsPerBlock(flash_heads);
         (void)kernels::cuda::AsCuda(dev).SetHopperGemm(kernels::cuda::CudaDevice::HopperGemmUse::kOff);
         (void)kernels::cuda::AsCuda(dev).SetHopperGemmTileN(128);
+        kernels::cuda::AsCuda(dev).SetRmsNormHandoff(true);
       }
 #endif
     }

@@ -85,6 +85,17 @@ void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed, int tile_n,
     g.cos = gpu.Up(d.cos);
     g.sin = gpu.Up(d.sin);
   }
+  if (c.row_parts > 0) g.row_partials = gpu.Up(d.row_partials);
+  testing::HopperNormOut norm;
+  uint16_t* norm_rows = nullptr;
+  float* norm_partials = nullptr;
+  if (c.norm_out) {
+    norm = testing::HopperStartingNormOut(c, d, tile_n, kPad);
+    testing::HopperAttachNormOut(d, norm, g);
+    g.norm_rows = norm_rows = gpu.Up(norm.rows);
+    g.norm_partials = norm_partials = gpu.Up(norm.partials);
+    g.norm_weight = gpu.Up(d.norm_weight);
+  }
   std::vector<float> y_f32;
   std::vector<uint16_t> y_bf16;
   if (c.epilogue == HopperEpilogue::kF32) {
@@ -103,6 +114,11 @@ void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed, int tile_n,
     y_bf16 = gpu.Down(y, y_bf16.size());
   }
   testing::ExpectHopperResult(c, d, y_f32, y_bf16, kPad);
+  if (c.norm_out) {
+    norm.rows = gpu.Down(norm_rows, norm.rows.size());
+    norm.partials = gpu.Down(norm_partials, norm.partials.size());
+    testing::ExpectHopperNormOut(c, d, y_f32, norm, tile_n, kPad);
+  }
 }
 
 // The odd sizes, one test per form of the kernel, in the order of their hand-offs' complexity
@@ -130,6 +146,19 @@ TEST(CudaHopperGemm, MatchesTheDefinitionOnOddSizesRotary240) {
   if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
   for (const int max_blocks : {0, 3}) {
     for (const HopperCase& c : testing::HopperRotaryCases()) RunOnGpu(*gpu, c, 29, kHopperRotaryTileN, max_blocks);
+  }
+}
+
+// The RMSNorm hand-off between GEMMs (as simt_hopper_gemm_test's): f32 rows handing the next
+// norm's input on, and every epilogue applying a handed-on norm's row factor.
+TEST(CudaHopperGemm, MatchesTheDefinitionWithTheRmsNormHandoff) {
+  std::unique_ptr<testing::Gpu> gpu = HopperGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
+  for (const HopperCase& c : testing::HopperNormCases()) {
+    const bool rotary = c.epilogue == HopperEpilogue::kBf16Rotary;
+    for (const int tile_n : rotary ? std::vector<int>{kHopperRotaryTileN} : std::vector<int>{128, 256}) {
+      for (const int max_blocks : {0, 3}) RunOnGpu(*gpu, c, 31, tile_n, max_blocks);
+    }
   }
 }
 
@@ -316,6 +345,116 @@ TEST(CudaHopperGemm, TheQkvRotaryEpilogueAgreesWithTheRotaryLaunch) {
   }
   EXPECT_LT(std::sqrt(e / r), 4e-3) << "qkv + rotary: the epilogue vs the rotary launch";
   EXPECT_NE(got[0], got[1]) << "the fused path's single rounding should show";
+  ASSERT_TRUE(cuda.SetHopperGemm(CudaDevice::HopperGemmUse::kOff).ok());
+  EXPECT_TRUE(cuda.status().ok()) << cuda.status();
+}
+
+// A vision block's chain on the Hopper GEMM (kAll) with the RMSNorm handed on against the norm
+// kernel (the hand-off off): an MLP writing the residual stream hands the next norm on to a
+// second MLP's gate_up (SwiGLU), whose down hands the next to the qkv projection with its rotary.
+// The stream's f32 rows are the same bits either way (the hand-off only adds outputs); the bf16
+// results differ only in where a rounding falls (bf16(x w) r against bf16(x r w)).
+TEST(CudaHopperGemm, TheRmsNormHandoffAgreesWithTheNormKernel) {
+  std::unique_ptr<testing::Gpu> gpu = HopperGpu();
+  if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
+  Device& dev = *gpu->dev;
+  CudaDevice& cuda = gpu->cuda();
+  const int64_t h = 1280, inter = 3420, m = 300, ldy = 3 * h;
+  const int heads = 16, hd = 80;
+  const float eps = 1e-6f;
+  const auto weight = [](int64_t out, int64_t in, uint32_t seed) {
+    core::Tensor t = core::Tensor::Empty(core::DType::kBF16, {out, in});
+    const std::vector<float> v = testing::RandomNormal(out * in, seed, 0.03f);
+    for (int64_t i = 0; i < out * in; ++i) t.data<uint16_t>()[i] = core::FloatToBf16(v[i]);
+    return t;
+  };
+  const auto vec = [](int64_t n, uint32_t seed, float scale, float offset) {
+    core::Tensor t = core::Tensor::Empty(core::DType::kF32, {n});
+    const std::vector<float> v = testing::RandomNormal(n, seed, scale);
+    for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = offset + v[i];
+    return t;
+  };
+  const core::Tensor gu_w = weight(2 * inter, h, 21), dn_w = weight(h, inter, 22), qkv_w = weight(3 * h, h, 23);
+  const core::Tensor gu_b = vec(2 * inter, 24, 0.1f, 0.f), dn_b = vec(h, 25, 0.1f, 0.f), qkv_b = vec(3 * h, 26, 0.1f, 0.f);
+  auto gate_up = Linear::Create(dev, gu_w, &gu_b, ComputeType::kBF16);
+  auto down = Linear::Create(dev, dn_w, &dn_b, ComputeType::kBF16);
+  auto qkv = Linear::Create(dev, qkv_w, &qkv_b, ComputeType::kBF16);
+  ASSERT_TRUE(gate_up.ok() && down.ok() && qkv.ok());
+  float* norm_a = gpu->Up(testing::RandomNormal(h, 27, 0.2f));  // the first MLP's norm, applied by the kernel
+  const core::Tensor nb = vec(h, 28, 0.2f, 1.f), nc = vec(h, 29, 0.2f, 1.f);  // the handed-on norms' weights
+  float* norm_b = gpu->Up(std::vector<float>(nb.data<float>(), nb.data<float>() + h));
+  float* norm_c = gpu->Up(std::vector<float>(nc.data<float>(), nc.data<float>() + h));
+  const std::vector<float> angle = testing::RandomNormal(m * hd / 2, 30, 3.f);
+  std::vector<float> cos_t, sin_t;
+  for (const float t : angle) {
+    cos_t.push_back(std::cos(t));
+    sin_t.push_back(std::sin(t));
+  }
+  const QkvRotary rotary{heads, hd, gpu->Up(cos_t), gpu->Up(sin_t)};
+  const std::vector<float> x0 = testing::RandomNormal(m * h, 31, 1.f);
+  float* staging = gpu->Up(std::vector<float>(m * h, 0.f));
+  float* gu_out = gpu->Up(std::vector<float>(m * 2 * inter, 0.f));
+  float* act = gpu->Up(std::vector<float>(m * inter, 0.f));
+  uint16_t* hand_rows = gpu->Up(std::vector<uint16_t>(m * h, 0));
+  float* hand_partials = gpu->Up(std::vector<float>(m * 16, 0.f));
+  const auto handoff = [&](const float* w) {
+    RmsNormHandoff n;
+    n.weight = w;
+    n.eps = eps;
+    n.rows = hand_rows;
+    n.ld = h;
+    n.partials = hand_partials;
+    n.max_parts = 16;
+    return n;
+  };
+  struct Result {
+    std::vector<float> stream;
+    std::vector<uint16_t> qkv;
+    int parts[2];
+  };
+  const auto chain = [&](bool on) {
+    cuda.SetRmsNormHandoff(on);
+    Result res;
+    float* x = gpu->Up(x0);
+    RmsNormHandoff b = handoff(norm_b);
+    GatedMlp(dev, **gate_up, **down, LinearInput::RmsNorm(x, norm_a, eps, staging), m, {gu_out, act}, x, &b);
+    res.parts[0] = b.parts;
+    RmsNormHandoff c = handoff(norm_c);
+    GatedMlp(dev, **gate_up, **down, LinearInput::RmsNorm(x, norm_b, eps, staging, &b), m, {gu_out, act}, x, &c);
+    res.parts[1] = c.parts;
+    uint16_t* y = gpu->Up(std::vector<uint16_t>(m * ldy, 0));
+    LinearForwardToBf16Rotary(dev, **qkv, LinearInput::RmsNorm(x, norm_c, eps, staging, &c), m, y, ldy, rotary);
+    res.stream = gpu->Down(x, static_cast<size_t>(m * h));
+    res.qkv = gpu->Down(y, static_cast<size_t>(m * ldy));
+    return res;
+  };
+  ASSERT_TRUE(cuda.SetHopperGemm(CudaDevice::HopperGemmUse::kAll).ok());
+  for (const int tile_n : {128, 256}) {
+    SCOPED_TRACE(::testing::Message() << "tile " << tile_n);
+    ASSERT_TRUE(cuda.SetHopperGemmTileN(tile_n).ok());
+    const Result off = chain(false), on = chain(true);
+    EXPECT_EQ(off.parts[0], 0);
+    EXPECT_EQ(off.parts[1], 0);
+    EXPECT_EQ(on.parts[0], h / tile_n) << "down hands the norm on";
+    EXPECT_EQ(on.parts[1], h / tile_n);
+    double e = 0, r = 0;
+    for (size_t i = 0; i < on.qkv.size(); ++i) {
+      const double a = core::Bf16ToFloat(on.qkv[i]), b = core::Bf16ToFloat(off.qkv[i]);
+      e += (a - b) * (a - b);
+      r += b * b;
+    }
+    EXPECT_LT(std::sqrt(e / r), 4e-3) << "qkv after two handed-on norms vs the norm kernel";
+    EXPECT_NE(on.qkv, off.qkv) << "the hand-off's rounding should show";
+    // The second MLP read its handed-on norm: the stream after it differs by a rounding's worth.
+    double se = 0, sr = 0;
+    for (size_t i = 0; i < on.stream.size(); ++i) {
+      se += (double(on.stream[i]) - off.stream[i]) * (double(on.stream[i]) - off.stream[i]);
+      sr += double(off.stream[i]) * off.stream[i];
+    }
+    EXPECT_LT(std::sqrt(se / sr), 1e-3) << "the residual stream";
+  }
+  cuda.SetRmsNormHandoff(true);
+  ASSERT_TRUE(cuda.SetHopperGemmTileN(128).ok());
   ASSERT_TRUE(cuda.SetHopperGemm(CudaDevice::HopperGemmUse::kOff).ok());
   EXPECT_TRUE(cuda.status().ok()) << cuda.status();
 }

@@ -288,7 +288,8 @@ INSTANTIATE_TEST_SUITE_P(Compute, CudaTinyEncoder, ::testing::Values(ComputeType
 // The 3b vision tower (hidden 1280, 16 heads of 80: the shapes iris's Hopper GEMM and its rotary
 // epilogue are for; the tiny model's rows and heads never reach them) on the GPU in bf16, against
 // its goldens with the Hopper GEMM off, fused into the gated MLPs, and everywhere (the qkv rotary
-// in its epilogue, persistent, ping-pong at 128, cooperative at 256). From pixel values: that path
+// in its epilogue, the RMSNorms handed on between the GEMMs, persistent, ping-pong at 128,
+// cooperative at 256; and at 128 with the norm kernel instead of the hand-off). From pixel values: that path
 // records no CUDA graph, so each setting runs its own kernels. Skipped where the model was not
 // made (gpu_check.sh makes it: iris-make-model --preset 3b --vision-only) or, for the Hopper GEMM's
 // settings, on a GPU other than compute capability 9.0.
@@ -311,11 +312,15 @@ TEST(CudaVision3bEncoder, HopperGemmPathsMeetTheGoldens) {
     Use use;
     int tile_n;
     const char* name;
+    bool norm_handoff = true;
   };
+  // (Under kAll the RMSNorms are handed on between the GEMMs unless switched off: the last
+  // setting tells a fault of the hand-off from one of the GEMM.)
   const Setting settings[] = {{Use::kOff, 128, "cuBLASLt"},
                               {Use::kSwiGlu, 128, "Hopper SwiGLU"},
                               {Use::kAll, 128, "Hopper all, 128 ping-pong"},
-                              {Use::kAll, 256, "Hopper all, 256"}};
+                              {Use::kAll, 256, "Hopper all, 256"},
+                              {Use::kAll, 128, "Hopper all, 128, the norm kernel (hand-off off)", false}};
   for (const auto& c : manifest["cases"]) {
     std::vector<vision::GridThw> grids;
     const GoldenImages in = ImagesOf(c, *pp, &grids);
@@ -328,6 +333,7 @@ TEST(CudaVision3bEncoder, HopperGemmPathsMeetTheGoldens) {
         continue;
       }
       ASSERT_TRUE(cuda.SetHopperGemmTileN(s.tile_n).ok());
+      cuda.SetRmsNormHandoff(s.norm_handoff);
       auto out = (*encoder)->Forward(in.pixels, grids);
       ASSERT_TRUE(out.ok()) << out.status();
       ASSERT_EQ(out->numel(), golden.numel());
@@ -336,10 +342,12 @@ TEST(CudaVision3bEncoder, HopperGemmPathsMeetTheGoldens) {
       EXPECT_LE(err, 2e-2) << c["case"] << " " << s.name;
       outs.push_back(std::move(*out));
     }
-    if (outs.size() == 4) {
+    if (outs.size() == 5) {
       EXPECT_NE(0, std::memcmp(outs[0].raw(), outs[2].raw(), outs[0].nbytes())) << "the Hopper GEMM changed nothing";
+      EXPECT_NE(0, std::memcmp(outs[2].raw(), outs[4].raw(), outs[0].nbytes())) << "the norm hand-off changed nothing";
     }
   }
+  cuda.SetRmsNormHandoff(true);
   ASSERT_TRUE(cuda.SetHopperGemm(Use::kOff).ok());
   ASSERT_TRUE(cuda.SetHopperGemmTileN(128).ok());
   EXPECT_TRUE(gpu->status().ok()) << gpu->status();
