@@ -72,6 +72,31 @@ TEST(CudaHopperGemm, ProbeOneWarpgroupMma) {
   }
 }
 
+// A bf16 [out][in] weight of normal values (sd 0.03), as a checkpoint holds it.
+core::Tensor Bf16Weight(int64_t out, int64_t in, uint32_t seed) {
+  core::Tensor t = core::Tensor::Empty(core::DType::kBF16, {out, in});
+  const std::vector<float> v = testing::RandomNormal(out * in, seed, 0.03f);
+  for (int64_t i = 0; i < out * in; ++i) t.data<uint16_t>()[i] = core::FloatToBf16(v[i]);
+  return t;
+}
+// An f32 [n] tensor: offset + normal values of sd `scale`.
+core::Tensor F32Vector(int64_t n, uint32_t seed, float scale, float offset = 0.f) {
+  core::Tensor t = core::Tensor::Empty(core::DType::kF32, {n});
+  const std::vector<float> v = testing::RandomNormal(n, seed, scale);
+  for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = offset + v[i];
+  return t;
+}
+// cos/sin tables [rows][head_dim / 2] of random angles on the GPU, as QkvRotary takes them.
+QkvRotary RandomRotaryOnGpu(testing::Gpu& gpu, int64_t rows, int heads, int head_dim, uint32_t seed) {
+  const std::vector<float> angle = testing::RandomNormal(rows * head_dim / 2, seed, 3.f);
+  std::vector<float> cos_t, sin_t;
+  for (const float t : angle) {
+    cos_t.push_back(std::cos(t));
+    sin_t.push_back(std::sin(t));
+  }
+  return QkvRotary{heads, head_dim, gpu.Up(cos_t), gpu.Up(sin_t)};
+}
+
 void RunOnGpu(testing::Gpu& gpu, const HopperCase& c, uint32_t seed, int tile_n, int max_blocks) {
   SCOPED_TRACE(c.Name() + " tile " + std::to_string(tile_n) + " max blocks " + std::to_string(max_blocks));
   const testing::HopperData d = testing::MakeHopperData(c, seed);
@@ -211,20 +236,8 @@ TEST(CudaHopperGemm, TheLinearsPathsAgreeWithCublasLt) {
   Device& dev = *gpu->dev;
   CudaDevice& cuda = gpu->cuda();
   const int64_t h = 1280, inter = 3420, m = 300;
-  const auto weight = [](int64_t out, int64_t in, uint32_t seed) {
-    core::Tensor t = core::Tensor::Empty(core::DType::kBF16, {out, in});
-    const std::vector<float> v = testing::RandomNormal(out * in, seed, 0.03f);
-    for (int64_t i = 0; i < out * in; ++i) t.data<uint16_t>()[i] = core::FloatToBf16(v[i]);
-    return t;
-  };
-  const auto vec = [](int64_t n, uint32_t seed) {
-    core::Tensor t = core::Tensor::Empty(core::DType::kF32, {n});
-    const std::vector<float> v = testing::RandomNormal(n, seed, 0.1f);
-    std::copy(v.begin(), v.end(), t.data<float>());
-    return t;
-  };
-  const core::Tensor gu_w = weight(2 * inter, h, 1), dn_w = weight(h, inter, 2), gu_b = vec(2 * inter, 3),
-                     dn_b = vec(h, 4), norm = vec(h, 5);
+  const core::Tensor gu_w = Bf16Weight(2 * inter, h, 1), dn_w = Bf16Weight(h, inter, 2),
+                     gu_b = F32Vector(2 * inter, 3, 0.1f), dn_b = F32Vector(h, 4, 0.1f), norm = F32Vector(h, 5, 0.1f);
   auto gate_up = Linear::Create(dev, gu_w, &gu_b, ComputeType::kBF16);
   auto down = Linear::Create(dev, dn_w, &dn_b, ComputeType::kBF16);
   ASSERT_TRUE(gate_up.ok() && down.ok());
@@ -304,21 +317,10 @@ TEST(CudaHopperGemm, TheQkvRotaryEpilogueAgreesWithTheRotaryLaunch) {
   CudaDevice& cuda = gpu->cuda();
   const int64_t h = 1280, m = 300, ldy = 3 * h + 8;
   const int heads = 16, hd = 80;
-  core::Tensor w = core::Tensor::Empty(core::DType::kBF16, {3 * h, h});
-  const std::vector<float> wv = testing::RandomNormal(3 * h * h, 11, 0.03f);
-  for (int64_t i = 0; i < 3 * h * h; ++i) w.data<uint16_t>()[i] = core::FloatToBf16(wv[i]);
-  core::Tensor bias = core::Tensor::Empty(core::DType::kF32, {3 * h});
-  const std::vector<float> bv = testing::RandomNormal(3 * h, 12, 0.1f);
-  std::copy(bv.begin(), bv.end(), bias.data<float>());
+  const core::Tensor w = Bf16Weight(3 * h, h, 11), bias = F32Vector(3 * h, 12, 0.1f);
   auto qkv = Linear::Create(dev, w, &bias, ComputeType::kBF16);
   ASSERT_TRUE(qkv.ok()) << qkv.status();
-  const std::vector<float> angle = testing::RandomNormal(m * hd / 2, 13, 3.f);
-  std::vector<float> cos_t, sin_t;
-  for (const float t : angle) {
-    cos_t.push_back(std::cos(t));
-    sin_t.push_back(std::sin(t));
-  }
-  const QkvRotary rotary{heads, hd, gpu->Up(cos_t), gpu->Up(sin_t)};
+  const QkvRotary rotary = RandomRotaryOnGpu(*gpu, m, heads, hd, 13);
   float* dx = gpu->Up(testing::RandomNormal(m * h, 14, 1.f));
   float* dnorm = gpu->Up(testing::RandomNormal(h, 15, 0.1f));
   float* staging = gpu->Up(std::vector<float>(m * h, 0.f));
@@ -362,35 +364,24 @@ TEST(CudaHopperGemm, TheRmsNormHandoffAgreesWithTheNormKernel) {
   const int64_t h = 1280, inter = 3420, m = 300, ldy = 3 * h;
   const int heads = 16, hd = 80;
   const float eps = 1e-6f;
-  const auto weight = [](int64_t out, int64_t in, uint32_t seed) {
-    core::Tensor t = core::Tensor::Empty(core::DType::kBF16, {out, in});
-    const std::vector<float> v = testing::RandomNormal(out * in, seed, 0.03f);
-    for (int64_t i = 0; i < out * in; ++i) t.data<uint16_t>()[i] = core::FloatToBf16(v[i]);
-    return t;
-  };
-  const auto vec = [](int64_t n, uint32_t seed, float scale, float offset) {
-    core::Tensor t = core::Tensor::Empty(core::DType::kF32, {n});
-    const std::vector<float> v = testing::RandomNormal(n, seed, scale);
-    for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = offset + v[i];
-    return t;
-  };
-  const core::Tensor gu_w = weight(2 * inter, h, 21), dn_w = weight(h, inter, 22), qkv_w = weight(3 * h, h, 23);
-  const core::Tensor gu_b = vec(2 * inter, 24, 0.1f, 0.f), dn_b = vec(h, 25, 0.1f, 0.f), qkv_b = vec(3 * h, 26, 0.1f, 0.f);
+  const core::Tensor gu_w = Bf16Weight(2 * inter, h, 21), dn_w = Bf16Weight(h, inter, 22),
+                     qkv_w = Bf16Weight(3 * h, h, 23);
+  const core::Tensor gu_b = F32Vector(2 * inter, 24, 0.1f), dn_b = F32Vector(h, 25, 0.1f),
+                     qkv_b = F32Vector(3 * h, 26, 0.1f);
   auto gate_up = Linear::Create(dev, gu_w, &gu_b, ComputeType::kBF16);
   auto down = Linear::Create(dev, dn_w, &dn_b, ComputeType::kBF16);
   auto qkv = Linear::Create(dev, qkv_w, &qkv_b, ComputeType::kBF16);
   ASSERT_TRUE(gate_up.ok() && down.ok() && qkv.ok());
-  float* norm_a = gpu->Up(testing::RandomNormal(h, 27, 0.2f));  // the first MLP's norm, applied by the kernel
-  const core::Tensor nb = vec(h, 28, 0.2f, 1.f), nc = vec(h, 29, 0.2f, 1.f);  // the handed-on norms' weights
-  float* norm_b = gpu->Up(std::vector<float>(nb.data<float>(), nb.data<float>() + h));
-  float* norm_c = gpu->Up(std::vector<float>(nc.data<float>(), nc.data<float>() + h));
-  const std::vector<float> angle = testing::RandomNormal(m * hd / 2, 30, 3.f);
-  std::vector<float> cos_t, sin_t;
-  for (const float t : angle) {
-    cos_t.push_back(std::cos(t));
-    sin_t.push_back(std::sin(t));
+  // The norms' weights: the first MLP's (applied by the norm kernel), then the handed-on two.
+  float* const norm_a = gpu->Up(testing::RandomNormal(h, 27, 0.2f));
+  float* norm_w[2];
+  for (int i = 0; i < 2; ++i) {
+    const core::Tensor w = F32Vector(h, 28 + i, 0.2f, 1.f);
+    norm_w[i] = gpu->Up(std::vector<float>(w.data<float>(), w.data<float>() + h));
   }
-  const QkvRotary rotary{heads, hd, gpu->Up(cos_t), gpu->Up(sin_t)};
+  float* const norm_b = norm_w[0];
+  float* const norm_c = norm_w[1];
+  const QkvRotary rotary = RandomRotaryOnGpu(*gpu, m, heads, hd, 30);
   const std::vector<float> x0 = testing::RandomNormal(m * h, 31, 1.f);
   float* staging = gpu->Up(std::vector<float>(m * h, 0.f));
   float* gu_out = gpu->Up(std::vector<float>(m * 2 * inter, 0.f));
