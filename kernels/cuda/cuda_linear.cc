@@ -479,13 +479,22 @@ class CudaLinear final : public Linear {
     g.rotary_heads = 2 * r.heads;  // q's, then k's
     g.cos = r.cos;
     g.sin = r.sin;
-    if (ReadHandedNorm(in, g, false)) return RunHopper(g, false);
-    const uint16_t* base = ScratchBf16Rows(m);
+    return RunHopperOn(in, g, false);
+  }
+
+  // Runs g (its A not yet set) on `in`'s rows: a handed-on norm's where g can read it
+  // (ReadHandedNorm), else the rows the input op writes into the activation scratch. False, with
+  // nothing enqueued, where the Hopper GEMM does not run g; true once it is enqueued, or with the
+  // device's error.
+  bool RunHopperOn(const LinearInput& in, HopperGemm g, bool swiglu) const {
+    if (ReadHandedNorm(in, g, swiglu)) return RunHopper(g, swiglu);
+    const uint16_t* base = ScratchBf16Rows(g.m);
     if (base == nullptr) return true;  // the device keeps the error
     g.a = base;
-    if (!HopperRuns(g, false)) return false;
-    if (InputRowsBf16(in, m) == nullptr) return true;  // at `base`
-    RunHopper(g, false);
+    g.lda = ld_;
+    if (!HopperRuns(g, swiglu)) return false;
+    if (InputRowsBf16(in, g.m) == nullptr) return true;  // at `base`
+    RunHopper(g, swiglu);
     return true;
   }
 
@@ -746,21 +755,11 @@ bool GatedMlpBf16Handoff(CudaDevice& dev, const Linear& gate_up, const Linear& d
   uint16_t* g = reinterpret_cast<uint16_t*>(gate_up_out);
   // The Hopper GEMM with the SiLU·mul as its epilogue: down's bf16 input rows straight from
   // gate_up's accumulators, into gate_up_out's bytes (its f32 output is not made; the input rows
-  // stay in the scratch, read by the same launch), or from a handed-on norm's rows.
-  if (HopperGemm fused = gu->HopperCall(nullptr, gu->ld(), m, HopperEpilogue::kSwiGluBf16, g, dn->ld(), false);
-      gu->ReadHandedNorm(in, fused, true)) {
-    gu->RunHopper(fused, true);
-    dn->Matmul(g, dn->ld(), m, y, Epilogue::kAccumulate, next);
+  // — a handed-on norm's, or the scratch's — read by the same launch).
+  if (gu->RunHopperOn(in, gu->HopperCall(nullptr, gu->ld(), m, HopperEpilogue::kSwiGluBf16, g, dn->ld(), false),
+                      true)) {
+    if (dev.status().ok()) dn->Matmul(g, dn->ld(), m, y, Epilogue::kAccumulate, next);
     return true;
-  }
-  if (const uint16_t* base = gu->ScratchBf16Rows(m); base != nullptr) {
-    const HopperGemm fused = gu->HopperCall(base, gu->ld(), m, HopperEpilogue::kSwiGluBf16, g, dn->ld(), false);
-    if (gu->HopperRuns(fused, true)) {
-      if (gu->InputRowsBf16(in, m) == nullptr) return true;  // at `base`; a null: the device keeps the error
-      gu->RunHopper(fused, true);
-      dn->Matmul(g, dn->ld(), m, y, Epilogue::kAccumulate, next);
-      return true;
-    }
   }
   const uint16_t* rows = gu->InputRowsBf16(in, m);
   if (rows == nullptr) return true;  // the device keeps the error
