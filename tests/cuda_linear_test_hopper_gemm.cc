@@ -180,8 +180,7 @@ TEST(CudaHopperGemm, MatchesTheDefinitionWithTheRmsNormHandoff) {
   std::unique_ptr<testing::Gpu> gpu = HopperGpu();
   if (gpu == nullptr) GTEST_SKIP() << "not a compute capability 9.0 GPU";
   for (const HopperCase& c : testing::HopperNormCases()) {
-    const bool rotary = c.epilogue == HopperEpilogue::kBf16Rotary;
-    for (const int tile_n : rotary ? std::vector<int>{kHopperRotaryTileN} : std::vector<int>{128, 256}) {
+    for (const int tile_n : testing::HopperTileWidths(c)) {
       for (const int max_blocks : {0, 3}) RunOnGpu(*gpu, c, 31, tile_n, max_blocks);
     }
   }
@@ -263,12 +262,7 @@ TEST(CudaHopperGemm, TheLinearsPathsAgreeWithCublasLt) {
     const std::vector<float> all = mlp(CudaDevice::HopperGemmUse::kAll);
     EXPECT_NE(swiglu, ref) << "the fused path's rounding should show";
     const auto rel_l2 = [](const std::vector<float>& a, const std::vector<float>& b) {
-      double e = 0, r = 0;
-      for (size_t i = 0; i < a.size(); ++i) {
-        e += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        r += double(b[i]) * b[i];
-      }
-      return std::sqrt(e / r);
+      return testing::RelativeL2(a.data(), b.data(), static_cast<int64_t>(b.size()));
     };
     EXPECT_LT(rel_l2(swiglu, ref), 5e-3) << "gated MLP: SwiGLU fused vs cuBLASLt's hand-off";
     EXPECT_LT(rel_l2(all, swiglu), 1e-4) << "gated MLP: down on the Hopper GEMM too";
@@ -428,21 +422,18 @@ TEST(CudaHopperGemm, TheRmsNormHandoffAgreesWithTheNormKernel) {
     EXPECT_EQ(off.parts[1], 0);
     EXPECT_EQ(on.parts[0], h / tile_n) << "down hands the norm on";
     EXPECT_EQ(on.parts[1], h / tile_n);
-    double e = 0, r = 0;
-    for (size_t i = 0; i < on.qkv.size(); ++i) {
-      const double a = core::Bf16ToFloat(on.qkv[i]), b = core::Bf16ToFloat(off.qkv[i]);
-      e += (a - b) * (a - b);
-      r += b * b;
-    }
-    EXPECT_LT(std::sqrt(e / r), 4e-3) << "qkv after two handed-on norms vs the norm kernel";
+    const auto widen = [](const std::vector<uint16_t>& bits) {
+      std::vector<float> v(bits.size());
+      for (size_t i = 0; i < bits.size(); ++i) v[i] = core::Bf16ToFloat(bits[i]);
+      return v;
+    };
+    const std::vector<float> qkv_on = widen(on.qkv), qkv_off = widen(off.qkv);
+    EXPECT_LT(testing::RelativeL2(qkv_on.data(), qkv_off.data(), static_cast<int64_t>(qkv_off.size())), 4e-3)
+        << "qkv after two handed-on norms vs the norm kernel";
     EXPECT_NE(on.qkv, off.qkv) << "the hand-off's rounding should show";
     // The second MLP read its handed-on norm: the stream after it differs by a rounding's worth.
-    double se = 0, sr = 0;
-    for (size_t i = 0; i < on.stream.size(); ++i) {
-      se += (double(on.stream[i]) - off.stream[i]) * (double(on.stream[i]) - off.stream[i]);
-      sr += double(off.stream[i]) * off.stream[i];
-    }
-    EXPECT_LT(std::sqrt(se / sr), 1e-3) << "the residual stream";
+    EXPECT_LT(testing::RelativeL2(on.stream.data(), off.stream.data(), static_cast<int64_t>(off.stream.size())), 1e-3)
+        << "the residual stream";
   }
   cuda.SetRmsNormHandoff(true);
   ASSERT_TRUE(cuda.SetHopperGemmTileN(128).ok());

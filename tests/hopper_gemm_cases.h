@@ -85,6 +85,12 @@ inline std::vector<HopperCase> HopperNormCases() {
   };
 }
 
+// The tile widths a case runs at: the rotary epilogue's own, or both of the others'.
+inline std::vector<int> HopperTileWidths(const HopperCase& c) {
+  if (c.epilogue == kernels::cuda::HopperEpilogue::kBf16Rotary) return {kernels::cuda::kHopperRotaryTileN};
+  return {128, 256};
+}
+
 inline int64_t RoundUp8(int64_t v) { return (v + 7) / 8 * 8; }
 
 // A case's inputs (bf16 bits of normal values), its strides, and the expected y.

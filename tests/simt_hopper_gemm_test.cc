@@ -182,8 +182,7 @@ TEST(SimtHopperGemm, HandsAnRmsNormOnAndAppliesIt) {
   const std::vector<HopperCase> cases = testing::HopperNormCases();
   for (size_t i = 0; i < cases.size(); ++i) {
     if (testing::kSimtSanitized && i != 0 && i != 3) continue;
-    const int width = cases[i].epilogue == HopperEpilogue::kBf16Rotary ? kHopperRotaryTileN : 0;
-    for (const int tile_n : width > 0 ? std::vector<int>{width} : std::vector<int>{128, 256}) {
+    for (const int tile_n : testing::HopperTileWidths(cases[i])) {
       for (const int max_blocks : {0, 3}) RunCase(cases[i], tile_n, max_blocks);
     }
   }

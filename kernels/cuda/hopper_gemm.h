@@ -98,7 +98,8 @@ inline bool HopperGemmTakes(const HopperGemm& g) {
   const bool rotary = g.epilogue == HopperEpilogue::kBf16Rotary;
   const bool width = rotary ? g.tile_n == kHopperRotaryTileN : g.tile_n == 128 || g.tile_n == 256;
   if (!shape || !width) return false;
-  if (const HopperGrid grid = HopperGemmGrid(g); grid.cols * grid.rows >= kMax) return false;  // the kernel's int
+  const HopperGrid grid = HopperGemmGrid(g);
+  if (grid.cols * grid.rows >= kMax) return false;  // the kernel's int
   if (rotary && !(g.head_dim == kHopperRotaryHeadDim && g.cos != nullptr && g.sin != nullptr &&
                   g.rotary_heads >= 0 && int64_t{g.rotary_heads} * g.head_dim <= g.n)) {
     return false;
@@ -106,7 +107,7 @@ inline bool HopperGemmTakes(const HopperGemm& g) {
   if (g.norm_rows != nullptr &&
       (g.epilogue != HopperEpilogue::kF32 || g.norm_weight == nullptr || g.norm_partials == nullptr ||
        g.norm_ld < g.n || g.norm_ld % 2 != 0 || reinterpret_cast<uintptr_t>(g.norm_rows) % 4 != 0 ||
-       g.partials_ld < HopperGemmGrid(g).cols)) {
+       g.partials_ld < grid.cols)) {
     return false;
   }
   return g.row_partials == nullptr ||
